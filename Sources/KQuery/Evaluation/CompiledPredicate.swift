@@ -1,0 +1,317 @@
+/// Three-valued truth (Kleene logic), ordered `no < unknown < yes`.
+///
+/// A missing field or a comparison between different kinds is `unknown`: it fails the predicate,
+/// and stays failed under NOT, which gives SPEC §2.4's SQL-style rule that `!=`, NOT_IN and every
+/// other NOT form are false for a missing field.
+@usableFromInline
+enum Truth: UInt8, Comparable, Sendable {
+    case no = 0, unknown = 1, yes = 2
+
+    @usableFromInline static func < (a: Truth, b: Truth) -> Bool { a.rawValue < b.rawValue }
+    @inlinable init(_ value: Bool) { self = value ? .yes : .no }
+    @inlinable init(_ value: Bool?) { self = value.map { $0 ? .yes : .no } ?? .unknown }
+    @inlinable var negated: Truth { Truth(rawValue: 2 - rawValue) ?? .unknown }
+}
+
+/// A condition compiled once into a tree of closures, each resolved to its field key, value kind
+/// and operator at compile time, so evaluation does no name lookup or AST walk per record.
+///
+/// Evaluation never throws and never traps, whatever the record holds.
+public struct CompiledPredicate: Sendable {
+    @usableFromInline typealias Test = @Sendable (Record, Int64) -> Truth
+    @usableFromInline typealias ValueTest = @Sendable (FieldValue, Int64) -> Truth
+
+    @usableFromInline let test: Test
+    public let condition: Condition
+
+    public init(_ condition: Condition) {
+        self.condition = condition
+        test = Self.compile(condition)
+    }
+
+    public init(_ predicate: ValidatedPredicate) { self.init(predicate.condition) }
+
+    /// Whether `record` matches, with `now` (milliseconds since 1970) as the time `now()` reads.
+    @inlinable
+    public func matches(_ record: Record, now: Int64) -> Bool {
+        test(record, now) == .yes
+    }
+
+    // MARK: Compilation
+
+    static func compile(_ condition: Condition) -> Test {
+        switch condition {
+        case .constant(let value):
+            let truth = Truth(value)
+            return { _, _ in truth }
+        case .and(let conditions):
+            let tests = conditions.map(compile)
+            switch tests.count {
+            case 0: return { _, _ in .yes }
+            case 1: return tests[0]
+            case 2:
+                let (first, second) = (tests[0], tests[1])
+                return { record, now in
+                    let a = first(record, now)
+                    return a == .no ? .no : min(a, second(record, now))
+                }
+            default:
+                return { record, now in
+                    var result = Truth.yes
+                    for test in tests {
+                        result = min(result, test(record, now))
+                        if result == .no { return .no }
+                    }
+                    return result
+                }
+            }
+        case .or(let conditions):
+            let tests = conditions.map(compile)
+            return { record, now in
+                var result = Truth.no
+                for test in tests {
+                    result = max(result, test(record, now))
+                    if result == .yes { return .yes }
+                }
+                return result
+            }
+        case .not(let inner):
+            let test = compile(inner)
+            return { record, now in test(record, now).negated }
+        case .field(let field, let fieldTest):
+            return compile(field: field, fieldTest)
+        case .tokens(let match, let text):
+            return compileTokens(match, Tokenizer.tokens(of: text))
+        case .distance(let field, let center, let relation, let radius):
+            return compileDistance(field, center, relation, radius)
+        }
+    }
+
+    static func compile(field: FieldReference, _ fieldTest: FieldTest) -> Test {
+        switch fieldTest {
+        case .isNil:
+            if case .user(let key) = field { return { record, _ in Truth(record.fields[key] == nil) } }
+            return { record, _ in Truth(record.value(of: field) == nil) }
+        case .isNotNil:
+            if case .user(let key) = field { return { record, _ in Truth(record.fields[key] != nil) } }
+            return { record, _ in Truth(record.value(of: field) != nil) }
+        default:
+            let valueTest = compileValueTest(fieldTest)
+            if case .user(let key) = field {
+                return { record, now in
+                    guard let value = record.fields[key] else { return .unknown }
+                    return valueTest(value, now)
+                }
+            }
+            return { record, now in
+                guard let value = record.value(of: field) else { return .unknown }
+                return valueTest(value, now)
+            }
+        }
+    }
+
+    /// The test of one present value.
+    static func compileValueTest(_ fieldTest: FieldTest) -> ValueTest {
+        switch fieldTest {
+        case .isNil: return { _, _ in .no }
+        case .isNotNil: return { _, _ in .yes }
+        case .compare(let relation, let operand, let options):
+            return compileCompare(relation, operand, options)
+        case .between(let lower, let upper):
+            let atLeast = compileCompare(.greaterThanOrEqual, lower, [])
+            let atMost = compileCompare(.lessThanOrEqual, upper, [])
+            return { value, now in min(atLeast(value, now), atMost(value, now)) }
+        case .oneOf(let operands, let options):
+            let tests = operands.map { compileCompare(.equal, $0, options) }
+            return { value, now in
+                if case .list = value { return .unknown }
+                var result = Truth.no
+                for test in tests {
+                    result = max(result, test(value, now))
+                    if result == .yes { return .yes }
+                }
+                return result
+            }
+        case .string(let operation, let pattern, let options):
+            return compileString(operation, pattern, options)
+        case .members(let quantifier, let memberTest):
+            let test = compileValueTest(memberTest)
+            return { value, now in
+                guard case .list(_, let members) = value else { return .unknown }
+                var any = Truth.no
+                var all = Truth.yes
+                for member in members {
+                    let truth = test(member, now)
+                    any = max(any, truth)
+                    all = min(all, truth)
+                    if quantifier != .all, any == .yes { break }
+                    if quantifier == .all, all == .no { break }
+                }
+                switch quantifier {
+                case .any: return any
+                case .all: return all
+                case .none: return any.negated
+                }
+            }
+        case .containsAll(let operands):
+            let tests = operands.map { compileCompare(.equal, $0, []) }
+            return { value, now in
+                guard case .list(_, let members) = value else { return .unknown }
+                for test in tests where !members.contains(where: { test($0, now) == .yes }) { return .no }
+                return .yes
+            }
+        case .contains(let operand, let options):
+            let memberEqual = compileCompare(.equal, operand, options)
+            let substring: ValueTest? = if case .value(.string(let text)) = operand {
+                compileString(.contains, text, options)
+            } else {
+                nil
+            }
+            return { value, now in
+                switch value {
+                case .list(_, let members):
+                    var result = Truth.no
+                    for member in members {
+                        result = max(result, memberEqual(member, now))
+                        if result == .yes { break }
+                    }
+                    return result
+                case .string: return substring?(value, now) ?? .unknown
+                default: return .unknown
+                }
+            }
+        }
+    }
+
+    /// A relation against one operand, specialized on the operand's kind.
+    static func compileCompare(_ relation: Relation, _ operand: Operand, _ options: ComparisonOptions) -> ValueTest {
+        switch operand {
+        case .now:
+            return { value, now in
+                guard case .timestamp(let t) = value else { return .unknown }
+                return Truth(relation.holds(t < now ? -1 : (t == now ? 0 : 1)))
+            }
+        case .value(.int64(let constant)):
+            return { value, _ in
+                switch value {
+                case .int64(let x): return Truth(relation.holds(x < constant ? -1 : (x == constant ? 0 : 1)))
+                case .double(let x): return Truth(ValueOrder.compare(constant, x).map { relation.holds(-$0) })
+                default: return .unknown
+                }
+            }
+        case .value(.double(let constant)):
+            return { value, _ in
+                switch value {
+                case .double(let x): return Truth(ValueOrder.compare(x, constant).map(relation.holds))
+                case .int64(let x): return Truth(ValueOrder.compare(x, constant).map(relation.holds))
+                default: return .unknown
+                }
+            }
+        case .value(.timestamp(let constant)):
+            return { value, _ in
+                guard case .timestamp(let x) = value else { return .unknown }
+                return Truth(relation.holds(x < constant ? -1 : (x == constant ? 0 : 1)))
+            }
+        case .value(.string(let constant)) where options.isEmpty:
+            return { value, _ in
+                guard case .string(let x) = value else { return .unknown }
+                return Truth(relation.holds(ValueOrder.compareBytes(x, constant)))
+            }
+        case .value(.string(let constant)):
+            let fold = Self.folding(options)
+            let folded = fold(constant)
+            return { value, _ in
+                guard case .string(let x) = value else { return .unknown }
+                return Truth(relation.holds(ValueOrder.compareBytes(fold(x), folded)))
+            }
+        case .value(let constant):
+            return { value, _ in Truth(ValueOrder.holds(relation, value, constant)) }
+        }
+    }
+
+    static func folding(_ options: ComparisonOptions) -> @Sendable (String) -> String {
+        let caseInsensitive = options.contains(.caseInsensitive)
+        let diacriticInsensitive = options.contains(.diacriticInsensitive)
+        if !caseInsensitive && !diacriticInsensitive { return { $0 } }
+        return { TextFolding.fold($0, caseInsensitive: caseInsensitive, diacriticInsensitive: diacriticInsensitive) }
+    }
+
+    static func compileString(_ operation: StringOperation, _ pattern: String, _ options: ComparisonOptions) -> ValueTest {
+        let fold = folding(options)
+        let foldedPattern = fold(pattern)
+        let match: @Sendable (String) -> Bool
+        switch operation {
+        case .beginsWith: match = { ValueOrder.hasBytePrefix($0, foldedPattern) }
+        case .endsWith: match = { ValueOrder.hasByteSuffix($0, foldedPattern) }
+        case .contains: match = { ValueOrder.containsBytes($0, foldedPattern) }
+        case .like:
+            let like = LikePattern(
+                pattern, caseInsensitive: options.contains(.caseInsensitive),
+                diacriticInsensitive: options.contains(.diacriticInsensitive))
+            return { value, _ in
+                guard case .string(let x) = value else { return .unknown }
+                return Truth(like.matches(x))
+            }
+        case .matches:
+            // The validator compiled the pattern already; a failure here cannot happen for a
+            // validated condition, and an uncompilable pattern matches nothing.
+            let diacriticInsensitive = options.contains(.diacriticInsensitive)
+            let regex = try? RegularExpression(
+                pattern: diacriticInsensitive ? TextFolding.fold(pattern, caseInsensitive: false, diacriticInsensitive: true) : pattern,
+                caseInsensitive: options.contains(.caseInsensitive))
+            return { value, _ in
+                guard case .string(let x) = value, let regex else { return .unknown }
+                return Truth(regex.matches(diacriticInsensitive ? TextFolding.fold(x, caseInsensitive: false, diacriticInsensitive: true) : x))
+            }
+        }
+        return { value, _ in
+            guard case .string(let x) = value else { return .unknown }
+            return Truth(match(fold(x)))
+        }
+    }
+
+    static func compileTokens(_ match: TokenMatch, _ queryTokens: [String]) -> Test {
+        if queryTokens.isEmpty { return { _, _ in .no } }
+        return { record, _ in
+            let tokens = record.searchTokens
+            switch match {
+            case .all: return Truth(queryTokens.allSatisfy(tokens.contains))
+            case .any: return Truth(queryTokens.contains(where: tokens.contains))
+            }
+        }
+    }
+
+    static func compileDistance(_ field: FieldReference, _ center: Location, _ relation: Relation, _ radius: Double) -> Test {
+        let valueTest: ValueTest = { value, _ in
+            guard case .location(let location) = value else { return .unknown }
+            if relation == .lessThan {
+                return Truth(Geodesic.isDistance(
+                    latitude1: location.latitude, longitude1: location.longitude,
+                    latitude2: center.latitude, longitude2: center.longitude, lessThan: radius))
+            }
+            let distance = Geodesic.distance(
+                latitude1: location.latitude, longitude1: location.longitude, latitude2: center.latitude, longitude2: center.longitude)
+            return Truth(ValueOrder.compare(distance, radius).map(relation.holds))
+        }
+        return { record, now in
+            guard let value = record.value(of: field) else { return .unknown }
+            return valueTest(value, now)
+        }
+    }
+}
+
+extension Record {
+    /// The record's full-text tokens: those of every STRING and STRING_LIST field (SPEC §2.4).
+    public var searchTokens: Set<String> {
+        var tokens = Set<String>()
+        for (_, value) in fields {
+            switch value {
+            case .string(let text): Tokenizer.addTokens(of: text, to: &tokens)
+            case .list(.string, let members):
+                for case .string(let text) in members { Tokenizer.addTokens(of: text, to: &tokens) }
+            default: break
+            }
+        }
+        return tokens
+    }
+}

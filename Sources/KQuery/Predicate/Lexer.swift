@@ -1,0 +1,261 @@
+/// Splits predicate text into tokens.
+///
+/// Works on UTF-8 bytes; spans are byte offsets. Errors name the offending character and its place.
+struct Lexer {
+    private let bytes: [UInt8]
+    private var position = 0
+    private var sequentialArguments = 0
+
+    /// The reserved words: a key path spelled like one must be escaped with `#`.
+    static let reservedWords: Set<String> = Set([
+        "AND", "OR", "NOT", "TRUEPREDICATE", "FALSEPREDICATE", "ANY", "SOME", "ALL", "NONE", "NIL", "NULL",
+        "TRUE", "YES", "FALSE", "NO", "SELF", "SUBQUERY", "FUNCTION", "FIRST", "LAST", "SIZE",
+    ]).union(ComparisonOperator.byKeyword.keys)
+
+    init(_ text: String) { bytes = Array(text.utf8) }
+
+    static func tokenize(_ text: String) throws(InvalidPredicateError) -> [Token] {
+        var lexer = Lexer(text)
+        var tokens: [Token] = []
+        while true {
+            let token = try lexer.next()
+            tokens.append(token)
+            if token.kind == .end { return tokens }
+        }
+    }
+
+    private func peek(_ offset: Int = 0) -> UInt8? {
+        position + offset < bytes.count ? bytes[position + offset] : nil
+    }
+
+    private func span(from start: Int) -> SourceSpan { SourceSpan(start: start, end: position) }
+
+    mutating func next() throws(InvalidPredicateError) -> Token {
+        while let byte = peek(), byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D { position += 1 }
+        let start = position
+        guard let byte = peek() else { return Token(kind: .end, span: span(from: start)) }
+        switch byte {
+        case UInt8(ascii: "'"), UInt8(ascii: "\""):
+            return Token(kind: .string(try readString(quote: byte)), span: span(from: start))
+        case UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return Token(kind: try readNumber(), span: span(from: start))
+        case UInt8(ascii: "."):
+            if let next = peek(1), next.isASCIIDigit { return Token(kind: try readNumber(), span: span(from: start)) }
+            position += 1
+            return Token(kind: .symbol("."), span: span(from: start))
+        case UInt8(ascii: "%"):
+            return Token(kind: .format(try readFormat()), span: span(from: start))
+        case UInt8(ascii: "$"):
+            position += 1
+            let name = readWord()
+            guard !name.isEmpty else { throw InvalidPredicateError("expected a variable name after '$'", at: span(from: start)) }
+            return Token(kind: .variable(name), span: span(from: start))
+        case UInt8(ascii: "#"):
+            position += 1
+            let word = readWord()
+            guard !word.isEmpty else { throw InvalidPredicateError("expected a key after '#'", at: span(from: start)) }
+            return Token(kind: .word(word, escaped: true), span: span(from: start))
+        case _ where byte.isASCIILetter || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "@"):
+            return Token(kind: .word(readSelectorOrWord(), escaped: false), span: span(from: start))
+        default:
+            for symbol in Lexer.symbols where matches(symbol) {
+                position += symbol.utf8.count
+                return Token(kind: .symbol(symbol), span: span(from: start))
+            }
+            let character = String(decoding: bytes[start..<min(bytes.count, start + Lexer.scalarLength(byte))], as: UTF8.self)
+            throw InvalidPredicateError("unexpected character '\(character)'", at: SourceSpan(start: start, end: start + 1))
+        }
+    }
+
+    /// Multi-character symbols first, so `<=` wins over `<`.
+    private static let symbols: [String] = [
+        "==", "!=", "<>", "<=", "=<", ">=", "=>", "&&", "||",
+        "=", "<", ">", "!", "(", ")", "{", "}", "[", "]", ",", "-", "+", "*", "/", ":",
+    ]
+
+    private func matches(_ symbol: String) -> Bool {
+        var offset = 0
+        for byte in symbol.utf8 {
+            guard peek(offset) == byte else { return false }
+            offset += 1
+        }
+        return true
+    }
+
+    private static func scalarLength(_ lead: UInt8) -> Int {
+        switch lead {
+        case 0xF0...: 4
+        case 0xE0...: 3
+        case 0xC0...: 2
+        default: 1
+        }
+    }
+
+    private mutating func readWord() -> String {
+        let start = position
+        while let byte = peek(), byte.isASCIILetter || byte.isASCIIDigit || byte == UInt8(ascii: "_") { position += 1 }
+        return String(decoding: bytes[start..<position], as: UTF8.self)
+    }
+
+    /// A word, extended to a selector name (`distanceToLocation:fromLocation:`) when colons follow.
+    private mutating func readSelectorOrWord() -> String {
+        let start = position
+        if peek() == UInt8(ascii: "@") { position += 1 }
+        _ = readWord()
+        // A selector continues while `word:` pieces follow directly.
+        while peek() == UInt8(ascii: ":") {
+            let save = position
+            position += 1
+            if peek() == UInt8(ascii: "(") { break }
+            let piece = readWord()
+            if piece.isEmpty || peek() != UInt8(ascii: ":") {
+                position = save
+                break
+            }
+        }
+        return String(decoding: bytes[start..<position], as: UTF8.self)
+    }
+
+    private mutating func readString(quote: UInt8) throws(InvalidPredicateError) -> String {
+        let start = position
+        position += 1
+        var out: [UInt8] = []
+        while let byte = peek() {
+            position += 1
+            if byte == quote {
+                return String(decoding: out, as: UTF8.self)
+            }
+            guard byte == UInt8(ascii: "\\") else {
+                out.append(byte)
+                continue
+            }
+            guard let escape = peek() else { break }
+            let escapeStart = position - 1
+            position += 1
+            switch escape {
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "0"): out.append(0x00)
+            case UInt8(ascii: "\\"), UInt8(ascii: "'"), UInt8(ascii: "\""): out.append(escape)
+            case UInt8(ascii: "u"):
+                let scalar = try readUnicodeEscape(escapeStart: escapeStart)
+                out.append(contentsOf: String(Character(scalar)).utf8)
+            default:
+                throw InvalidPredicateError(
+                    "invalid escape '\\\(SourceText.printable(escape))' in string", at: SourceSpan(start: escapeStart, end: position))
+            }
+        }
+        throw InvalidPredicateError("unterminated string", at: SourceSpan(start: start, end: bytes.count))
+    }
+
+    private mutating func readHex4(escapeStart: Int) throws(InvalidPredicateError) -> UInt32 {
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            guard let byte = peek(), let digit = SourceText.hexValue(byte) else {
+                throw InvalidPredicateError("\\u needs four hex digits", at: SourceSpan(start: escapeStart, end: position))
+            }
+            value = value << 4 | UInt32(digit)
+            position += 1
+        }
+        return value
+    }
+
+    private mutating func readUnicodeEscape(escapeStart: Int) throws(InvalidPredicateError) -> Unicode.Scalar {
+        let first = try readHex4(escapeStart: escapeStart)
+        if (0xD800...0xDBFF).contains(first), peek() == UInt8(ascii: "\\"), peek(1) == UInt8(ascii: "u") {
+            position += 2
+            let second = try readHex4(escapeStart: escapeStart)
+            if (0xDC00...0xDFFF).contains(second), let scalar = Unicode.Scalar(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)) {
+                return scalar
+            }
+        }
+        guard let scalar = Unicode.Scalar(first) else {
+            throw InvalidPredicateError("\\u escape is an unpaired surrogate", at: SourceSpan(start: escapeStart, end: position))
+        }
+        return scalar
+    }
+
+    private mutating func readNumber() throws(InvalidPredicateError) -> Token.Kind {
+        let start = position
+        if peek() == UInt8(ascii: "0"), let radixByte = peek(1), let radix = [UInt8(ascii: "x"): 16, UInt8(ascii: "o"): 8, UInt8(ascii: "b"): 2][radixByte | 0x20] {
+            position += 2
+            let digitsStart = position
+            while let byte = peek(), byte.isASCIILetter || byte.isASCIIDigit { position += 1 }
+            let digits = String(decoding: bytes[digitsStart..<position], as: UTF8.self)
+            guard let value = UInt64(digits, radix: radix) else {
+                throw InvalidPredicateError("invalid base-\(radix) number", at: span(from: start))
+            }
+            return .integer(value)
+        }
+        var isInteger = true
+        while let byte = peek(), byte.isASCIIDigit { position += 1 }
+        if peek() == UInt8(ascii: "."), peek(1)?.isASCIIDigit ?? false {
+            isInteger = false
+            position += 1
+            while let byte = peek(), byte.isASCIIDigit { position += 1 }
+        }
+        if let e = peek(), e | 0x20 == UInt8(ascii: "e") {
+            var offset = 1
+            if peek(1) == UInt8(ascii: "+") || peek(1) == UInt8(ascii: "-") { offset = 2 }
+            if peek(offset)?.isASCIIDigit ?? false {
+                isInteger = false
+                position += offset
+                while let byte = peek(), byte.isASCIIDigit { position += 1 }
+            }
+        }
+        if let byte = peek(), byte.isASCIILetter || byte == UInt8(ascii: "_") {
+            throw InvalidPredicateError("invalid number", at: SourceSpan(start: start, end: position + 1))
+        }
+        let text = String(decoding: bytes[start..<position], as: UTF8.self)
+        if isInteger {
+            guard let value = UInt64(text) else {
+                throw InvalidPredicateError("integer \(text) is outside the INT64 range", at: span(from: start))
+            }
+            return .integer(value)
+        }
+        guard let value = Double(text), value.isFinite else {
+            throw InvalidPredicateError("number \(text) is out of range", at: span(from: start))
+        }
+        return .double(value)
+    }
+
+    private mutating func readFormat() throws(InvalidPredicateError) -> FormatArgument {
+        let start = position
+        position += 1
+        var explicitPosition: Int?
+        let digitsStart = position
+        while let byte = peek(), byte.isASCIIDigit { position += 1 }
+        if position > digitsStart {
+            guard peek() == UInt8(ascii: "$"), let number = Int(String(decoding: bytes[digitsStart..<position], as: UTF8.self)),
+                  number >= 1, number <= 10_000
+            else { throw InvalidPredicateError("invalid positional format specifier", at: span(from: start)) }
+            explicitPosition = number
+            position += 1
+        }
+        var kind: FormatArgument.Kind
+        switch peek() {
+        case UInt8(ascii: "@"): kind = .object
+        case UInt8(ascii: "K"): kind = .keyPath
+        case UInt8(ascii: "d"), UInt8(ascii: "i"): kind = .integer
+        case UInt8(ascii: "f"): kind = .double
+        case UInt8(ascii: "s"): kind = .string
+        case UInt8(ascii: "l"):
+            guard peek(1) == UInt8(ascii: "d") || peek(1) == UInt8(ascii: "i") || peek(1) == UInt8(ascii: "f") else { fallthrough }
+            position += 1
+            kind = peek() == UInt8(ascii: "f") ? .double : .integer
+        default:
+            throw InvalidPredicateError("unknown format specifier (expected %@, %K, %d, %i, %ld, %f or %s)", at: SourceSpan(start: start, end: position + 1))
+        }
+        position += 1
+        let index: Int
+        if let explicitPosition {
+            index = explicitPosition - 1
+        } else {
+            index = sequentialArguments
+            sequentialArguments += 1
+        }
+        let spelling = String(decoding: bytes[start..<position], as: UTF8.self)
+        return FormatArgument(kind: kind, index: index, position: explicitPosition, spelling: spelling)
+    }
+}

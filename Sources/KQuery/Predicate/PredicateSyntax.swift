@@ -1,0 +1,100 @@
+/// A parsed predicate: the typed AST of the format-string syntax (see `Grammar/Predicate.ebnf`).
+///
+/// Node kinds mirror grammar rules one to one. The AST is profile-neutral: a predicate that parses
+/// may still be rejected by `PredicateValidator` for the profile in use.
+public indirect enum PredicateSyntax: Hashable, Sendable {
+    /// TRUEPREDICATE or FALSEPREDICATE.
+    case constant(Bool, SourceSpan)
+    case comparison(Comparison)
+    case and([PredicateSyntax], SourceSpan)
+    case or([PredicateSyntax], SourceSpan)
+    case not(PredicateSyntax, SourceSpan)
+
+    public var span: SourceSpan {
+        switch self {
+        case .constant(_, let span), .and(_, let span), .or(_, let span), .not(_, let span): span
+        case .comparison(let comparison): comparison.span
+        }
+    }
+}
+
+/// `[modifier] left operator[options] right`.
+public struct Comparison: Hashable, Sendable {
+    public var modifier: ComparisonModifier
+    public var left: ExpressionSyntax
+    public var op: ComparisonOperator
+    public var options: ComparisonOptions
+    public var right: ExpressionSyntax
+    /// The whole comparison.
+    public var span: SourceSpan
+    /// The operator (errors about the operator point here).
+    public var operatorSpan: SourceSpan
+
+    public init(
+        modifier: ComparisonModifier = .direct, _ left: ExpressionSyntax, _ op: ComparisonOperator,
+        options: ComparisonOptions = [], _ right: ExpressionSyntax,
+        span: SourceSpan = .synthesized, operatorSpan: SourceSpan = .synthesized
+    ) {
+        self.modifier = modifier
+        self.left = left
+        self.op = op
+        self.options = options
+        self.right = right
+        self.span = span
+        self.operatorSpan = operatorSpan
+    }
+}
+
+/// An operand of a comparison.
+public indirect enum ExpressionSyntax: Hashable, Sendable {
+    /// A field name (or a dotted key path, which only the validator rejects).
+    case keyPath(String, SourceSpan)
+    /// SELF: the record itself (CloudKit uses it for `SELF CONTAINS 'text'`).
+    case evaluatedObject(SourceSpan)
+    case constant(Constant, SourceSpan)
+    /// `{a, b, ...}`.
+    case aggregate([ExpressionSyntax], SourceSpan)
+    /// `name(args)`, including selector-style names such as `distanceToLocation:fromLocation:`.
+    case function(String, [ExpressionSyntax], SourceSpan)
+    /// A format argument (`%@`, `%K`, `%d`, `%1$@`, ...) not yet bound.
+    case argument(FormatArgument, SourceSpan)
+    /// A substitution variable `$name` not yet bound.
+    case variable(String, SourceSpan)
+
+    public var span: SourceSpan {
+        switch self {
+        case .keyPath(_, let span), .evaluatedObject(let span), .constant(_, let span), .aggregate(_, let span),
+            .function(_, _, let span), .argument(_, let span), .variable(_, let span):
+            span
+        }
+    }
+}
+
+/// A constant value in a predicate.
+public enum Constant: Hashable, Sendable {
+    /// `nil` / `NULL`.
+    case null
+    /// `TRUE`/`YES`, `FALSE`/`NO`. CloudKit stores booleans as INT64 1 and 0, and compares them so.
+    case bool(Bool)
+    /// A string, number, date, location or reference.
+    case value(FieldValue)
+}
+
+/// A format specifier: `%@`, `%K`, `%d`, `%i`, `%ld`, `%f`, `%s`, optionally positional (`%2$@`).
+public struct FormatArgument: Hashable, Sendable {
+    public enum Kind: String, Hashable, Sendable {
+        case object = "@"
+        case keyPath = "K"
+        case integer = "d"
+        case double = "f"
+        case string = "s"
+    }
+
+    public var kind: Kind
+    /// 0-based index into the argument list.
+    public var index: Int
+    /// The `N$` of a positional specifier, as written (1-based).
+    public var position: Int?
+    /// The exact spelling (`%ld`, `%i`, ...), printed back unchanged.
+    public var spelling: String
+}

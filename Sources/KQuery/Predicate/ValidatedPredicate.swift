@@ -1,0 +1,27 @@
+/// A predicate parsed, bound and validated for a profile: the entry point most callers want.
+///
+/// ```swift
+/// let p = try ValidatedPredicate("seats > %@ AND cuisine == 'french'", arguments: [.value(.int64(30))])
+/// p.condition   // what the evaluator compiles
+/// p.predicate   // the bound AST; p.predicate.canonicalText prints it
+/// ```
+public struct ValidatedPredicate: Hashable, Sendable {
+    public let predicate: PredicateSyntax
+    public let condition: Condition
+    public let profile: PredicateProfile
+
+    public init(
+        _ text: String, arguments: [Constant] = [], variables: [String: Constant] = [:],
+        profile: PredicateProfile = .cloudkit, limits: PredicateParser.Limits = .default
+    ) throws(InvalidPredicateError) {
+        let parsed = try PredicateParser.parse(text, limits: limits)
+        try self.init(parsed, arguments: arguments, variables: variables, profile: profile)
+    }
+
+    public init(_ predicate: PredicateSyntax, arguments: [Constant] = [], variables: [String: Constant] = [:], profile: PredicateProfile = .cloudkit) throws(InvalidPredicateError) {
+        let bound = try predicate.binding(arguments: arguments, variables: variables)
+        self.predicate = bound
+        self.condition = try PredicateValidator(profile: profile).validate(bound)
+        self.profile = profile
+    }
+}

@@ -1,0 +1,99 @@
+/// One sort key of a query (NSSortDescriptor / CKLocationSortDescriptor).
+public struct SortDescriptor: Hashable, Sendable {
+    public enum Key: Hashable, Sendable {
+        case field(FieldReference)
+        /// Distance of a LOCATION field from a point (Web Services `relativeLocation`).
+        case distance(FieldReference, from: Location)
+    }
+
+    public var key: Key
+    public var ascending: Bool
+
+    public init(_ field: String, ascending: Bool = true) {
+        self.key = .field(FieldReference(name: field))
+        self.ascending = ascending
+    }
+
+    public init(distanceOf field: String, from location: Location, ascending: Bool = true) {
+        self.key = .distance(FieldReference(name: field), from: location)
+        self.ascending = ascending
+    }
+
+    /// The value this descriptor sorts `record` by; nil sorts last.
+    func sortValue(of record: Record) -> FieldValue? {
+        switch key {
+        case .field(let field):
+            let value = record.value(of: field)
+            if case .list = value { return nil }
+            return value
+        case .distance(let field, let center):
+            guard case .location(let location)? = record.value(of: field) else { return nil }
+            return .double(Geodesic.distance(
+                latitude1: location.latitude, longitude1: location.longitude,
+                latitude2: center.latitude, longitude2: center.longitude))
+        }
+    }
+}
+
+/// A total order on field values for sorting: numbers, then timestamps, strings, references,
+/// bytes, asset IDs and locations, each kind in its natural order (SPEC §2.4 for the comparable ones).
+enum SortOrder {
+    static func compare(_ a: FieldValue, _ b: FieldValue) -> Int {
+        if let order = ValueOrder.compare(a, b) { return order }
+        let (rankA, rankB) = (rank(a), rank(b))
+        if rankA != rankB { return rankA < rankB ? -1 : 1 }
+        switch (a, b) {
+        case (.reference(let x), .reference(let y)): return x.recordID < y.recordID ? -1 : (x.recordID == y.recordID ? 0 : 1)
+        case (.bytes(let x), .bytes(let y)): return x.lexicographicallyPrecedes(y) ? -1 : (x == y ? 0 : 1)
+        case (.assetID(let x), .assetID(let y)): return ValueOrder.compareBytes(x, y)
+        case (.location(let x), .location(let y)):
+            return ValueOrder.compare(x.latitude, y.latitude).flatMap { $0 == 0 ? ValueOrder.compare(x.longitude, y.longitude) : $0 } ?? 0
+        default: return 0
+        }
+    }
+
+    private static func rank(_ value: FieldValue) -> Int {
+        switch value {
+        case .int64, .double: 0
+        case .timestamp: 1
+        case .string: 2
+        case .reference: 3
+        case .bytes: 4
+        case .assetID: 5
+        case .location: 6
+        case .list: 7
+        }
+    }
+
+    /// Compares two sort keys under `descriptors`: missing values last in either direction, then
+    /// the record ID, so every order is total and deterministic.
+    static func compare(_ a: SortKey, _ b: SortKey, _ descriptors: [SortDescriptor]) -> Int {
+        for (index, descriptor) in descriptors.enumerated() {
+            switch (a.values[index], b.values[index]) {
+            case (nil, nil): continue
+            case (nil, _): return 1
+            case (_, nil): return -1
+            case (let x?, let y?):
+                let order = compare(x, y)
+                if order != 0 { return descriptor.ascending ? order : -order }
+            }
+        }
+        return a.recordID < b.recordID ? -1 : (a.recordID == b.recordID ? 0 : 1)
+    }
+}
+
+/// A record's position in a query's order.
+struct SortKey: Hashable, Sendable {
+    var values: [FieldValue?]
+    var recordID: RecordID
+
+    init(values: [FieldValue?], recordID: RecordID) {
+        self.values = values
+        self.recordID = recordID
+    }
+
+    init(_ record: Record, _ descriptors: [SortDescriptor]) {
+        values = descriptors.map { $0.sortValue(of: record) }
+        recordID = record.recordID
+    }
+}

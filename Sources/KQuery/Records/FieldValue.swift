@@ -1,0 +1,100 @@
+/// The type of a record field, with CloudKit Web Services names (`STRING`, `INT64`, ...).
+public enum FieldType: String, Hashable, Sendable, CaseIterable {
+    case string = "STRING"
+    case int64 = "INT64"
+    case double = "DOUBLE"
+    case timestamp = "TIMESTAMP"
+    case bytes = "BYTES"
+    case location = "LOCATION"
+    case reference = "REFERENCE"
+    case assetID = "ASSETID"
+}
+
+/// A record field value: a scalar of one `FieldType`, or a homogeneous list of one.
+///
+/// Timestamps are milliseconds since 1970-01-01T00:00:00Z, as in CloudKit Web Services JSON.
+public enum FieldValue: Hashable, Sendable {
+    case string(String)
+    case int64(Int64)
+    case double(Double)
+    case timestamp(Int64)
+    case bytes([UInt8])
+    indirect case location(Location)
+    indirect case reference(Reference)
+    case assetID(String)
+    /// A list whose members all have `FieldType`; the type is kept so that an empty list still has one.
+    case list(FieldType, [FieldValue])
+
+    /// The scalar type of the value, or of the list's members.
+    public var type: FieldType {
+        switch self {
+        case .string: .string
+        case .int64: .int64
+        case .double: .double
+        case .timestamp: .timestamp
+        case .bytes: .bytes
+        case .location: .location
+        case .reference: .reference
+        case .assetID: .assetID
+        case .list(let type, _): type
+        }
+    }
+
+    public var isList: Bool {
+        if case .list = self { return true }
+        return false
+    }
+
+    /// The Web Services type name: `STRING`, or `STRING_LIST` for a list.
+    public var typeName: String {
+        isList ? type.rawValue + "_LIST" : type.rawValue
+    }
+}
+
+/// A geographic location, as CLLocation carries it. Only latitude and longitude take part in queries.
+public struct Location: Hashable, Sendable {
+    public var latitude: Double
+    public var longitude: Double
+    public var altitude: Double?
+    public var horizontalAccuracy: Double?
+    public var verticalAccuracy: Double?
+    public var course: Double?
+    public var speed: Double?
+    /// Milliseconds since 1970.
+    public var timestamp: Int64?
+
+    public init(
+        latitude: Double, longitude: Double, altitude: Double? = nil, horizontalAccuracy: Double? = nil,
+        verticalAccuracy: Double? = nil, course: Double? = nil, speed: Double? = nil, timestamp: Int64? = nil
+    ) {
+        self.latitude = latitude
+        self.longitude = longitude
+        self.altitude = altitude
+        self.horizontalAccuracy = horizontalAccuracy
+        self.verticalAccuracy = verticalAccuracy
+        self.course = course
+        self.speed = speed
+        self.timestamp = timestamp
+    }
+}
+
+/// A reference to another record (CKRecord.Reference).
+public struct Reference: Hashable, Sendable {
+    public enum Action: String, Hashable, Sendable {
+        case none = "NONE"
+        case deleteSelf = "DELETE_SELF"
+        case validate = "VALIDATE"
+    }
+
+    public var recordID: RecordID
+    public var action: Action
+
+    public init(recordID: RecordID, action: Action = .none) {
+        self.recordID = recordID
+        self.action = action
+    }
+
+    /// References are equal when they point at the same record; the action does not take part.
+    public static func == (lhs: Reference, rhs: Reference) -> Bool { lhs.recordID == rhs.recordID }
+    public func hash(into hasher: inout Hasher) { hasher.combine(recordID) }
+}

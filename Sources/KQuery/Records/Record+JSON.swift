@@ -1,0 +1,271 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// A record or field value that cannot be read from JSON; the message names the field.
+public struct RecordDecodingError: Error, Hashable, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+extension Record {
+    /// Reads a record in the CloudKit Web Services form, accepting the shorthand field form too (SPEC §1).
+    public init(json: JSON) throws(RecordDecodingError) {
+        guard case .object = json else { throw RecordDecodingError("a record must be a JSON object, not \(json.kindName)") }
+        guard let recordName = json["recordName"]?.stringValue, !recordName.isEmpty else {
+            throw RecordDecodingError("record has no \"recordName\" string")
+        }
+        guard let recordType = json["recordType"]?.stringValue, !recordType.isEmpty else {
+            throw RecordDecodingError("record '\(recordName)' has no \"recordType\" string")
+        }
+        let zoneID = try json["zoneID"].map { zone throws(RecordDecodingError) in try ZoneID(json: zone) } ?? .default
+        var fields = Fields()
+        if let fieldsJSON = json["fields"] {
+            guard case .object(let members) = fieldsJSON else {
+                throw RecordDecodingError("record '\(recordName)': \"fields\" must be an object")
+            }
+            for (name, valueJSON) in members {
+                guard FieldKey.isValidName(name) else {
+                    throw RecordDecodingError("record '\(recordName)': invalid field name '\(name)' (expected [a-zA-Z][0-9a-zA-Z_]*)")
+                }
+                do {
+                    if let value = try FieldValue(fieldJSON: valueJSON) { fields[name] = value }
+                } catch {
+                    throw RecordDecodingError("record '\(recordName)', field '\(name)': \(error.message)")
+                }
+            }
+        }
+        self.init(recordType: recordType, recordID: RecordID(recordName: recordName, zoneID: zoneID), fields: fields)
+        if let created = json["created"] {
+            creationDate = created["timestamp"]?.int64Value
+            creatorUserRecordName = created["userRecordName"]?.stringValue
+        }
+        if let modified = json["modified"] {
+            modificationDate = modified["timestamp"]?.int64Value
+            lastModifiedUserRecordName = modified["userRecordName"]?.stringValue
+        }
+        recordChangeTag = json["recordChangeTag"]?.stringValue
+    }
+
+    /// The CloudKit Web Services form. `desiredKeys` nil writes every field, `[]` none (SPEC §3).
+    public func json(desiredKeys: [String]? = nil) -> JSON {
+        var members: [(String, JSON)] = [("recordName", .string(recordID.recordName)), ("recordType", .string(recordType))]
+        if recordID.zoneID != .default { members.append(("zoneID", recordID.zoneID.json)) }
+        var fieldMembers: [(String, JSON)] = []
+        let names = desiredKeys.map { $0.filter { fields[$0] != nil } } ?? fields.sortedNames
+        for name in names {
+            if let value = fields[name] { fieldMembers.append((name, value.typedJSON)) }
+        }
+        members.append(("fields", .object(fieldMembers)))
+        if let creationDate {
+            members.append(("created", .object([("timestamp", .int(creationDate))] + (creatorUserRecordName.map { [("userRecordName", .string($0))] } ?? []))))
+        }
+        if let modificationDate {
+            members.append(("modified", .object([("timestamp", .int(modificationDate))] + (lastModifiedUserRecordName.map { [("userRecordName", .string($0))] } ?? []))))
+        }
+        if let recordChangeTag { members.append(("recordChangeTag", .string(recordChangeTag))) }
+        return .object(members)
+    }
+}
+
+extension ZoneID {
+    init(json: JSON) throws(RecordDecodingError) {
+        guard case .object = json, let zoneName = json["zoneName"]?.stringValue else {
+            throw RecordDecodingError("\"zoneID\" must be an object with a \"zoneName\" string")
+        }
+        self.init(zoneName: zoneName, ownerName: json["ownerRecordName"]?.stringValue ?? ZoneID.defaultOwnerName)
+    }
+
+    var json: JSON { .object([("zoneName", .string(zoneName)), ("ownerRecordName", .string(ownerName))]) }
+}
+
+extension FieldValue {
+    /// Reads a field's JSON: `{"value": ..., "type": "..."}`, or a bare value whose type is inferred.
+    /// Returns nil for JSON null (the field is absent).
+    public init?(fieldJSON json: JSON) throws(RecordDecodingError) {
+        if case .object = json, let value = json["value"] {
+            if case .null = value { return nil }
+            if let typeJSON = json["type"] {
+                guard let typeName = typeJSON.stringValue else { throw RecordDecodingError("\"type\" must be a string") }
+                try self.init(json: value, typeName: typeName)
+            } else {
+                try self.init(inferring: value)
+            }
+            return
+        }
+        if case .null = json { return nil }
+        try self.init(inferring: json)
+    }
+
+    /// Reads a value of the named Web Services type (`STRING`, `INT64_LIST`, ...).
+    public init(json: JSON, typeName: String) throws(RecordDecodingError) {
+        if typeName.hasSuffix("_LIST") {
+            guard let type = FieldType(rawValue: String(typeName.dropLast(5))) else {
+                throw RecordDecodingError("unknown field type '\(typeName)'")
+            }
+            guard case .array(let elements) = json else { throw RecordDecodingError("\(typeName) value must be an array, not \(json.kindName)") }
+            var values: [FieldValue] = []
+            values.reserveCapacity(elements.count)
+            for element in elements { values.append(try FieldValue(json: element, type: type)) }
+            self = .list(type, values)
+            return
+        }
+        guard let type = FieldType(rawValue: typeName) else { throw RecordDecodingError("unknown field type '\(typeName)'") }
+        self = try FieldValue(json: json, type: type)
+    }
+
+    init(json: JSON, type: FieldType) throws(RecordDecodingError) {
+        func mismatch() -> RecordDecodingError { RecordDecodingError("expected \(type.expectation) for \(type.rawValue), found \(json.kindName)") }
+        switch type {
+        case .string:
+            guard let s = json.stringValue else { throw mismatch() }
+            self = .string(s)
+        case .int64:
+            switch json {
+            case .int(let i): self = .int64(i)
+            case .bool(let b): self = .int64(b ? 1 : 0)
+            default: throw mismatch()
+            }
+        case .double:
+            guard let d = json.doubleValue else { throw mismatch() }
+            self = .double(d)
+        case .timestamp:
+            guard let ms = json.int64Value else { throw mismatch() }
+            self = .timestamp(ms)
+        case .bytes:
+            guard let s = json.stringValue else { throw mismatch() }
+            guard let data = Data(base64Encoded: s) else { throw RecordDecodingError("BYTES value is not valid base64") }
+            self = .bytes([UInt8](data))
+        case .location: self = .location(try Location(json: json))
+        case .reference: self = .reference(try Reference(json: json))
+        case .assetID:
+            switch json {
+            case .string(let s): self = .assetID(s)
+            case .object: self = .assetID(json.serialized)
+            default: throw mismatch()
+            }
+        }
+    }
+
+    /// The shorthand form: string → STRING, integer → INT64, other number → DOUBLE, boolean → INT64,
+    /// {latitude, longitude} → LOCATION, {recordName} → REFERENCE, array → list of the element type.
+    public init(inferring json: JSON) throws(RecordDecodingError) {
+        switch json {
+        case .string(let s): self = .string(s)
+        case .int(let i): self = .int64(i)
+        case .double(let d): self = .double(d)
+        case .bool(let b): self = .int64(b ? 1 : 0)
+        case .object:
+            if json["latitude"] != nil, json["longitude"] != nil {
+                self = .location(try Location(json: json))
+            } else if json["recordName"] != nil {
+                self = .reference(try Reference(json: json))
+            } else {
+                throw RecordDecodingError("cannot infer a field type for an object without latitude/longitude or recordName")
+            }
+        case .array(let elements):
+            var values: [FieldValue] = []
+            values.reserveCapacity(elements.count)
+            for element in elements {
+                if case .array = element { throw RecordDecodingError("lists cannot contain lists") }
+                if case .null = element { throw RecordDecodingError("lists cannot contain null") }
+                values.append(try FieldValue(inferring: element))
+            }
+            let types = Set(values.map(\.type))
+            if types.count <= 1 {
+                self = .list(types.first ?? .string, values)
+            } else if types == [.int64, .double] {
+                self = .list(.double, values.map { if case .int64(let i) = $0 { .double(Double(i)) } else { $0 } })
+            } else {
+                throw RecordDecodingError("a list mixes \(types.map(\.rawValue).sorted().joined(separator: " and "))")
+            }
+        case .null: throw RecordDecodingError("null has no field type")
+        }
+    }
+
+    /// `{"value": ..., "type": "..."}`.
+    public var typedJSON: JSON { .object([("value", valueJSON), ("type", .string(typeName))]) }
+
+    /// The bare JSON value, as the `value` member of the typed form.
+    public var valueJSON: JSON {
+        switch self {
+        case .string(let s): .string(s)
+        case .int64(let i): .int(i)
+        case .double(let d): .double(d)
+        case .timestamp(let ms): .int(ms)
+        case .bytes(let bytes): .string(Data(bytes).base64EncodedString())
+        case .location(let location): location.json
+        case .reference(let reference): reference.json
+        case .assetID(let s): (try? JSON.parse(s)).flatMap { if case .object = $0 { $0 } else { nil } } ?? .string(s)
+        case .list(_, let values): .array(values.map(\.valueJSON))
+        }
+    }
+}
+
+extension FieldType {
+    var expectation: String {
+        switch self {
+        case .string: "a string"
+        case .int64: "an integer"
+        case .double: "a number"
+        case .timestamp: "an integer of milliseconds"
+        case .bytes: "a base64 string"
+        case .location: "an object with latitude and longitude"
+        case .reference: "an object with recordName"
+        case .assetID: "a string or an asset object"
+        }
+    }
+}
+
+extension Location {
+    init(json: JSON) throws(RecordDecodingError) {
+        guard case .object = json, let latitude = json["latitude"]?.doubleValue, let longitude = json["longitude"]?.doubleValue else {
+            throw RecordDecodingError("a LOCATION needs numeric latitude and longitude")
+        }
+        guard (-90...90).contains(latitude), (-180...180).contains(longitude) else {
+            throw RecordDecodingError("location (\(latitude), \(longitude)) is outside latitude -90...90 / longitude -180...180")
+        }
+        self.init(
+            latitude: latitude, longitude: longitude, altitude: json["altitude"]?.doubleValue,
+            horizontalAccuracy: json["horizontalAccuracy"]?.doubleValue, verticalAccuracy: json["verticalAccuracy"]?.doubleValue,
+            course: json["course"]?.doubleValue, speed: json["speed"]?.doubleValue, timestamp: json["timestamp"]?.int64Value)
+    }
+
+    var json: JSON {
+        var members: [(String, JSON)] = [("latitude", .double(latitude)), ("longitude", .double(longitude))]
+        let optionals: [(String, Double?)] = [
+            ("altitude", altitude), ("horizontalAccuracy", horizontalAccuracy), ("verticalAccuracy", verticalAccuracy),
+            ("course", course), ("speed", speed),
+        ]
+        for case (let name, let value?) in optionals { members.append((name, .double(value))) }
+        if let timestamp { members.append(("timestamp", .int(timestamp))) }
+        return .object(members)
+    }
+}
+
+extension Reference {
+    init(json: JSON) throws(RecordDecodingError) {
+        guard case .object = json, let recordName = json["recordName"]?.stringValue, !recordName.isEmpty else {
+            throw RecordDecodingError("a REFERENCE needs a \"recordName\" string")
+        }
+        let zoneID = try json["zoneID"].map { zone throws(RecordDecodingError) in try ZoneID(json: zone) } ?? .default
+        var action = Action.none
+        if let actionJSON = json["action"] {
+            guard let name = actionJSON.stringValue, let parsed = Action(rawValue: name) else {
+                throw RecordDecodingError("reference action must be NONE, DELETE_SELF or VALIDATE")
+            }
+            action = parsed
+        }
+        self.init(recordID: RecordID(recordName: recordName, zoneID: zoneID), action: action)
+    }
+
+    var json: JSON {
+        var members: [(String, JSON)] = [("recordName", .string(recordID.recordName))]
+        if recordID.zoneID != .default { members.append(("zoneID", recordID.zoneID.json)) }
+        members.append(("action", .string(action.rawValue)))
+        return .object(members)
+    }
+}

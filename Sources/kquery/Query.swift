@@ -1,0 +1,136 @@
+import ArgumentParser
+import KQuery
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+struct Query: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run a query over a records file and print the matching records in result order.",
+        discussion: """
+            Exit status: 0 success, 1 invalid predicate (error with position and caret on stderr), \
+            2 bad file or flags. When --limit cuts the results, the cursor for the next page is printed \
+            on stderr as `next page: --cursor TOKEN`.
+            """
+    )
+
+    enum Format: String, ExpressibleByArgument, CaseIterable {
+        case ndjson, names, table, count
+    }
+
+    @Option(help: ArgumentHelp("Records as NDJSON or a JSON array (CloudKit Web Services form or shorthand).", valueName: "FILE"))
+    var records: String
+
+    @Option(help: "The record type to query.")
+    var type: String
+
+    @Option(name: .customLong("sort"), help: ArgumentHelp("Sort by a field, ascending unless :desc. Repeat for more keys.", valueName: "KEY[:asc|:desc]"))
+    var sortKeys: [String] = []
+
+    @Option(name: .customLong("sort-near"), help: ArgumentHelp("Sort by distance of a LOCATION field from a point, nearest first.", valueName: "KEY@LAT,LON"))
+    var sortNear: [String] = []
+
+    @Option(help: "Records per page (a cursor for the next page goes to stderr).")
+    var limit: Int?
+
+    @Option(help: "Resume after the page that printed this cursor.")
+    var cursor: String?
+
+    @Option(help: ArgumentHelp("The time now() reads, ISO-8601 (default: the clock).", valueName: "ISO-8601"))
+    var now: String?
+
+    @Option(help: "Only records in this zone.")
+    var zone: String?
+
+    @Option(name: .customLong("desired-keys"), help: ArgumentHelp("Comma-separated fields to return ('' for system fields only).", valueName: "KEYS"))
+    var desiredKeys: String?
+
+    @Option(help: "ndjson (Web Services records), names (one recordName per line), table (for people) or count.")
+    var format: Format = .ndjson
+
+    @OptionGroup var predicateOptions: PredicateOptions
+
+    func validate() throws {
+        if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
+    }
+
+    func run() throws {
+        let predicate = try predicateOptions.validated()
+        let descriptors = try sortDescriptors()
+        let nowMilliseconds = try clock()
+        var resume: QueryCursor?
+        if let cursor {
+            do {
+                resume = try QueryCursor(token: cursor)
+            } catch {
+                throw ValidationError("--cursor: \(error.message)")
+            }
+        }
+        let loaded: [Record]
+        do {
+            loaded = try RecordFile.load(path: records)
+        } catch {
+            Terminal.writeError("error: \(error)")
+            throw ExitCode(2)
+        }
+        let query = KQuery.Query(
+            recordType: type, predicate: predicate, sortDescriptors: descriptors, resultsLimit: limit,
+            zoneID: zone.map { ZoneID(zoneName: $0) },
+            desiredKeys: desiredKeys.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) } })
+        let result: QueryResult
+        do {
+            result = try query.perform(on: loaded, now: nowMilliseconds, cursor: resume)
+        } catch {
+            Terminal.writeError("error: \(error.message)")
+            throw ExitCode(2)
+        }
+        Terminal.writeAll(RecordPrinter(format: format.printerFormat, color: Terminal.colorOnStandardOutput).render(result.records), to: 1)
+        if let next = result.cursor {
+            Terminal.writeError("next page: --cursor \(next.token)")
+        }
+    }
+
+    private func sortDescriptors() throws -> [SortDescriptor] {
+        var descriptors: [SortDescriptor] = []
+        for spec in sortKeys {
+            let parts = spec.split(separator: ":", maxSplits: 1).map(String.init)
+            guard let field = parts.first, FieldKey.isValidName(field) || field == "recordID" || field == "creationDate" || field == "modificationDate" else {
+                throw ValidationError("--sort needs KEY[:asc|:desc], got '\(spec)'")
+            }
+            switch parts.count == 2 ? parts[1].lowercased() : "asc" {
+            case "asc": descriptors.append(SortDescriptor(field, ascending: true))
+            case "desc": descriptors.append(SortDescriptor(field, ascending: false))
+            default: throw ValidationError("--sort direction must be asc or desc, got '\(parts[1])'")
+            }
+        }
+        for spec in sortNear {
+            let parts = spec.split(separator: "@", maxSplits: 1).map(String.init)
+            let coordinates = parts.count == 2 ? parts[1].split(separator: ",").compactMap { Double($0.filter { $0 != " " }) } : []
+            guard parts.count == 2, FieldKey.isValidName(parts[0]), coordinates.count == 2,
+                  (-90...90).contains(coordinates[0]), (-180...180).contains(coordinates[1])
+            else { throw ValidationError("--sort-near needs KEY@LAT,LON, got '\(spec)'") }
+            descriptors.append(SortDescriptor(distanceOf: parts[0], from: Location(latitude: coordinates[0], longitude: coordinates[1])))
+        }
+        return descriptors
+    }
+
+    private func clock() throws -> Int64 {
+        guard let now else { return Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+        guard let milliseconds = Timestamp.parseISO8601(now) else { throw ValidationError("--now needs an ISO-8601 date, got '\(now)'") }
+        return milliseconds
+    }
+}
+
+extension Query.Format {
+    var printerFormat: RecordPrinter.Format {
+        switch self {
+        case .ndjson: .ndjson
+        case .names: .names
+        case .table: .table
+        case .count: .count
+        }
+    }
+}

@@ -1,0 +1,107 @@
+import Testing
+@testable import KQuery
+
+/// Records that exercise every evaluation rule of SPEC §2.4.
+enum EvaluationFixture {
+    static let records: [Record] = [
+        Record(recordType: "T", recordName: "i40", fields: [
+            "n": .int64(40), "s": .string("apple"), "tags": .list(.string, [.string("wine"), .string("terrace")]),
+            "nums": .list(.int64, [.int64(1), .int64(5)]), "t": .timestamp(1_000),
+            "ref": .reference(Reference(recordID: RecordID(recordName: "alain"))),
+            "loc": .location(Location(latitude: 48.8566, longitude: 2.3522)),
+            "text": .string("The Élégant wine-bar sessions of 1848"),
+        ]),
+        Record(recordType: "T", recordName: "d25", fields: [
+            "n": .double(25.0), "s": .string("Apple"), "tags": .list(.string, [.string("wine")]), "nums": .list(.int64, []),
+            "t": .timestamp(2_000), "ref": .reference(Reference(recordID: RecordID(recordName: "alain", zoneID: ZoneID(zoneName: "Z")))),
+            "loc": .location(Location(latitude: 48.87, longitude: 2.35)), "text": .string("a session"),
+        ]),
+        Record(recordType: "T", recordName: "big", fields: [
+            "n": .int64(9_007_199_254_740_993), "s": .string("é"), "tags": .list(.string, [.string("Wine")]),
+            "text": .string("naïve café"),
+        ]),
+        Record(recordType: "T", recordName: "str", fields: ["n": .string("40"), "s": .string("e\u{301}"), "tags": .string("wine")]),
+        Record(recordType: "T", recordName: "empty", fields: [:]),
+    ]
+}
+
+@Suite("Evaluation")
+struct EvaluationTests {
+    /// (predicate, matching record names) in the cloudkit profile.
+    @Test(arguments: [
+        // Equality and order, INT64 vs DOUBLE exact; strings never equal numbers.
+        ("n == 40", ["i40"]), ("n == 40.0", ["i40"]), ("n == 25", ["d25"]), ("n != 40", ["big", "d25"]),
+        ("n > 30", ["big", "i40"]), ("n >= 25", ["big", "d25", "i40"]), ("n < 40", ["d25"]), ("n <= 40", ["d25", "i40"]),
+        ("30 < n", ["big", "i40"]), ("n == '40'", ["str"]),
+        ("n == 9007199254740993", ["big"]), ("n == 9007199254740992", []), ("n > 9007199254740992", ["big"]),
+        ("n == 9007199254740992.0", []), ("n > 9007199254740992.0", ["big"]),
+        // BETWEEN is inclusive.
+        ("n BETWEEN {25, 40}", ["d25", "i40"]), ("n BETWEEN {25.5, 40}", ["i40"]), ("n BETWEEN {41, 50}", []),
+        // Strings: byte order, case- and diacritic-sensitive, no normalization.
+        ("s == 'apple'", ["i40"]), ("s == 'Apple'", ["d25"]), ("s < 'apple'", ["d25"]), ("s > 'b'", ["big", "str"]),
+        ("s == 'é'", ["big"]), ("s == 'e\\u0301'", ["str"]), ("s BEGINSWITH 'App'", ["d25"]), ("s BEGINSWITH ''", ["big", "d25", "i40", "str"]),
+        ("s BEGINSWITH 'e'", ["str"]),
+        // IN.
+        ("s IN {'apple', 'é'}", ["big", "i40"]), ("n IN {25, 40}", ["d25", "i40"]), ("s IN {}", []), ("NOT (s IN {'apple'})", ["big", "d25", "str"]),
+        ("ANY {'apple', 'Apple'} == s", ["d25", "i40"]),
+        // Lists.
+        ("tags CONTAINS 'wine'", ["d25", "i40"]), ("'wine' IN tags", ["d25", "i40"]), ("ANY tags == 'wine'", ["d25", "i40"]),
+        ("NOT (tags CONTAINS 'wine')", ["big"]), ("ANY tags BEGINSWITH 'ter'", ["i40"]),
+        ("ANY {'terrace', 'Wine'} IN tags", ["big", "i40"]), ("ALL {'wine', 'terrace'} IN tags", ["i40"]),
+        ("ALL {} IN tags", ["big", "d25", "i40"]), ("nums CONTAINS 5", ["i40"]), ("nums CONTAINS 5.0", ["i40"]),
+        ("tags == 'wine'", ["str"]),
+        // nil.
+        ("n == nil", ["empty"]), ("n != nil", ["big", "d25", "i40", "str"]), ("NOT (n == nil)", ["big", "d25", "i40", "str"]),
+        // Timestamps and now().
+        ("t < date('1970-01-01T00:00:01.5Z')", ["i40"]), ("t > now()", ["d25"]), ("t == 1000", []),
+        // References compare by record name and zone.
+        ("ref == reference('alain')", ["i40"]), ("ref == reference('alain', 'Z')", ["d25"]), ("ref != reference('alain')", ["d25"]),
+        ("recordID == reference('big')", ["big"]), ("recordID IN {reference('big'), reference('str')}", ["big", "str"]),
+        // Distance (metres, strict).
+        ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) < 1", ["i40"]),
+        ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) < 2000", ["d25", "i40"]),
+        ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) < 0", []),
+        ("distanceToLocation:fromLocation:(n, location(48.8566, 2.3522)) < 1000000", []),
+        // Tokens: whole tokens, folded, stop words ignored.
+        ("ALL tokenize('elegant wine', 'Cdl') IN allTokens", ["i40"]), ("ALL tokenize('session', 'Cdl') IN allTokens", ["d25"]),
+        ("ALL tokenize('sessions', 'Cdl') IN allTokens", ["i40"]), ("ALL tokenize('18', 'Cdl') IN allTokens", []),
+        ("ALL tokenize('1848', 'Cdl') IN allTokens", ["i40"]), ("ANY tokenize('cafe session', 'Cdl') IN allTokens", ["big", "d25"]),
+        ("ALL tokenize('the of', 'Cdl') IN allTokens", []), ("ALL tokenize('NAIVE', 'Cdl') IN allTokens", ["big"]),
+        ("SELF CONTAINS 'wine'", ["big", "d25", "i40", "str"]), ("allTokens TOKENMATCHES[cdl] 'terrace wine'", ["i40"]),
+        // Missing fields are false under every operator, NOT included.
+        ("q != 1", []), ("NOT (q == 1)", []), ("NOT (q IN {1})", []), ("NOT (q CONTAINS 1)", []), ("NOT (q BEGINSWITH 'x')", []),
+        ("TRUEPREDICATE", ["big", "d25", "empty", "i40", "str"]), ("FALSEPREDICATE", []),
+        ("n > 1 AND s BEGINSWITH 'a'", ["i40"]),
+    ])
+    func cloudKitOperators(predicate: String, expected: [String]) throws {
+        #expect(try matchingNames(predicate, in: EvaluationFixture.records, now: 1_500) == expected.sorted(), "\(predicate)")
+    }
+
+    /// Extended-profile operators.
+    @Test(arguments: [
+        ("n == 40 OR s == 'Apple'", ["d25", "i40"]), ("NOT (n > 30 AND n < 50)", ["big", "d25"]), ("q == 1 OR n == 25", ["d25"]),
+        ("s CONTAINS 'ppl'", ["d25", "i40"]), ("s CONTAINS[c] 'APP'", ["d25", "i40"]), ("s ENDSWITH 'le'", ["d25", "i40"]),
+        ("s ==[c] 'APPLE'", ["d25", "i40"]), ("s ==[d] 'e'", ["big", "str"]), ("s BEGINSWITH[cd] 'E'", ["big", "str"]),
+        ("s LIKE 'a*e'", ["i40"]), ("s LIKE[c] '?PPLE'", ["d25", "i40"]), ("s MATCHES '[aA]p+le'", ["d25", "i40"]), ("s MATCHES 'pp'", []),
+        ("tags CONTAINS 'wine'", ["d25", "i40", "str"]), ("ALL tags BEGINSWITH 'w'", ["d25"]), ("NONE tags == 'wine'", ["big"]),
+        ("ANY nums > 3", ["i40"]), ("ALL nums > 3", ["d25"]),
+        ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) >= 1", ["d25"]),
+        ("NOT (SELF CONTAINS 'wine')", ["empty"]),
+    ])
+    func extendedOperators(predicate: String, expected: [String]) throws {
+        #expect(try matchingNames(predicate, in: EvaluationFixture.records, profile: .extended, now: 1_500) == expected.sorted(), "\(predicate)")
+    }
+
+    @Test func exactNumericComparison() {
+        #expect(ValueOrder.compare(Int64(9_007_199_254_740_993), 9_007_199_254_740_992.0) == 1)
+        #expect(ValueOrder.compare(Int64.max, 9_223_372_036_854_775_807.0) == -1)
+        #expect(ValueOrder.compare(Int64.min, -9_223_372_036_854_775_808.0) == 0)
+        #expect(ValueOrder.compare(Int64(-1), -0.5) == -1)
+        #expect(ValueOrder.compare(Int64(0), -0.0) == 0)
+        #expect(ValueOrder.compare(Int64(3), Double.nan) == nil)
+        #expect(ValueOrder.compareBytes("Z", "a") == -1)
+        #expect(ValueOrder.compareBytes("é", "z") == 1)
+        #expect(ValueOrder.containsBytes("wine-bar", "e-b"))
+        #expect(!ValueOrder.containsBytes("wine", "wines"))
+    }
+}

@@ -1,0 +1,118 @@
+import Testing
+@testable import KQuery
+
+@Suite("Records and JSON")
+struct RecordTests {
+    @Test func typedAndShorthandForms() throws {
+        let records = try Fixtures.records("restaurants.ndjson")
+        #expect(records.count == 6)
+        #expect(records.filter { $0.recordType == "Restaurant" }.count == 5)
+        let p1 = try #require(records.first { $0.recordID.recordName == "p1" })
+        let p2 = try #require(records.first { $0.recordID.recordName == "p2" })
+        #expect(p1["seats"] == .int64(40))
+        #expect(p2["seats"] == .int64(12))
+        #expect(p1["score"] == .double(4.2))
+        #expect(p2["score"] == .double(4.8))
+        #expect(p1["tags"] == .list(.string, [.string("wine"), .string("terrace")]))
+        #expect(p2["tags"] == .list(.string, [.string("omakase")]))
+        #expect(p1["opened"] == .timestamp(1_262_304_000_000))
+        #expect(p2["chef"] == .reference(Reference(recordID: RecordID(recordName: "kai"))))
+        #expect(p2["location"] == .location(Location(latitude: 48.8534692, longitude: 2.3790793)))
+        #expect(p1.creationDate == 1_600_000_000_000)
+        #expect(p1.creatorUserRecordName == "_owner")
+        let p3 = try #require(records.first { $0.recordID.recordName == "p3" })
+        #expect(p3["seats"] == .double(25))
+    }
+
+    @Test func largeIntegersStayExact() throws {
+        let record = try Record(json: JSON.parse(#"{"recordName":"r","recordType":"T","fields":{"n":9007199254740993,"m":{"value":-9223372036854775808,"type":"INT64"}}}"#))
+        #expect(record["n"] == .int64(9_007_199_254_740_993))
+        #expect(record["m"] == .int64(.min))
+    }
+
+    @Test func writesTheWebServicesForm() throws {
+        let text = #"{"recordName":"r","recordType":"T","zoneID":{"zoneName":"Z","ownerRecordName":"_u"},"fields":{"b":{"value":"AQID","type":"BYTES"},"l":{"value":[1,2],"type":"INT64_LIST"},"t":{"value":5,"type":"TIMESTAMP"}},"created":{"timestamp":1,"userRecordName":"_u"},"recordChangeTag":"3"}"#
+        let record = try Record(json: JSON.parse(text))
+        #expect(record["b"] == .bytes([1, 2, 3]))
+        #expect(record.json().serialized == text)
+        #expect(try Record(json: record.json()) == record)
+        #expect(record.json(desiredKeys: []).serialized.contains(#""fields":{}"#))
+    }
+
+    /// Malformed records: the message names what is wrong.
+    @Test(arguments: [
+        (#"{"recordType":"T"}"#, "recordName"),
+        (#"{"recordName":"r"}"#, "recordType"),
+        (#"{"recordName":"r","recordType":"T","fields":{"1bad":"x"}}"#, "invalid field name '1bad'"),
+        (#"{"recordName":"r","recordType":"T","fields":{"a":{"value":"x","type":"INT64"}}}"#, "field 'a': expected an integer for INT64"),
+        (#"{"recordName":"r","recordType":"T","fields":{"a":{"value":1.5,"type":"INT64"}}}"#, "expected an integer"),
+        (#"{"recordName":"r","recordType":"T","fields":{"a":{"value":1,"type":"NUMBER"}}}"#, "unknown field type 'NUMBER'"),
+        (#"{"recordName":"r","recordType":"T","fields":{"a":[1,"x"]}}"#, "mixes"),
+        (#"{"recordName":"r","recordType":"T","fields":{"a":{"latitude":95,"longitude":0}}}"#, "outside"),
+        (#"{"recordName":"r","recordType":"T","fields":{"a":{"value":"%%%","type":"BYTES"}}}"#, "base64"),
+        (#"{"recordName":"r","recordType":"T","fields":{"a":{"foo":1}}}"#, "cannot infer"),
+        (#"[1]"#, "must be a JSON object"),
+    ])
+    func decodingErrors(text: String, fragment: String) throws {
+        do {
+            _ = try Record(json: JSON.parse(text))
+            Issue.record("accepted \(text)")
+        } catch let error as RecordDecodingError {
+            #expect(error.message.contains(fragment), "\(error.message)")
+        }
+    }
+
+    /// A bad line fails the whole file with its line number: nothing is half-loaded.
+    @Test func fileErrorsNameTheLine() {
+        let text = """
+            {"recordName":"a","recordType":"T","fields":{}}
+
+            {"recordName":"b","recordType":"T","fields":{"x": }}
+            """
+        do {
+            _ = try RecordFile.parse(text, path: "data.ndjson")
+            Issue.record("accepted")
+        } catch {
+            #expect(error.description.hasPrefix("data.ndjson:3: "), "\(error)")
+        }
+        #expect(throws: RecordFileError.self) { try RecordFile.parse("[{\"recordName\":\"a\"}]") }
+        #expect(throws: RecordFileError.self) { try RecordFile.load(path: "/nonexistent/file.ndjson") }
+    }
+
+    @Test func jsonArrayFiles() throws {
+        let records = try RecordFile.parse(#"[{"recordName":"a","recordType":"T"},{"recordName":"b","recordType":"T","fields":{"n":1}}]"#)
+        #expect(records.map(\.recordID.recordName) == ["a", "b"])
+    }
+
+    @Test(arguments: [
+        ("{\"a\":1", "1:7"), ("[1,]", "1:4"), ("{\"a\" 1}", "1:6"), ("\"\\x\"", "1:2"), ("01", "1:1"), ("[1]x", "1:4"),
+        ("\n\n  tru", "3:3"), (String(repeating: "[", count: 1000), "1:257"),
+    ])
+    func jsonErrors(text: String, position: String) {
+        do {
+            _ = try JSON.parse(text)
+            Issue.record("parsed \(text)")
+        } catch {
+            #expect("\(error.line):\(error.column)" == position, "\(error)")
+        }
+    }
+
+    @Test func timestampsRoundTrip() {
+        for ms: Int64 in [0, 1, -1, 999, 1_714_564_800_000, -62_135_596_800_000, 253_402_300_799_999, 951_782_400_000] {
+            #expect(Timestamp.parseISO8601(Timestamp.iso8601(ms)) == ms, "\(ms) \(Timestamp.iso8601(ms))")
+        }
+        #expect(Timestamp.iso8601(951_782_400_000) == "2000-02-29T00:00:00Z")
+        #expect(Timestamp.parseISO8601("2001-02-29") == nil)
+        #expect(Timestamp.parseISO8601("2024-01-01T00:00:00-05:00") == 1_704_085_200_000)
+    }
+
+    @Test func fieldsStaySorted() {
+        var fields = Fields()
+        for name in ["zeta", "alpha", "mid", "alpha"] { fields[name] = .string(name) }
+        fields["mid"] = nil
+        #expect(fields.count == 2)
+        #expect(fields["alpha"] == .string("alpha"))
+        #expect(fields["mid"] == nil)
+        #expect(fields.sortedNames == ["alpha", "zeta"])
+    }
+}
