@@ -19,6 +19,7 @@ let package = Package(
             name: "kquery",
             dependencies: ["KQuery", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
+        .executableTarget(name: "PredicateFuzz", dependencies: ["KQuery"], path: "Fuzz/PredicateFuzz"),
         .testTarget(
             name: "KQueryTests",
             dependencies: ["KQuery", "kquery", .product(name: "PropertyBased", package: "swift-property-based")],

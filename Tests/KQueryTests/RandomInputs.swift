@@ -16,7 +16,7 @@ struct SplitMix: RandomNumberGenerator {
 
 /// Random ASTs of every node kind (not necessarily valid in any profile), for the printer.
 enum RandomAST {
-    static let fieldNames = ["a", "seats", "name", "tags", "in", "x_1", "location", "allTokens", "Contains", "chef"]
+    static let fieldNames = ["a", "seats", "name", "tags", "in", "x_1", "location", "allTokens", "Contains", "chef", "2000", "_x"]
     static let strings = ["", "x", "it's", "say \"hi\"", "a\\b", "line\nbreak", "tab\t", "é", "😀", "\u{1}", "%@", "{ }", "NOT"]
 
     static func constant(_ rng: inout SplitMix) -> Constant {

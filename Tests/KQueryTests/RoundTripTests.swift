@@ -25,7 +25,7 @@ struct RoundTripTests {
         "seats>25&&cuisine='french'", "NOT(tags CONTAINS 'wine')", "a =< 1 || b => 2 AND c <> 3",
         "ANY {'a','b'} IN tags", "%K BEGINSWITH %@", "x == %2$@", "opened < CAST(726000000.5, \"NSDate\")",
         "distanceToLocation:fromLocation:(location, location(48.8566, 2.3522)) < 2000",
-        "ALL tokenize('wine terrace', 'Cdl') IN allTokens", "#in == 1 AND #contains == 2",
+        "ALL tokenize('wine terrace', 'Cdl') IN allTokens", "#in == 1 AND #contains == 2", "#2000 >= 1", "_x == 1",
     ])
     func canonicalFixpoint(text: String) throws {
         let once = try PredicateParser.parse(text)

@@ -12,6 +12,13 @@ struct Lexer {
         "TRUE", "YES", "FALSE", "NO", "SELF", "SUBQUERY", "FUNCTION", "FIRST", "LAST", "SIZE",
     ]).union(ComparisonOperator.byKeyword.keys)
 
+    /// Whether a key-path component must be written `#component` to read back as a key:
+    /// reserved words, and words that would lex as something else (`#2000` is not the number 2000).
+    static func needsEscape(_ component: Substring) -> Bool {
+        guard let first = component.utf8.first else { return false }
+        return reservedWords.contains(component.uppercased()) || !(first.isASCIILetter || first == UInt8(ascii: "_") || first == UInt8(ascii: "@"))
+    }
+
     init(_ text: String) { bytes = Array(text.utf8) }
 
     static func tokenize(_ text: String) throws(InvalidPredicateError) -> [Token] {

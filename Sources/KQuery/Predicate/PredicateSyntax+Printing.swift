@@ -38,7 +38,7 @@ extension ExpressionSyntax: CustomStringConvertible {
         switch self {
         case .keyPath(let path, _):
             return path.split(separator: ".", omittingEmptySubsequences: false).map { component in
-                Lexer.reservedWords.contains(component.uppercased()) ? "#" + component : String(component)
+                Lexer.needsEscape(component) ? "#" + component : String(component)
             }.joined(separator: ".")
         case .evaluatedObject: return "SELF"
         case .constant(let constant, _): return Literals.text(of: constant)
