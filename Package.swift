@@ -11,15 +11,27 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", exact: "1.8.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", exact: "2.0.1"),
+        .package(url: "https://github.com/google/swift-benchmark.git", exact: "0.1.2"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", exact: "7.10.0"),
     ],
     targets: [
         .systemLibrary(name: "CPCRE2", pkgConfig: "libpcre2-8", providers: [.apt(["libpcre2-dev"])]),
-        .target(name: "KQuery", dependencies: ["CPCRE2"]),
+        .target(name: "CKQuerySupport"),
+        .target(name: "KQuery", dependencies: ["CPCRE2", "CKQuerySupport"]),
         .executableTarget(
             name: "kquery",
             dependencies: ["KQuery", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(name: "PredicateFuzz", dependencies: ["KQuery"], path: "Fuzz/PredicateFuzz"),
+        .executableTarget(
+            name: "KQueryBenchmarks",
+            dependencies: [
+                "KQuery",
+                .product(name: "Benchmark", package: "swift-benchmark"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            path: "Benchmarks/KQueryBenchmarks"
+        ),
         .testTarget(
             name: "KQueryTests",
             dependencies: ["KQuery", "kquery", .product(name: "PropertyBased", package: "swift-property-based")],

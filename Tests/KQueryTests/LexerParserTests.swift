@@ -150,6 +150,15 @@ struct LexerParserTests {
         #expect(throws: InvalidPredicateError.self) { try PredicateParser.parse(huge) }
     }
 
+    /// Printing never needs more depth than parsing did: a chain of NOTs at the limit re-parses.
+    @Test func notChainAtTheLimitRoundTrips() throws {
+        let depth = PredicateParser.Limits.default.maximumDepth
+        for text in [String(repeating: "!", count: depth) + "a == 1", String(repeating: "NOT (", count: depth) + "a == 1" + String(repeating: ")", count: depth)] {
+            let parsed = try PredicateParser.parse(text)
+            #expect(try PredicateParser.parse(parsed.canonicalText) == parsed)
+        }
+    }
+
     /// Nesting up to the limit parses.
     @Test func nestingWithinLimit() throws {
         let depth = PredicateParser.Limits.default.maximumDepth

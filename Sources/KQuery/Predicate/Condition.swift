@@ -4,11 +4,11 @@
 /// and the subscription matcher index it, and the Web Services mapping writes it out. Field names
 /// are resolved, constant sides are normalized to the right, and mirrored forms (`5 < seats`,
 /// `'x' IN tags`, `ANY {a, b} == K`) are reduced to one shape each.
-public indirect enum Condition: Hashable, Sendable {
+public enum Condition: Hashable, Sendable {
     case constant(Bool)
     case and([Condition])
     case or([Condition])
-    case not(Condition)
+    indirect case not(Condition)
     case field(FieldReference, FieldTest)
     /// Full-text search over the record's tokens: every (`.all`) or some (`.any`) token of `text`.
     case tokens(TokenMatch, text: String)
@@ -62,7 +62,7 @@ public enum Relation: Hashable, Sendable, CaseIterable {
 }
 
 /// A test of one field's value.
-public indirect enum FieldTest: Hashable, Sendable {
+public enum FieldTest: Hashable, Sendable {
     /// `K == nil`: true exactly when the field is missing.
     case isNil
     /// `K != nil`.
@@ -76,7 +76,7 @@ public indirect enum FieldTest: Hashable, Sendable {
     /// A string operator on a scalar string field.
     case string(StringOperation, String, ComparisonOptions)
     /// A test of a list field's members: some (`.any`), every (`.all`) or no (`.none`) member passes.
-    case members(Quantifier, FieldTest)
+    indirect case members(Quantifier, FieldTest)
     /// Every value is a member of the list field (`ALL {a, b} IN K`).
     case containsAll([Operand])
     /// Extended `K CONTAINS v`: a list member equal to v, or for a string field, a substring.

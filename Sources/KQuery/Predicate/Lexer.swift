@@ -24,6 +24,7 @@ struct Lexer {
     static func tokenize(_ text: String) throws(InvalidPredicateError) -> [Token] {
         var lexer = Lexer(text)
         var tokens: [Token] = []
+        tokens.reserveCapacity(text.utf8.count / 4 + 2)
         while true {
             let token = try lexer.next()
             tokens.append(token)
@@ -63,9 +64,10 @@ struct Lexer {
             guard !word.isEmpty else { throw InvalidPredicateError("expected a key after '#'", at: span(from: start)) }
             return Token(kind: .word(word, escaped: true), span: span(from: start))
         case _ where byte.isASCIILetter || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "@"):
-            return Token(kind: .word(readSelectorOrWord(), escaped: false), span: span(from: start))
+            let word = readSelectorOrWord()
+            return Token(kind: .word(word, escaped: false), span: span(from: start), keyword: Lexer.keyword(bytes[start..<position]))
         default:
-            for symbol in Lexer.symbols where matches(symbol) {
+            if let symbol = symbol() {
                 position += symbol.utf8.count
                 return Token(kind: .symbol(symbol), span: span(from: start))
             }
@@ -74,19 +76,52 @@ struct Lexer {
         }
     }
 
-    /// Multi-character symbols first, so `<=` wins over `<`.
-    private static let symbols: [String] = [
-        "==", "!=", "<>", "<=", "=<", ">=", "=>", "&&", "||",
-        "=", "<", ">", "!", "(", ")", "{", "}", "[", "]", ",", "-", "+", "*", "/", ":",
-    ]
-
-    private func matches(_ symbol: String) -> Bool {
-        var offset = 0
-        for byte in symbol.utf8 {
-            guard peek(offset) == byte else { return false }
-            offset += 1
+    /// The symbol at the current position, longest match first (`<=` before `<`).
+    private func symbol() -> String? {
+        guard let byte = peek() else { return nil }
+        let next = peek(1)
+        switch (byte, next) {
+        case (UInt8(ascii: "="), UInt8(ascii: "=")): return "=="
+        case (UInt8(ascii: "="), UInt8(ascii: "<")): return "=<"
+        case (UInt8(ascii: "="), UInt8(ascii: ">")): return "=>"
+        case (UInt8(ascii: "!"), UInt8(ascii: "=")): return "!="
+        case (UInt8(ascii: "<"), UInt8(ascii: ">")): return "<>"
+        case (UInt8(ascii: "<"), UInt8(ascii: "=")): return "<="
+        case (UInt8(ascii: ">"), UInt8(ascii: "=")): return ">="
+        case (UInt8(ascii: "&"), UInt8(ascii: "&")): return "&&"
+        case (UInt8(ascii: "|"), UInt8(ascii: "|")): return "||"
+        default: break
         }
-        return true
+        switch byte {
+        case UInt8(ascii: "="): return "="
+        case UInt8(ascii: "<"): return "<"
+        case UInt8(ascii: ">"): return ">"
+        case UInt8(ascii: "!"): return "!"
+        case UInt8(ascii: "("): return "("
+        case UInt8(ascii: ")"): return ")"
+        case UInt8(ascii: "{"): return "{"
+        case UInt8(ascii: "}"): return "}"
+        case UInt8(ascii: "["): return "["
+        case UInt8(ascii: "]"): return "]"
+        case UInt8(ascii: ","): return ","
+        case UInt8(ascii: "-"): return "-"
+        case UInt8(ascii: "+"): return "+"
+        case UInt8(ascii: "*"): return "*"
+        case UInt8(ascii: "/"): return "/"
+        case UInt8(ascii: ":"): return ":"
+        default: return nil
+        }
+    }
+
+    /// The upper-cased word when `word` is a reserved word. Reserved words are 2 to 14 ASCII
+    /// letters, so the candidate is built as a small string, without a heap allocation.
+    private static func keyword(_ word: ArraySlice<UInt8>) -> String? {
+        guard (2...14).contains(word.count), word.allSatisfy({ $0.isASCIILetter }) else { return nil }
+        let upper = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 14) { buffer in
+            for (offset, byte) in word.enumerated() { buffer[offset] = byte & 0xDF }
+            return String(decoding: UnsafeBufferPointer(rebasing: buffer[0..<word.count]), as: UTF8.self)
+        }
+        return reservedWords.contains(upper) ? upper : nil
     }
 
     private static func scalarLength(_ lead: UInt8) -> Int {

@@ -93,16 +93,15 @@ public struct PredicateParser {
             try enter(token.span)
             defer { depth -= 1 }
             _ = advance()
-            let operand = try parseUnary()
+            // `NOT (x)` is one level, not two, so the printer's `NOT (...)` form never needs more
+            // depth than the text it was parsed from.
+            let operand = current.isSymbol("(") ? try parseParenthesized() : try parseUnary()
             return .not(operand, token.span.through(operand.span))
         }
         if token.isSymbol("(") {
             try enter(token.span)
             defer { depth -= 1 }
-            _ = advance()
-            let inner = try parseOr()
-            _ = try expect(")", "to close the '(' at \(token.span.start)")
-            return inner
+            return try parseParenthesized()
         }
         switch token.keyword {
         case "TRUEPREDICATE":
@@ -114,6 +113,13 @@ public struct PredicateParser {
         default:
             return .comparison(try parseComparison())
         }
+    }
+
+    private mutating func parseParenthesized() throws(InvalidPredicateError) -> PredicateSyntax {
+        let open = advance()
+        let inner = try parseOr()
+        _ = try expect(")", "to close the '(' at column \(open.span.start + 1)")
+        return inner
     }
 
     // comparison := [modifier] expression operator [options] expression
@@ -205,8 +211,8 @@ public struct PredicateParser {
             _ = advance()
             return .variable(name, token.span)
         case .word(let word, let escaped):
-            if !escaped {
-                switch word.uppercased() {
+            if !escaped, let keyword = token.keyword {
+                switch keyword {
                 case "NIL", "NULL":
                     _ = advance()
                     return .constant(.null, token.span)
@@ -221,12 +227,11 @@ public struct PredicateParser {
                     return .evaluatedObject(token.span)
                 case "SUBQUERY", "FUNCTION":
                     throw InvalidPredicateError("Unsupported expression: \(word.uppercased())", at: token.span)
-                case let upper where Lexer.reservedWords.contains(upper):
+                default:
                     throw InvalidPredicateError("expected an expression, found keyword \(token.shown) (escape a field name with '#')", at: token.span)
-                default: break
                 }
-                if following.isSymbol("(") { return try parseFunction(name: word, nameToken: token) }
             }
+            if !escaped, following.isSymbol("(") { return try parseFunction(name: word, nameToken: token) }
             _ = advance()
             var path = word
             var span = token.span

@@ -4,6 +4,8 @@ extension PredicateSyntax {
     /// `%@` bound to a list becomes an aggregate (for `IN %@`, `BETWEEN %@`); `%K` needs a string, the
     /// field name. Missing and surplus arguments are errors, as are unknown variables.
     public func binding(arguments: [Constant] = [], variables: [String: Constant] = [:]) throws(InvalidPredicateError) -> PredicateSyntax {
+        // Nothing to substitute: any placeholder left is reported by the validator.
+        if arguments.isEmpty && variables.isEmpty { return self }
         var used = Set<Int>()
         let bound = try bind(arguments, variables, &used)
         if let unused = arguments.indices.first(where: { !used.contains($0) }) {

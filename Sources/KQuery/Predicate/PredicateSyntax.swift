@@ -2,13 +2,13 @@
 ///
 /// Node kinds mirror grammar rules one to one. The AST is profile-neutral: a predicate that parses
 /// may still be rejected by `PredicateValidator` for the profile in use.
-public indirect enum PredicateSyntax: Hashable, Sendable {
+public enum PredicateSyntax: Hashable, Sendable {
     /// TRUEPREDICATE or FALSEPREDICATE.
     case constant(Bool, SourceSpan)
     case comparison(Comparison)
     case and([PredicateSyntax], SourceSpan)
     case or([PredicateSyntax], SourceSpan)
-    case not(PredicateSyntax, SourceSpan)
+    indirect case not(PredicateSyntax, SourceSpan)
 
     public var span: SourceSpan {
         switch self {
@@ -46,7 +46,7 @@ public struct Comparison: Hashable, Sendable {
 }
 
 /// An operand of a comparison.
-public indirect enum ExpressionSyntax: Hashable, Sendable {
+public enum ExpressionSyntax: Hashable, Sendable {
     /// A field name (or a dotted key path, which only the validator rejects).
     case keyPath(String, SourceSpan)
     /// SELF: the record itself (CloudKit uses it for `SELF CONTAINS 'text'`).

@@ -70,20 +70,16 @@ public struct PredicateValidator {
         if isCloudKit, !op.info.cloudKit {
             throw InvalidPredicateError("Unsupported operator: \(op.info.canonical)", at: comparison.operatorSpan)
         }
+        try checkBound(comparison.left)
+        try checkBound(comparison.right)
         try checkOptions(comparison)
         if let condition = try lowerTokenSearch(comparison) { return condition }
         if let condition = try lowerDistance(comparison) { return condition }
         if op == .tokenMatches {
             throw InvalidPredicateError("TOKENMATCHES compares allTokens with a string, as in allTokens TOKENMATCHES[cdl] 'words'", at: comparison.operatorSpan)
         }
-        for side in [comparison.left, comparison.right] {
-            if case .keyPath("allTokens", _) = side {
-                throw InvalidPredicateError("allTokens can only be used with tokenize(...) or TOKENMATCHES", at: side.span)
-            }
-            if case .evaluatedObject(let span) = side {
-                throw InvalidPredicateError("SELF can only be used as SELF CONTAINS 'text'", at: span)
-            }
-        }
+        try checkPlainOperand(comparison.left)
+        try checkPlainOperand(comparison.right)
 
         // Normalize to: field on the left, value on the right.
         let fieldModifier: ComparisonModifier
@@ -113,6 +109,30 @@ public struct PredicateValidator {
         return .field(field, test)
     }
 
+    /// Format arguments and variables must be bound before validation (see `PredicateSyntax.binding`).
+    private func checkBound(_ expression: ExpressionSyntax) throws(InvalidPredicateError) {
+        switch expression {
+        case .argument(let argument, let span):
+            throw InvalidPredicateError("missing argument \(argument.index + 1) for \(argument.spelling)", at: span)
+        case .variable(let name, let span):
+            throw InvalidPredicateError("no value for variable $\(name)", at: span)
+        case .aggregate(let elements, _), .function(_, let elements, _):
+            for element in elements { try checkBound(element) }
+        default:
+            break
+        }
+    }
+
+    /// allTokens and SELF only appear in the token-search shapes, handled before this.
+    private func checkPlainOperand(_ side: ExpressionSyntax) throws(InvalidPredicateError) {
+        if case .keyPath("allTokens", _) = side {
+            throw InvalidPredicateError("allTokens can only be used with tokenize(...) or TOKENMATCHES", at: side.span)
+        }
+        if case .evaluatedObject(let span) = side {
+            throw InvalidPredicateError("SELF can only be used as SELF CONTAINS 'text'", at: span)
+        }
+    }
+
     private func checkOptions(_ comparison: Comparison) throws(InvalidPredicateError) {
         let options = comparison.options
         guard !options.isEmpty else {
@@ -139,7 +159,7 @@ public struct PredicateValidator {
     /// A key path as a field; nil for anything else. Dotted key paths are errors (CloudKit has none).
     private func fieldReference(_ expression: ExpressionSyntax) throws(InvalidPredicateError) -> FieldReference? {
         guard case .keyPath(let path, let span) = expression else { return nil }
-        if path.contains(".") {
+        if path.utf8.contains(UInt8(ascii: ".")) {
             throw InvalidPredicateError("Invalid key path '\(path)': CloudKit fields have no key paths", at: span)
         }
         if path == "allTokens" { return nil }
@@ -154,7 +174,6 @@ public struct PredicateValidator {
         fieldModifier: ComparisonModifier, valueModifier: ComparisonModifier
     ) throws(InvalidPredicateError) -> FieldTest {
         let options = comparison.options.intersection([.caseInsensitive, .diacriticInsensitive])
-        let unsupported = InvalidPredicateError("Unsupported operator: \(comparison.shapeDescription)", at: comparison.operatorSpan)
 
         // A quantifier on the value side: ANY {a, b} == K, ANY {a, b} IN K, ALL {a, b} IN K, NONE ...
         if valueModifier != .direct {
@@ -164,17 +183,17 @@ public struct PredicateValidator {
             case (.any, .contains): return .members(.any, .oneOf(values, options))
             case (.all, .contains): return .containsAll(values)
             case (.none, .contains) where !isCloudKit: return .members(.none, .oneOf(values, options))
-            default: throw unsupported
+            default: throw unsupported(comparison)
             }
         }
 
         // A quantifier on the field side: the field is a list and the test applies to its members.
         if fieldModifier != .direct {
-            let member = try scalarTest(comparison, op: op, value: value, options: options, unsupported: unsupported, asMember: true)
+            let member = try scalarTest(comparison, op: op, value: value, options: options, asMember: true)
             if isCloudKit {
                 switch (fieldModifier, member) {
                 case (.any, .compare(.equal, _, _)), (.any, .string(.beginsWith, _, _)), (.any, .oneOf): break
-                default: throw unsupported
+                default: throw unsupported(comparison)
                 }
             }
             return .members(Quantifier(fieldModifier), member)
@@ -188,14 +207,13 @@ public struct PredicateValidator {
             let operand = try self.operand(value, for: op)
             return isCloudKit ? .members(.any, .compare(.equal, operand, [])) : .contains(operand, options)
         default:
-            return try scalarTest(comparison, op: op, value: value, options: options, unsupported: unsupported, asMember: false)
+            return try scalarTest(comparison, op: op, value: value, options: options, asMember: false)
         }
     }
 
     /// The test of one scalar value (a field, or a list member under ANY/ALL/NONE).
     private func scalarTest(
-        _ comparison: Comparison, op: ComparisonOperator, value: ExpressionSyntax, options: ComparisonOptions,
-        unsupported: InvalidPredicateError, asMember: Bool
+        _ comparison: Comparison, op: ComparisonOperator, value: ExpressionSyntax, options: ComparisonOptions, asMember: Bool
     ) throws(InvalidPredicateError) -> FieldTest {
         switch op {
         case .equal, .notEqual, .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual:
@@ -233,8 +251,12 @@ public struct PredicateValidator {
             if operation == .matches { try checkRegularExpression(text, options: options, at: value.span) }
             return .string(operation, text, options)
         case .tokenMatches:
-            throw unsupported
+            throw unsupported(comparison)
         }
+    }
+
+    private func unsupported(_ comparison: Comparison) -> InvalidPredicateError {
+        InvalidPredicateError("Unsupported operator: \(comparison.shapeDescription)", at: comparison.operatorSpan)
     }
 
     private func checkRegularExpression(_ pattern: String, options: ComparisonOptions, at span: SourceSpan) throws(InvalidPredicateError) {
@@ -282,13 +304,18 @@ public struct PredicateValidator {
         }
         var operands: [Operand] = []
         operands.reserveCapacity(elements.count)
-        var types = Set<FieldType>()
+        var firstType: FieldType?
+        var mixed = false
         for element in elements {
             let operand = try operand(element, for: op)
-            if case .value(let value) = operand { types.insert(value.type) } else { types.insert(.timestamp) }
+            let type: FieldType = if case .value(let value) = operand { value.type } else { .timestamp }
+            if let firstType, firstType != type, !(firstType.isNumeric && type.isNumeric) { mixed = true }
+            firstType = firstType ?? type
             operands.append(operand)
         }
-        if isCloudKit, types.count > 1, types != [.int64, .double] {
+        if isCloudKit, mixed {
+            var types = Set<FieldType>()
+            for operand in operands { if case .value(let value) = operand { types.insert(value.type) } else { types.insert(.timestamp) } }
             throw InvalidPredicateError(
                 "Invalid argument value: the list mixes \(types.map(\.rawValue).sorted().joined(separator: " and "))", at: expression.span)
         }
@@ -399,6 +426,10 @@ public struct PredicateValidator {
     }
 }
 
+extension FieldType {
+    var isNumeric: Bool { self == .int64 || self == .double }
+}
+
 extension Quantifier {
     init(_ modifier: ComparisonModifier) {
         switch modifier {
@@ -412,22 +443,29 @@ extension Quantifier {
 extension Comparison {
     var involvesTokens: Bool {
         if case .evaluatedObject = left { return true }
-        for side in [left, right] {
-            if case .keyPath("allTokens", _) = side { return true }
-            if case .function(Functions.tokenize, _, _) = side { return true }
-        }
-        return false
+        return left.isTokenOperand || right.isTokenOperand
     }
 
     var involvesDistance: Bool {
-        for side in [left, right] {
-            if case .function(Functions.distance, _, _) = side { return true }
-        }
-        return false
+        left.isDistanceCall || right.isDistanceCall
     }
 
     /// How an unsupported shape is named in errors: `ALL tags == ...` → `ALL ... ==`.
     var shapeDescription: String {
         (modifier == .direct ? "" : modifier.rawValue + " ") + op.info.canonical + options.spelled
+    }
+}
+
+extension ExpressionSyntax {
+    var isTokenOperand: Bool {
+        switch self {
+        case .keyPath("allTokens", _), .function(Functions.tokenize, _, _): true
+        default: false
+        }
+    }
+
+    var isDistanceCall: Bool {
+        if case .function(Functions.distance, _, _) = self { return true }
+        return false
     }
 }

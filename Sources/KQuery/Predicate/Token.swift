@@ -15,11 +15,14 @@ struct Token: Hashable {
 
     var kind: Kind
     var span: SourceSpan
+    /// The word upper-cased when it is an unescaped reserved word (keywords are case-insensitive).
+    /// Computed once by the lexer; at most 14 ASCII letters, so it is an inline small string.
+    var keyword: String?
 
-    /// The word in upper case when this is an unescaped word (keywords are case-insensitive).
-    var keyword: String? {
-        if case .word(let word, false) = kind { return word.uppercased() }
-        return nil
+    init(kind: Kind, span: SourceSpan, keyword: String? = nil) {
+        self.kind = kind
+        self.span = span
+        self.keyword = keyword
     }
 
     func isSymbol(_ symbol: String) -> Bool { kind == .symbol(symbol) }

@@ -118,10 +118,19 @@ extension Query {
             throw QueryError("the cursor belongs to a different query")
         }
         var hits: [(key: SortKey, record: Record)] = []
-        for record in records where matches(record, now: now) {
+        func consider(_ record: Record) {
+            guard record.recordType == recordType, zoneID.map({ $0 == record.recordID.zoneID }) ?? true else { return }
             let key = SortKey(record, sortDescriptors)
-            if let cursor, SortOrder.compare(key, cursor.position, sortDescriptors) <= 0 { continue }
+            if let cursor, SortOrder.compare(key, cursor.position, sortDescriptors) <= 0 { return }
             hits.append((key, record))
+        }
+        // Arrays are scanned in place through their buffer; other sequences one record at a time.
+        if let array = records as? [Record] {
+            array.withUnsafeBufferPointer { buffer in
+                predicate.forEachMatch(in: buffer, now: now) { consider(buffer[$0]) }
+            }
+        } else {
+            for record in records where predicate.matches(record, now: now) { consider(record) }
         }
         return page(of: &hits)
     }

@@ -1,12 +1,25 @@
-/// A record's user fields: a small array of (key, value) pairs kept sorted by key.
+import CKQuerySupport
+
+/// A record's user fields: a small array of (key, value) entries kept sorted by key.
 ///
-/// Records have few fields (typically under 20), so a sorted contiguous array beats a dictionary
-/// both in memory and in lookup time, and lookups by `FieldKey` never hash a string.
+/// Records have few fields (typically under 20), so one sorted contiguous buffer beats a dictionary
+/// in memory and in lookup time: a lookup by `FieldKey` never hashes a string, and a scan touches
+/// one allocation per record.
 public struct Fields: Hashable, Sendable, Sequence {
     public typealias Element = (key: FieldKey, value: FieldValue)
 
-    @usableFromInline var _keys: ContiguousArray<FieldKey> = []
-    @usableFromInline var _values: ContiguousArray<FieldValue> = []
+    @usableFromInline
+    struct _Entry: Hashable, Sendable {
+        @usableFromInline var key: FieldKey
+        @usableFromInline var value: FieldValue
+
+        @usableFromInline init(key: FieldKey, value: FieldValue) {
+            self.key = key
+            self.value = value
+        }
+    }
+
+    @usableFromInline var _entries: ContiguousArray<_Entry> = []
 
     public init() {}
 
@@ -14,54 +27,92 @@ public struct Fields: Hashable, Sendable, Sequence {
         for (name, value) in pairs { self[name] = value }
     }
 
-    public var count: Int { _keys.count }
-    public var isEmpty: Bool { _keys.isEmpty }
+    public var count: Int { _entries.count }
+    public var isEmpty: Bool { _entries.isEmpty }
 
     @inlinable
     func _index(of key: FieldKey) -> (found: Bool, index: Int) {
-        var low = 0
-        var high = _keys.count
-        while low < high {
-            let mid = (low + high) >> 1
-            let k = _keys[mid]
-            if k == key { return (true, mid) }
-            if k < key { low = mid + 1 } else { high = mid }
+        _entries.withUnsafeBufferPointer { entries in
+            // Few fields: a linear scan beats binary search's unpredictable branches.
+            if entries.count <= 12 {
+                for index in 0..<entries.count where entries[index].key.rawValue >= key.rawValue {
+                    return (entries[index].key == key, index)
+                }
+                return (false, entries.count)
+            }
+            var low = 0
+            var high = entries.count
+            while low < high {
+                let mid = (low + high) >> 1
+                let k = entries[mid].key
+                if k == key { return (true, mid) }
+                if k < key { low = mid + 1 } else { high = mid }
+            }
+            return (false, low)
         }
-        return (false, low)
     }
 
     @inlinable
     public subscript(key: FieldKey) -> FieldValue? {
         get {
             let (found, index) = _index(of: key)
-            return found ? _values[index] : nil
+            return found ? _entries[index].value : nil
         }
         set {
             let (found, index) = _index(of: key)
             switch (found, newValue) {
-            case (true, let value?): _values[index] = value
-            case (true, nil):
-                _keys.remove(at: index)
-                _values.remove(at: index)
-            case (false, let value?):
-                _keys.insert(key, at: index)
-                _values.insert(value, at: index)
+            case (true, let value?): _entries[index].value = value
+            case (true, nil): _entries.remove(at: index)
+            case (false, let value?): _entries.insert(_Entry(key: key, value: value), at: index)
             case (false, nil): break
             }
         }
     }
+
+    /// The INT64 value of `key` read in place, or nil when it is missing or not an INT64.
+    @inlinable
+    public func int64(_ key: FieldKey) -> Int64? {
+        let (found, index) = _index(of: key)
+        guard found else { return nil }
+        return _entries.withUnsafeBufferPointer { entries in
+            if case .int64(let value) = entries[index].value { return value }
+            return nil
+        }
+    }
+
+    /// Applies `body` to the value of `key` where it is stored, without copying it out.
+    @inlinable
+    public func withValue<Result>(_ key: FieldKey, _ body: (borrowing FieldValue?) -> Result) -> Result {
+        let (found, index) = _index(of: key)
+        guard found else { return body(nil) }
+        return _entries.withUnsafeBufferPointer { entries in body(entries[index].value) }
+    }
+
+    /// Asks the CPU to start loading the field storage of the record at `record`, ahead of a scan
+    /// reaching it. The storage address is read as a plain word (no retain, which would write to
+    /// the storage and wait for it); a prefetch never faults, so a stale address is harmless.
+    @inlinable
+    static func _prefetchStorage(of record: UnsafePointer<Record>) {
+        let storage = UnsafeRawPointer(record).load(fromByteOffset: _fieldsOffset, as: UInt.self)
+        guard let address = UnsafeRawPointer(bitPattern: storage) else { return }
+        kquery_prefetch(address)
+        kquery_prefetch(address + 64)
+    }
+
+    /// Where `Record.fields` (whose only stored property is the entries array) sits in a record.
+    @usableFromInline static let _fieldsOffset = MemoryLayout<Record>.offset(of: \Record.fields) ?? 0
 
     public subscript(name: String) -> FieldValue? {
         get { FieldKey.existing(name).flatMap { self[$0] } }
         set { self[FieldKey(name)] = newValue }
     }
 
-    public var keys: [FieldKey] { Array(_keys) }
+    public var keys: [FieldKey] { _entries.map(\.key) }
 
     /// Field names in alphabetical order (for stable output).
-    public var sortedNames: [String] { _keys.map(\.name).sorted() }
+    public var sortedNames: [String] { _entries.map(\.key.name).sorted() }
 
     public func makeIterator() -> some IteratorProtocol<Element> {
-        zip(_keys, _values).lazy.map { (key: $0, value: $1) }.makeIterator()
+        _entries.lazy.map { (key: $0.key, value: $0.value) }.makeIterator()
     }
 }

@@ -46,14 +46,16 @@ public enum FieldReference: Hashable, Sendable, CustomStringConvertible {
     case creatorUserRecordID
     case lastModifiedUserRecordID
 
-    /// The system field names a predicate may use, as NSPredicate key paths on CKRecord.
-    static let systemFields: [String: FieldReference] = [
-        "recordID": .recordID, "creationDate": .creationDate, "modificationDate": .modificationDate,
-        "creatorUserRecordID": .creatorUserRecordID, "lastModifiedUserRecordID": .lastModifiedUserRecordID,
-    ]
-
     public init(name: String) {
-        self = FieldReference.systemFields[name] ?? .user(FieldKey(name))
+        // A switch over five small strings is cheaper than hashing the name a second time.
+        switch name {
+        case "recordID": self = .recordID
+        case "creationDate": self = .creationDate
+        case "modificationDate": self = .modificationDate
+        case "creatorUserRecordID": self = .creatorUserRecordID
+        case "lastModifiedUserRecordID": self = .lastModifiedUserRecordID
+        default: self = .user(FieldKey(name))
+        }
     }
 
     public var name: String {
