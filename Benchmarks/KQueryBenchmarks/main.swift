@@ -62,6 +62,7 @@ let scanPredicate = CompiledPredicate(try ValidatedPredicate("price > 50000 AND 
 let distancePredicate = CompiledPredicate(try ValidatedPredicate("distanceToLocation:fromLocation:(location, location(48.5, 2.5)) < 5000"))
 let tokenPredicate = CompiledPredicate(try ValidatedPredicate("ALL tokenize('sunset harbour', 'Cdl') IN allTokens"))
 let typical = "price > 50000 AND artist == 'artist7' AND tags CONTAINS 'sea' AND year >= 1990"
+let parsedTypical = try PredicateParser.parse(typical)
 
 @inline(never) func count(_ predicate: CompiledPredicate, in records: [KQuery.Record]) -> Int {
     predicate.count(in: records, now: 0)
@@ -74,6 +75,12 @@ print("scan matches: \(expected) of \(recordCount)")
 let suite = BenchmarkSuite(name: "KQuery") { suite in
     suite.benchmark("parse+validate 80-byte predicate") {
         consume(try ValidatedPredicate(typical))
+    }
+    suite.benchmark("parse only, same predicate") {
+        consume(try PredicateParser.parse(typical))
+    }
+    suite.benchmark("validate only, same predicate") {
+        consume(try PredicateValidator(profile: .cloudkit).validate(parsedTypical))
     }
     suite.benchmark("scan: KQuery price > 50000 AND artist == 'artist7'") {
         consume(count(scanPredicate, in: records))
@@ -89,19 +96,24 @@ let suite = BenchmarkSuite(name: "KQuery") { suite in
     }
 }
 
-var runner = BenchmarkRunner(suites: [suite], settings: [MinTime(seconds: 2), WarmupIterations(1), TimeUnit(.ms)])
+// BENCH_FILTER (a regular expression over benchmark names) runs a subset, e.g. under a profiler.
+var settings: [any BenchmarkSetting] = [MinTime(seconds: 2), WarmupIterations(1), TimeUnit(.ms)]
+if let filter = getenv("BENCH_FILTER").flatMap({ String(validatingCString: $0) }) { settings.append(Filter(filter)) }
+var runner = BenchmarkRunner(suites: [suite], settings: settings)
 try runner.run()
 
 @MainActor func median(_ name: String) -> Double {
     let values = (runner.results.first { $0.benchmarkName.hasPrefix(name) }?.measurements ?? [.nan]).sorted()
     return values[values.count / 2]
 }
+/// A figure for the summary, or "-" when BENCH_FILTER skipped its benchmark.
+func figure(_ value: Double, _ format: String = "%.1f") -> String { value.isFinite ? String(format: format, value) : "-" }
 let parse = median("parse+validate")
 let kquery = median("scan: KQuery price")
 let sqlite = median("scan: SQLite")
 print("")
-print("parse+validate: \(Int(1e9 / parse)) predicates/s (median \(Int(parse)) ns)")
-print("scan \(recordCount) records: KQuery \(String(format: "%.1f", kquery / 1e6)) ms, SQLite \(String(format: "%.1f", sqlite / 1e6)) ms, KQuery is \(String(format: "%.2f", sqlite / kquery))x faster")
-print("distance predicate: \(String(format: "%.1f", median("scan: KQuery distance") / Double(recordCount))) ns/record")
-print("token predicate: \(String(format: "%.1f", median("scan: KQuery ALL") / Double(recordCount))) ns/record")
-print("memory per loaded record: \(Int(bytesPerRecord)) bytes")
+print("parse+validate: \(figure(1e9 / parse, "%.0f")) predicates/s (median \(figure(parse, "%.0f")) ns; parse \(figure(median("parse only"), "%.0f")) ns, validate \(figure(median("validate only"), "%.0f")) ns)")
+print("scan \(recordCount) records: KQuery \(figure(kquery / 1e6)) ms, SQLite \(figure(sqlite / 1e6)) ms, KQuery is \(figure(sqlite / kquery, "%.2f"))x faster")
+print("distance predicate: \(figure(median("scan: KQuery distance") / Double(recordCount))) ns/record")
+print("token predicate: \(figure(median("scan: KQuery ALL") / Double(recordCount))) ns/record")
+print("memory (RSS) per loaded record: \(Int(bytesPerRecord)) bytes")

@@ -41,7 +41,9 @@ public struct InvalidPredicateError: Error, Hashable, Sendable, CustomStringConv
         let bytes = Array(source.utf8)
         var start = min(span.start, bytes.count)
         while start < min(span.end, bytes.count), bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
-        let span = SourceSpan(start: start, end: Swift.max(start + 1, span.end))
+        var end = min(span.end, bytes.count)
+        while end > start + 1, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
+        let span = SourceSpan(start: start, end: Swift.max(start + 1, end))
         let (line, column) = SourceText.lineAndColumn(of: start, in: source)
         let text = SourceText.line(containing: start, in: source)
         let shown = text.count > 200 ? String(text.prefix(200)) + "…" : text
