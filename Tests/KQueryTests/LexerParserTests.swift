@@ -171,11 +171,19 @@ struct LexerParserTests {
         #expect(throws: InvalidPredicateError.self) { try PredicateParser.parse("a IN {\(elements)}") }
     }
 
-    /// Every operator in the table has an entry with at least one spelling.
+    /// Every operator in the table has an entry with at least one spelling, and every keyword
+    /// spelling in the table is a reserved word the lexer knows.
     @Test func operatorTableIsComplete() {
         for op in ComparisonOperator.allCases {
             #expect(ComparisonOperator.table[op] != nil, "\(op)")
             #expect(!(ComparisonOperator.table[op]?.spellings.isEmpty ?? true), "\(op)")
+            #expect(op.info.canonical == ComparisonOperator.table[op]?.canonical)
+            for spelling in op.info.spellings where spelling.first?.isLetter ?? false {
+                #expect(Keyword(rawValue: spelling)?.comparisonOperator == op, "\(spelling)")
+            }
+            for spelling in op.info.spellings where !(spelling.first?.isLetter ?? false) {
+                #expect(Symbol(rawValue: spelling)?.comparisonOperator == op, "\(spelling)")
+            }
         }
     }
 }

@@ -38,9 +38,29 @@ public enum ComparisonOperator: String, Hashable, Sendable, CaseIterable {
         .tokenMatches: Info(canonical: "TOKENMATCHES", spellings: ["TOKENMATCHES"], cloudKit: true, mirrored: .tokenMatches, comparator: "CONTAINS_ALL_TOKENS", negatedComparator: nil),
     ]
 
-    public var info: Info {
-        // The table covers every case; the test suite checks it.
-        ComparisonOperator.table[self] ?? Info(canonical: rawValue, spellings: [], cloudKit: false)
+    public var info: Info { ComparisonOperator.infos[ordinal] }
+
+    /// `table` as an array in `allCases` order, read on every comparison the validator lowers.
+    /// The table covers every case; the test suite checks it.
+    private static let infos: [Info] = allCases.map { table[$0] ?? Info(canonical: $0.rawValue, spellings: [], cloudKit: false) }
+
+    private var ordinal: Int {
+        switch self {
+        case .equal: 0
+        case .notEqual: 1
+        case .lessThan: 2
+        case .lessThanOrEqual: 3
+        case .greaterThan: 4
+        case .greaterThanOrEqual: 5
+        case .between: 6
+        case .in: 7
+        case .contains: 8
+        case .beginsWith: 9
+        case .endsWith: 10
+        case .like: 11
+        case .matches: 12
+        case .tokenMatches: 13
+        }
     }
 
     /// Symbol spellings (`==`, `=<`, ...) to operators, for the parser.

@@ -5,12 +5,11 @@ struct Lexer {
     private let bytes: [UInt8]
     private var position = 0
     private var sequentialArguments = 0
+    private var strings: [String] = []
+    private var formats: [FormatArgument] = []
 
-    /// The reserved words: a key path spelled like one must be escaped with `#`.
-    static let reservedWords: Set<String> = Set([
-        "AND", "OR", "NOT", "TRUEPREDICATE", "FALSEPREDICATE", "ANY", "SOME", "ALL", "NONE", "NIL", "NULL",
-        "TRUE", "YES", "FALSE", "NO", "SELF", "SUBQUERY", "FUNCTION", "FIRST", "LAST", "SIZE",
-    ]).union(ComparisonOperator.byKeyword.keys)
+    /// The reserved words, upper-cased.
+    static let reservedWords: Set<String> = Set(Keyword.allCases.map(\.rawValue))
 
     /// Whether a key-path component must be written `#component` to read back as a key:
     /// reserved words, and words that would lex as something else (`#2000` is not the number 2000).
@@ -19,16 +18,58 @@ struct Lexer {
         return reservedWords.contains(component.uppercased()) || !(first.isASCIILetter || first == UInt8(ascii: "_") || first == UInt8(ascii: "@"))
     }
 
+    /// For each first letter A...Z, a bit per length that some reserved word has: most field
+    /// names are rejected by this table without hashing.
+    private static let keywordShapes: [UInt16] = {
+        var shapes = [UInt16](repeating: 0, count: 26)
+        for word in reservedWords {
+            guard let first = word.utf8.first, first >= UInt8(ascii: "A"), first <= UInt8(ascii: "Z"), word.utf8.count < 16 else { continue }
+            shapes[Int(first - UInt8(ascii: "A"))] |= 1 << word.utf8.count
+        }
+        return shapes
+    }()
+
     init(_ text: String) { bytes = Array(text.utf8) }
 
-    static func tokenize(_ text: String) throws(InvalidPredicateError) -> [Token] {
+    /// The tokens of a text, with what they refer to.
+    struct Output {
+        var tokens: [Token]
+        /// The source text's UTF-8 bytes; word tokens are ranges of it.
+        var bytes: [UInt8]
+        /// Decoded string literals, by `Token.Kind.string(index:)`.
+        var strings: [String]
+        /// Format specifiers, by `Token.Kind.format(index:)`.
+        var formats: [FormatArgument]
+
+        /// The source text of a token (a word's name, without a leading `#` or `$`).
+        func text(of token: Token) -> String {
+            var start = token.span.start
+            if case .word(escaped: true) = token.kind { start += 1 }
+            if case .variable = token.kind { start += 1 }
+            return String(decoding: bytes[start..<token.span.end], as: UTF8.self)
+        }
+
+        /// How a token reads in an error message.
+        func shown(_ token: Token) -> String {
+            switch token.kind {
+            case .word, .variable: "'\(String(decoding: bytes[token.span.start..<token.span.end], as: UTF8.self))'"
+            case .string: "string"
+            case .integer, .double: "number"
+            case .format(let index): "'\(formats[index].spelling)'"
+            case .symbol(let symbol): "'\(symbol.rawValue)'"
+            case .end: "end of input"
+            }
+        }
+    }
+
+    static func tokenize(_ text: String) throws(InvalidPredicateError) -> Output {
         var lexer = Lexer(text)
         var tokens: [Token] = []
         tokens.reserveCapacity(text.utf8.count / 4 + 2)
         while true {
             let token = try lexer.next()
             tokens.append(token)
-            if token.kind == .end { return tokens }
+            if token.kind == .end { return Output(tokens: tokens, bytes: lexer.bytes, strings: lexer.strings, formats: lexer.formats) }
         }
     }
 
@@ -44,31 +85,31 @@ struct Lexer {
         guard let byte = peek() else { return Token(kind: .end, span: span(from: start)) }
         switch byte {
         case UInt8(ascii: "'"), UInt8(ascii: "\""):
-            return Token(kind: .string(try readString(quote: byte)), span: span(from: start))
+            strings.append(try readString(quote: byte))
+            return Token(kind: .string(index: strings.count - 1), span: span(from: start))
         case UInt8(ascii: "0")...UInt8(ascii: "9"):
             return Token(kind: try readNumber(), span: span(from: start))
         case UInt8(ascii: "."):
             if let next = peek(1), next.isASCIIDigit { return Token(kind: try readNumber(), span: span(from: start)) }
             position += 1
-            return Token(kind: .symbol("."), span: span(from: start))
+            return Token(kind: .symbol(.dot), span: span(from: start))
         case UInt8(ascii: "%"):
-            return Token(kind: .format(try readFormat()), span: span(from: start))
+            formats.append(try readFormat())
+            return Token(kind: .format(index: formats.count - 1), span: span(from: start))
         case UInt8(ascii: "$"):
             position += 1
-            let name = readWord()
-            guard !name.isEmpty else { throw InvalidPredicateError("expected a variable name after '$'", at: span(from: start)) }
-            return Token(kind: .variable(name), span: span(from: start))
+            guard skipWord() else { throw InvalidPredicateError("expected a variable name after '$'", at: span(from: start)) }
+            return Token(kind: .variable, span: span(from: start))
         case UInt8(ascii: "#"):
             position += 1
-            let word = readWord()
-            guard !word.isEmpty else { throw InvalidPredicateError("expected a key after '#'", at: span(from: start)) }
-            return Token(kind: .word(word, escaped: true), span: span(from: start))
+            guard skipWord() else { throw InvalidPredicateError("expected a key after '#'", at: span(from: start)) }
+            return Token(kind: .word(escaped: true), span: span(from: start))
         case _ where byte.isASCIILetter || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "@"):
-            let word = readSelectorOrWord()
-            return Token(kind: .word(word, escaped: false), span: span(from: start), keyword: Lexer.keyword(bytes[start..<position]))
+            skipSelectorOrWord()
+            return Token(kind: .word(escaped: false), span: span(from: start), keyword: Lexer.keyword(bytes[start..<position]))
         default:
             if let symbol = symbol() {
-                position += symbol.utf8.count
+                position += symbol.rawValue.utf8.count
                 return Token(kind: .symbol(symbol), span: span(from: start))
             }
             let character = String(decoding: bytes[start..<min(bytes.count, start + Lexer.scalarLength(byte))], as: UTF8.self)
@@ -77,51 +118,54 @@ struct Lexer {
     }
 
     /// The symbol at the current position, longest match first (`<=` before `<`).
-    private func symbol() -> String? {
+    private func symbol() -> Symbol? {
         guard let byte = peek() else { return nil }
         let next = peek(1)
         switch (byte, next) {
-        case (UInt8(ascii: "="), UInt8(ascii: "=")): return "=="
-        case (UInt8(ascii: "="), UInt8(ascii: "<")): return "=<"
-        case (UInt8(ascii: "="), UInt8(ascii: ">")): return "=>"
-        case (UInt8(ascii: "!"), UInt8(ascii: "=")): return "!="
-        case (UInt8(ascii: "<"), UInt8(ascii: ">")): return "<>"
-        case (UInt8(ascii: "<"), UInt8(ascii: "=")): return "<="
-        case (UInt8(ascii: ">"), UInt8(ascii: "=")): return ">="
-        case (UInt8(ascii: "&"), UInt8(ascii: "&")): return "&&"
-        case (UInt8(ascii: "|"), UInt8(ascii: "|")): return "||"
+        case (UInt8(ascii: "="), UInt8(ascii: "=")): return .equalEqual
+        case (UInt8(ascii: "="), UInt8(ascii: "<")): return .equalLess
+        case (UInt8(ascii: "="), UInt8(ascii: ">")): return .equalGreater
+        case (UInt8(ascii: "!"), UInt8(ascii: "=")): return .notEqual
+        case (UInt8(ascii: "<"), UInt8(ascii: ">")): return .lessGreater
+        case (UInt8(ascii: "<"), UInt8(ascii: "=")): return .lessEqual
+        case (UInt8(ascii: ">"), UInt8(ascii: "=")): return .greaterEqual
+        case (UInt8(ascii: "&"), UInt8(ascii: "&")): return .andAnd
+        case (UInt8(ascii: "|"), UInt8(ascii: "|")): return .orOr
         default: break
         }
         switch byte {
-        case UInt8(ascii: "="): return "="
-        case UInt8(ascii: "<"): return "<"
-        case UInt8(ascii: ">"): return ">"
-        case UInt8(ascii: "!"): return "!"
-        case UInt8(ascii: "("): return "("
-        case UInt8(ascii: ")"): return ")"
-        case UInt8(ascii: "{"): return "{"
-        case UInt8(ascii: "}"): return "}"
-        case UInt8(ascii: "["): return "["
-        case UInt8(ascii: "]"): return "]"
-        case UInt8(ascii: ","): return ","
-        case UInt8(ascii: "-"): return "-"
-        case UInt8(ascii: "+"): return "+"
-        case UInt8(ascii: "*"): return "*"
-        case UInt8(ascii: "/"): return "/"
-        case UInt8(ascii: ":"): return ":"
+        case UInt8(ascii: "="): return .equal
+        case UInt8(ascii: "<"): return .less
+        case UInt8(ascii: ">"): return .greater
+        case UInt8(ascii: "!"): return .bang
+        case UInt8(ascii: "("): return .openParen
+        case UInt8(ascii: ")"): return .closeParen
+        case UInt8(ascii: "{"): return .openBrace
+        case UInt8(ascii: "}"): return .closeBrace
+        case UInt8(ascii: "["): return .openBracket
+        case UInt8(ascii: "]"): return .closeBracket
+        case UInt8(ascii: ","): return .comma
+        case UInt8(ascii: "-"): return .minus
+        case UInt8(ascii: "+"): return .plus
+        case UInt8(ascii: "*"): return .star
+        case UInt8(ascii: "/"): return .slash
+        case UInt8(ascii: ":"): return .colon
         default: return nil
         }
     }
 
     /// The upper-cased word when `word` is a reserved word. Reserved words are 2 to 14 ASCII
     /// letters, so the candidate is built as a small string, without a heap allocation.
-    private static func keyword(_ word: ArraySlice<UInt8>) -> String? {
-        guard (2...14).contains(word.count), word.allSatisfy({ $0.isASCIILetter }) else { return nil }
+    private static func keyword(_ word: ArraySlice<UInt8>) -> Keyword? {
+        guard (2...14).contains(word.count), let first = word.first, first.isASCIILetter,
+              keywordShapes[Int((first & 0xDF) - UInt8(ascii: "A"))] & (1 << word.count) != 0,
+              word.allSatisfy({ $0.isASCIILetter })
+        else { return nil }
         let upper = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 14) { buffer in
             for (offset, byte) in word.enumerated() { buffer[offset] = byte & 0xDF }
             return String(decoding: UnsafeBufferPointer(rebasing: buffer[0..<word.count]), as: UTF8.self)
         }
-        return reservedWords.contains(upper) ? upper : nil
+        return Keyword.byUppercase[upper]
     }
 
     private static func scalarLength(_ lead: UInt8) -> Int {
@@ -133,29 +177,27 @@ struct Lexer {
         }
     }
 
-    private mutating func readWord() -> String {
+    /// Skips a run of word characters; false when there was none.
+    private mutating func skipWord() -> Bool {
         let start = position
         while let byte = peek(), byte.isASCIILetter || byte.isASCIIDigit || byte == UInt8(ascii: "_") { position += 1 }
-        return String(decoding: bytes[start..<position], as: UTF8.self)
+        return position > start
     }
 
-    /// A word, extended to a selector name (`distanceToLocation:fromLocation:`) when colons follow.
-    private mutating func readSelectorOrWord() -> String {
-        let start = position
+    /// Skips a word, extended to a selector name (`distanceToLocation:fromLocation:`) when colons follow.
+    private mutating func skipSelectorOrWord() {
         if peek() == UInt8(ascii: "@") { position += 1 }
-        _ = readWord()
+        _ = skipWord()
         // A selector continues while `word:` pieces follow directly.
         while peek() == UInt8(ascii: ":") {
             let save = position
             position += 1
             if peek() == UInt8(ascii: "(") { break }
-            let piece = readWord()
-            if piece.isEmpty || peek() != UInt8(ascii: ":") {
+            if !skipWord() || peek() != UInt8(ascii: ":") {
                 position = save
                 break
             }
         }
-        return String(decoding: bytes[start..<position], as: UTF8.self)
     }
 
     private mutating func readString(quote: UInt8) throws(InvalidPredicateError) -> String {

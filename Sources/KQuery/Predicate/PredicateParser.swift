@@ -15,7 +15,7 @@ public struct PredicateParser {
         public static let `default` = Limits()
     }
 
-    private let tokens: [Token]
+    private let lexed: Lexer.Output
     private var index = 0
     private var depth = 0
     private let limits: Limits
@@ -27,32 +27,34 @@ public struct PredicateParser {
                 "predicate is \(text.utf8.count) bytes long; the limit is \(limits.maximumLength)",
                 at: SourceSpan(start: limits.maximumLength, end: limits.maximumLength + 1))
         }
-        var parser = PredicateParser(tokens: try Lexer.tokenize(text), limits: limits)
+        var parser = PredicateParser(lexed: try Lexer.tokenize(text), limits: limits)
         if parser.current.kind == .end { throw InvalidPredicateError("empty predicate", at: parser.current.span) }
         let predicate = try parser.parseOr()
         guard parser.current.kind == .end else {
-            throw InvalidPredicateError("unexpected \(parser.current.shown) after the predicate", at: parser.current.span)
+            throw InvalidPredicateError("unexpected \(parser.lexed.shown(parser.current)) after the predicate", at: parser.current.span)
         }
         return predicate
     }
 
-    private init(tokens: [Token], limits: Limits) {
-        self.tokens = tokens
+    private init(lexed: Lexer.Output, limits: Limits) {
+        self.lexed = lexed
         self.limits = limits
     }
 
-    private var current: Token { tokens[index] }
-    private var following: Token { tokens[min(index + 1, tokens.count - 1)] }
+    private var current: Token { lexed.tokens[index] }
+    private var following: Token { lexed.tokens[min(index + 1, lexed.tokens.count - 1)] }
 
+    @discardableResult
     private mutating func advance() -> Token {
-        let token = tokens[index]
-        if index < tokens.count - 1 { index += 1 }
+        let token = lexed.tokens[index]
+        if index < lexed.tokens.count - 1 { index += 1 }
         return token
     }
 
-    private mutating func expect(_ symbol: String, _ context: String) throws(InvalidPredicateError) -> Token {
+    @discardableResult
+    private mutating func expect(_ symbol: Symbol, _ context: String) throws(InvalidPredicateError) -> Token {
         guard current.isSymbol(symbol) else {
-            throw InvalidPredicateError("expected '\(symbol)' \(context), found \(current.shown)", at: current.span)
+            throw InvalidPredicateError("expected '\(symbol.rawValue)' \(context), found \(lexed.shown(current))", at: current.span)
         }
         return advance()
     }
@@ -68,8 +70,8 @@ public struct PredicateParser {
     private mutating func parseOr() throws(InvalidPredicateError) -> PredicateSyntax {
         let first = try parseAnd()
         var operands = [first]
-        while current.keyword == "OR" || current.isSymbol("||") {
-            _ = advance()
+        while current.keyword == .or || current.isSymbol(.orOr) {
+            advance()
             operands.append(try parseAnd())
         }
         return operands.count == 1 ? first : .or(operands, first.span.through(operands[operands.count - 1].span))
@@ -79,8 +81,8 @@ public struct PredicateParser {
     private mutating func parseAnd() throws(InvalidPredicateError) -> PredicateSyntax {
         let first = try parseUnary()
         var operands = [first]
-        while current.keyword == "AND" || current.isSymbol("&&") {
-            _ = advance()
+        while current.keyword == .and || current.isSymbol(.andAnd) {
+            advance()
             operands.append(try parseUnary())
         }
         return operands.count == 1 ? first : .and(operands, first.span.through(operands[operands.count - 1].span))
@@ -89,26 +91,26 @@ public struct PredicateParser {
     // unary := ("NOT" | "!") unary | "(" predicate ")" | TRUEPREDICATE | FALSEPREDICATE | comparison
     private mutating func parseUnary() throws(InvalidPredicateError) -> PredicateSyntax {
         let token = current
-        if token.keyword == "NOT" || token.isSymbol("!") {
+        if token.keyword == .not || token.isSymbol(.bang) {
             try enter(token.span)
             defer { depth -= 1 }
-            _ = advance()
+            advance()
             // `NOT (x)` is one level, not two, so the printer's `NOT (...)` form never needs more
             // depth than the text it was parsed from.
-            let operand = current.isSymbol("(") ? try parseParenthesized() : try parseUnary()
+            let operand = current.isSymbol(.openParen) ? try parseParenthesized() : try parseUnary()
             return .not(operand, token.span.through(operand.span))
         }
-        if token.isSymbol("(") {
+        if token.isSymbol(.openParen) {
             try enter(token.span)
             defer { depth -= 1 }
             return try parseParenthesized()
         }
         switch token.keyword {
-        case "TRUEPREDICATE":
-            _ = advance()
+        case .truePredicate?:
+            advance()
             return .constant(true, token.span)
-        case "FALSEPREDICATE":
-            _ = advance()
+        case .falsePredicate?:
+            advance()
             return .constant(false, token.span)
         default:
             return .comparison(try parseComparison())
@@ -118,7 +120,7 @@ public struct PredicateParser {
     private mutating func parseParenthesized() throws(InvalidPredicateError) -> PredicateSyntax {
         let open = advance()
         let inner = try parseOr()
-        _ = try expect(")", "to close the '(' at column \(open.span.start + 1)")
+        try expect(.closeParen, "to close the '(' at column \(open.span.start + 1)")
         return inner
     }
 
@@ -127,42 +129,42 @@ public struct PredicateParser {
         let start = current.span
         var modifier = ComparisonModifier.direct
         switch current.keyword {
-        case "ANY", "SOME": modifier = .any
-        case "ALL": modifier = .all
-        case "NONE": modifier = .none
+        case .any?, .some?: modifier = .any
+        case .all?: modifier = .all
+        case Keyword.none?: modifier = .none
         default: break
         }
-        if modifier != .direct { _ = advance() }
+        if modifier != .direct { advance() }
         let left = try parseExpression()
         let operatorToken = current
         let op: ComparisonOperator
-        if case .symbol(let symbol) = operatorToken.kind, let symbolOperator = ComparisonOperator.bySymbol[symbol] {
+        if case .symbol(let symbol) = operatorToken.kind, let symbolOperator = symbol.comparisonOperator {
             op = symbolOperator
-        } else if let keyword = operatorToken.keyword, let keywordOperator = ComparisonOperator.byKeyword[keyword] {
+        } else if let keywordOperator = operatorToken.keyword?.comparisonOperator {
             op = keywordOperator
         } else if operatorToken.kind == .end {
             throw InvalidPredicateError("expected a comparison operator after the expression, found end of input", at: operatorToken.span)
-        } else if ["+", "-", "*", "/"].contains(where: operatorToken.isSymbol) {
+        } else if case .symbol(let symbol) = operatorToken.kind, symbol.isArithmetic {
             throw InvalidPredicateError("arithmetic is not supported", at: operatorToken.span)
         } else {
-            throw InvalidPredicateError("expected a comparison operator, found \(operatorToken.shown)", at: operatorToken.span)
+            throw InvalidPredicateError("expected a comparison operator, found \(lexed.shown(operatorToken))", at: operatorToken.span)
         }
-        _ = advance()
+        advance()
         var options: ComparisonOptions = []
         var operatorSpan = operatorToken.span
-        if current.isSymbol("[") {
+        if current.isSymbol(.openBracket) {
             let open = advance()
-            guard case .word(let letters, false) = current.kind else {
+            guard case .word(escaped: false) = current.kind else {
                 throw InvalidPredicateError("expected comparison options such as [cd]", at: current.span)
             }
-            for letter in letters {
+            for letter in lexed.text(of: current) {
                 guard let option = ComparisonOptions.letters.first(where: { $0.0 == letter })?.1 else {
                     throw InvalidPredicateError("unknown comparison option '\(letter)' (expected c, d, l or n)", at: current.span)
                 }
                 options.insert(option)
             }
-            _ = advance()
-            let close = try expect("]", "after comparison options")
+            advance()
+            let close = try expect(.closeBracket, "after comparison options")
             operatorSpan = operatorToken.span.through(close.span)
             _ = open
         }
@@ -177,7 +179,7 @@ public struct PredicateParser {
     // expression := constant | key-path | aggregate | function-call | format-argument | variable | SELF
     private mutating func parseExpression() throws(InvalidPredicateError) -> ExpressionSyntax {
         let expression = try parsePrimaryExpression()
-        if ["+", "*", "/"].contains(where: current.isSymbol) || (current.isSymbol("-") && !isNegativeNumberAhead) {
+        if case .symbol(let symbol) = current.kind, symbol.isArithmetic, symbol != .minus || !isNegativeNumberAhead {
             throw InvalidPredicateError("arithmetic is not supported", at: current.span)
         }
         return expression
@@ -193,73 +195,74 @@ public struct PredicateParser {
     private mutating func parsePrimaryExpression() throws(InvalidPredicateError) -> ExpressionSyntax {
         let token = current
         switch token.kind {
-        case .string(let string):
-            _ = advance()
-            return .constant(.value(.string(string)), token.span)
+        case .string(let index):
+            advance()
+            return .constant(.value(.string(lexed.strings[index])), token.span)
         case .integer, .double:
             return .constant(try parseNumber(), token.span)
-        case .symbol("-"):
+        case .symbol(.minus):
             guard isNegativeNumberAhead else { throw InvalidPredicateError("arithmetic is not supported", at: token.span) }
             let constant = try parseNumber()
-            return .constant(constant, token.span.through(tokens[index - 1].span))
-        case .symbol("{"):
+            return .constant(constant, token.span.through(lexed.tokens[index - 1].span))
+        case .symbol(.openBrace):
             return try parseAggregate()
-        case .format(let argument):
-            _ = advance()
-            return .argument(argument, token.span)
-        case .variable(let name):
-            _ = advance()
-            return .variable(name, token.span)
-        case .word(let word, let escaped):
+        case .format(let index):
+            advance()
+            return .argument(lexed.formats[index], token.span)
+        case .variable:
+            advance()
+            return .variable(lexed.text(of: token), token.span)
+        case .word(let escaped):
             if !escaped, let keyword = token.keyword {
                 switch keyword {
-                case "NIL", "NULL":
-                    _ = advance()
+                case .nil_, .null:
+                    advance()
                     return .constant(.null, token.span)
-                case "TRUE", "YES":
-                    _ = advance()
+                case .true_, .yes:
+                    advance()
                     return .constant(.bool(true), token.span)
-                case "FALSE", "NO":
-                    _ = advance()
+                case .false_, .no:
+                    advance()
                     return .constant(.bool(false), token.span)
-                case "SELF":
-                    _ = advance()
+                case .self_:
+                    advance()
                     return .evaluatedObject(token.span)
-                case "SUBQUERY", "FUNCTION":
-                    throw InvalidPredicateError("Unsupported expression: \(word.uppercased())", at: token.span)
+                case .subquery, .function:
+                    throw InvalidPredicateError("Unsupported expression: \(keyword.rawValue)", at: token.span)
                 default:
-                    throw InvalidPredicateError("expected an expression, found keyword \(token.shown) (escape a field name with '#')", at: token.span)
+                    throw InvalidPredicateError("expected an expression, found keyword \(lexed.shown(token)) (escape a field name with '#')", at: token.span)
                 }
             }
-            if !escaped, following.isSymbol("(") { return try parseFunction(name: word, nameToken: token) }
-            _ = advance()
+            let word = lexed.text(of: token)
+            if !escaped, following.isSymbol(.openParen) { return try parseFunction(name: word, nameToken: token) }
+            advance()
             var path = word
             var span = token.span
-            while current.isSymbol(".") {
-                _ = advance()
-                guard case .word(let component, _) = current.kind else {
+            while current.isSymbol(.dot) {
+                advance()
+                guard case .word = current.kind else {
                     throw InvalidPredicateError("expected a key after '.'", at: current.span)
                 }
-                path += "." + component
+                path += "." + lexed.text(of: current)
                 span = span.through(advance().span)
             }
-            if current.isSymbol("[") {
+            if current.isSymbol(.openBracket) {
                 throw InvalidPredicateError("indexed key paths are not supported", at: current.span)
             }
             return .keyPath(path, span)
         case .end:
             throw InvalidPredicateError("expected an expression, found end of input", at: token.span)
         default:
-            throw InvalidPredicateError("expected an expression, found \(token.shown)", at: token.span)
+            throw InvalidPredicateError("expected an expression, found \(lexed.shown(token))", at: token.span)
         }
     }
 
     private mutating func parseNumber() throws(InvalidPredicateError) -> Constant {
         var negative = false
         let start = current.span
-        if current.isSymbol("-") {
+        if current.isSymbol(.minus) {
             negative = true
-            _ = advance()
+            advance()
         }
         let token = advance()
         switch token.kind {
@@ -287,42 +290,42 @@ public struct PredicateParser {
         try enter(open.span)
         defer { depth -= 1 }
         var elements: [ExpressionSyntax] = []
-        if !current.isSymbol("}") {
+        if !current.isSymbol(.closeBrace) {
             while true {
                 elements.append(try parseExpression())
                 if elements.count > limits.maximumAggregateCount {
                     throw InvalidPredicateError("aggregate has more than \(limits.maximumAggregateCount) elements", at: open.span)
                 }
-                if current.isSymbol(",") {
-                    _ = advance()
+                if current.isSymbol(.comma) {
+                    advance()
                     continue
                 }
                 break
             }
         }
-        let close = try expect("}", "to close the aggregate")
+        let close = try expect(.closeBrace, "to close the aggregate")
         return .aggregate(elements, open.span.through(close.span))
     }
 
     // function-call := name "(" [ expression { "," expression } ] ")"
     private mutating func parseFunction(name: String, nameToken: Token) throws(InvalidPredicateError) -> ExpressionSyntax {
-        _ = advance()
+        advance()
         let open = advance()
         try enter(open.span)
         defer { depth -= 1 }
         var arguments: [ExpressionSyntax] = []
-        if !current.isSymbol(")") {
+        if !current.isSymbol(.closeParen) {
             while true {
                 arguments.append(try parseExpression())
                 if arguments.count > 16 { throw InvalidPredicateError("too many function arguments", at: current.span) }
-                if current.isSymbol(",") {
-                    _ = advance()
+                if current.isSymbol(.comma) {
+                    advance()
                     continue
                 }
                 break
             }
         }
-        let close = try expect(")", "to close the arguments of \(name)")
+        let close = try expect(.closeParen, "to close the arguments of \(name)")
         let span = nameToken.span.through(close.span)
         if let literal = try Literals.fold(name: name, arguments: arguments, span: span) {
             return .constant(literal, span)

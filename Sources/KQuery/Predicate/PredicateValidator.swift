@@ -23,12 +23,13 @@ public struct PredicateValidator {
         case .and(let operands, _):
             var conditions: [Condition] = []
             conditions.reserveCapacity(operands.count)
-            for operand in operands { conditions.append(try lower(operand)) }
+            for index in operands.indices { conditions.append(try lower(operands[index])) }
             return .and(conditions)
         case .or(let operands, let span):
             if isCloudKit { throw InvalidPredicateError("Invalid compound predicate type: OR (CloudKit supports only AND)", at: orSpan(operands, span)) }
             var conditions: [Condition] = []
-            for operand in operands { conditions.append(try lower(operand)) }
+            conditions.reserveCapacity(operands.count)
+            for index in operands.indices { conditions.append(try lower(operands[index])) }
             return .or(conditions)
         case .not(let operand, let span):
             if isCloudKit { try checkNegatable(operand, notSpan: span) }

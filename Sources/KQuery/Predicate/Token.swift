@@ -1,42 +1,70 @@
 /// A lexical token of the format-string syntax.
+///
+/// Tokens are plain data (a kind, a byte range and small ids), so the parser copies them for free;
+/// a word's text is read from the source only when the parser builds a node from it, and decoded
+/// string literals and format specifiers live in side tables of `Lexer.Output`.
 struct Token: Hashable {
     enum Kind: Hashable {
-        /// A word: a key path component, keyword or function name. `escaped` for `#word`.
-        case word(String, escaped: Bool)
-        case string(String)
+        /// A word: a key path component, keyword or function name; `escaped` for `#word`.
+        case word(escaped: Bool)
+        /// A string literal; its decoded text is `strings[index]`.
+        case string(index: Int)
         /// An integer literal's magnitude (the sign is a separate `-` token).
         case integer(UInt64)
         case double(Double)
-        case format(FormatArgument)
-        case variable(String)
-        case symbol(String)
+        /// A format specifier; it is `formats[index]`.
+        case format(index: Int)
+        /// `$name`.
+        case variable
+        case symbol(Symbol)
         case end
     }
 
     var kind: Kind
     var span: SourceSpan
-    /// The word upper-cased when it is an unescaped reserved word (keywords are case-insensitive).
-    /// Computed once by the lexer; at most 14 ASCII letters, so it is an inline small string.
-    var keyword: String?
+    /// Set for an unescaped reserved word (keywords are case-insensitive).
+    var keyword: Keyword?
 
-    init(kind: Kind, span: SourceSpan, keyword: String? = nil) {
+    init(kind: Kind, span: SourceSpan, keyword: Keyword? = nil) {
         self.kind = kind
         self.span = span
         self.keyword = keyword
     }
 
-    func isSymbol(_ symbol: String) -> Bool { kind == .symbol(symbol) }
+    func isSymbol(_ symbol: Symbol) -> Bool { kind == .symbol(symbol) }
+}
 
-    /// How the token reads in an error message.
-    var shown: String {
-        switch kind {
-        case .word(let word, let escaped): "'\(escaped ? "#" : "")\(word)'"
-        case .string: "string"
-        case .integer, .double: "number"
-        case .format(let argument): "'\(argument.spelling)'"
-        case .variable(let name): "'$\(name)'"
-        case .symbol(let symbol): "'\(symbol)'"
-        case .end: "end of input"
-        }
-    }
+/// The punctuation of the syntax.
+enum Symbol: String, Hashable, CaseIterable {
+    case equalEqual = "==", notEqual = "!=", lessGreater = "<>", lessEqual = "<=", equalLess = "=<"
+    case greaterEqual = ">=", equalGreater = "=>", andAnd = "&&", orOr = "||"
+    case equal = "=", less = "<", greater = ">", bang = "!", openParen = "(", closeParen = ")"
+    case openBrace = "{", closeBrace = "}", openBracket = "[", closeBracket = "]", comma = ","
+    case minus = "-", plus = "+", star = "*", slash = "/", colon = ":", dot = "."
+
+    /// The comparison operator this symbol spells, from `ComparisonOperator.table`.
+    var comparisonOperator: ComparisonOperator? { Symbol.operators[self] ?? nil }
+
+    private static let operators: [Symbol: ComparisonOperator?] = Dictionary(
+        uniqueKeysWithValues: allCases.map { ($0, ComparisonOperator.bySymbol[$0.rawValue]) })
+
+    var isArithmetic: Bool { self == .plus || self == .minus || self == .star || self == .slash }
+}
+
+/// The reserved words. A key path spelled like one must be escaped with `#`.
+enum Keyword: String, Hashable, CaseIterable {
+    case and = "AND", or = "OR", not = "NOT", truePredicate = "TRUEPREDICATE", falsePredicate = "FALSEPREDICATE"
+    case any = "ANY", some = "SOME", all = "ALL", none = "NONE"
+    case nil_ = "NIL", null = "NULL", true_ = "TRUE", yes = "YES", false_ = "FALSE", no = "NO"
+    case self_ = "SELF", subquery = "SUBQUERY", function = "FUNCTION", first = "FIRST", last = "LAST", size = "SIZE"
+    case between = "BETWEEN", in_ = "IN", contains = "CONTAINS", beginsWith = "BEGINSWITH", endsWith = "ENDSWITH"
+    case like = "LIKE", matches = "MATCHES", tokenMatches = "TOKENMATCHES"
+
+    /// The comparison operator this keyword spells, from `ComparisonOperator.table`.
+    var comparisonOperator: ComparisonOperator? { Keyword.operators[self] ?? nil }
+
+    private static let operators: [Keyword: ComparisonOperator?] = Dictionary(
+        uniqueKeysWithValues: allCases.map { ($0, ComparisonOperator.byKeyword[$0.rawValue]) })
+
+    static let byUppercase: [String: Keyword] = Dictionary(uniqueKeysWithValues: allCases.map { ($0.rawValue, $0) })
 }
