@@ -16,11 +16,12 @@ let package = Package(
     ],
     targets: [
         .systemLibrary(name: "CPCRE2", pkgConfig: "libpcre2-8", providers: [.apt(["libpcre2-dev"])]),
+        .systemLibrary(name: "CEditLine", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),
         .target(name: "CKQuerySupport"),
         .target(name: "KQuery", dependencies: ["CPCRE2", "CKQuerySupport"]),
         .executableTarget(
             name: "kquery",
-            dependencies: ["KQuery", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["KQuery", "CEditLine", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(name: "PredicateFuzz", dependencies: ["KQuery"], path: "Fuzz/PredicateFuzz"),
         .executableTarget(

@@ -14,7 +14,8 @@ struct KQueryCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kquery",
         abstract: "CloudKit's predicate language, queries and subscriptions, on the command line.",
-        subcommands: [Check.self, Query.self]
+        subcommands: [Check.self, Query.self, Shell.self],
+        defaultSubcommand: Shell.self
     )
 
     /// Exit statuses: 0 success, 1 an invalid predicate (or a refused operation), 2 a usage or input error.
