@@ -35,15 +35,26 @@ public struct InvalidPredicateError: Error, Hashable, Sendable, CustomStringConv
 
     public var description: String { message }
 
-    /// `1:7: message`, the source line, and a caret under the spot.
-    public func rendered(in source: String, color: Bool = false) -> String {
-        // A caret belongs on the first visible character of the span, not on the space before it.
+    /// `1:7: message`: the error on one line, with its position in `source`.
+    public func located(in source: String) -> String {
+        let (line, column) = SourceText.lineAndColumn(of: visibleSpan(in: source).start, in: source)
+        return "\(line):\(column): \(message)"
+    }
+
+    /// The span without the spaces at its ends: positions and carets belong on visible characters.
+    private func visibleSpan(in source: String) -> SourceSpan {
         let bytes = Array(source.utf8)
         var start = min(span.start, bytes.count)
         while start < min(span.end, bytes.count), bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
         var end = min(span.end, bytes.count)
         while end > start + 1, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
-        let span = SourceSpan(start: start, end: Swift.max(start + 1, end))
+        return SourceSpan(start: start, end: Swift.max(start + 1, end))
+    }
+
+    /// `1:7: message`, the source line, and a caret under the spot.
+    public func rendered(in source: String, color: Bool = false) -> String {
+        let span = visibleSpan(in: source)
+        let start = span.start
         let (line, column) = SourceText.lineAndColumn(of: start, in: source)
         let text = SourceText.line(containing: start, in: source)
         let shown = text.count > 200 ? String(text.prefix(200)) + "…" : text

@@ -1,0 +1,468 @@
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// Which database a subscription lives in (CloudKit's `dbs`: private 1, public 2, shared 3).
+public enum DatabaseScope: Int, Hashable, Sendable, CaseIterable {
+    /// The user's private database.
+    case `private` = 1
+    /// The container's public database.
+    case `public` = 2
+    /// The database of records other users share with the user.
+    case shared = 3
+
+    /// `"private"`, `"public"` or `"shared"`.
+    public var name: String {
+        switch self {
+        case .private: "private"
+        case .public: "public"
+        case .shared: "shared"
+        }
+    }
+
+    /// The scope called `name` (`"private"`, `"public"` or `"shared"`), or nil.
+    public init?(name: String) {
+        guard let scope = Self.allCases.first(where: { $0.name == name }) else { return nil }
+        self = scope
+    }
+}
+
+/// `ce`: production 1, development 2.
+public enum ContainerEnvironment: Int, Hashable, Sendable, CaseIterable {
+    /// The production environment, used by released apps.
+    case production = 1
+    /// The development environment, used while building the app.
+    case development = 2
+
+    /// `"production"` or `"development"`.
+    public var name: String {
+        switch self {
+        case .production: "production"
+        case .development: "development"
+        }
+    }
+
+    /// The environment called `name` (`"production"` or `"development"`), or nil.
+    public init?(name: String) {
+        guard let environment = Self.allCases.first(where: { $0.name == name }) else { return nil }
+        self = environment
+    }
+}
+
+/// `fo`: why a query notification was sent.
+public enum QueryNotificationReason: Int, Hashable, Sendable {
+    /// A record that matches was created.
+    case recordCreated = 1
+    /// A record matches after an update.
+    case recordUpdated = 2
+    /// A record that matched was deleted.
+    case recordDeleted = 3
+}
+
+/// Where pushes come from: the container, its environment, and the user (ckuserid) receiving them.
+public struct PushContext: Hashable, Sendable {
+    /// The container (`cid`), e.g. `"iCloud.com.example.Gallery"`.
+    public var containerIdentifier: String
+    /// The container environment (`ce`).
+    public var environment: ContainerEnvironment
+    /// The database of the subscription (`dbs`).
+    public var database: DatabaseScope
+    /// The user record name of the user receiving the push (`ckuserid`), e.g. `"_3f1a..."`.
+    public var userRecordName: String
+
+    /// Creates a context; by default the public database of the development environment.
+    public init(
+        containerIdentifier: String, environment: ContainerEnvironment = .development,
+        database: DatabaseScope = .public, userRecordName: String = "_defaultUser"
+    ) {
+        self.containerIdentifier = containerIdentifier
+        self.environment = environment
+        self.database = database
+        self.userRecordName = userRecordName
+    }
+}
+
+/// One APNs push: the payload a device's CKNotification parses, and how APNs must send it.
+///
+/// Decisions where the spec is silent:
+/// - `aps` is always present, possibly empty (`{}`); `alert` is omitted when it has no member. Member
+///   order follows SPEC §5's example: alert, badge, sound, content-available, mutable-content, category.
+/// - Localization args are filled from the record only for query pushes (`loc-args`, `title-loc-args`,
+///   `subtitle-loc-args`): STRING as is, INT64 and TIMESTAMP (milliseconds) as decimal text, DOUBLE as
+///   Swift's shortest round-tripping text (`4.5`, `3.0`), LOCATION as `"lat,lon"`, REFERENCE as its
+///   recordName, and the system names `recordID`, `creationDate`, `modificationDate`,
+///   `creatorUserRecordID`, `lastModifiedUserRecordID` as those values. A missing field, BYTES, ASSETID
+///   and lists give `""`. Zone and database pushes have no record: their args are sent as given.
+/// - `af` holds at most 3 entries, taken from `desiredKeys` in order; missing fields, repeated keys,
+///   unsupported types (BYTES, ASSETID, lists) and non-finite doubles are skipped and do not count.
+///   Strings are cut to their first 100 Characters (grapheme clusters, not bytes or scalars).
+/// - Pruning (`ck.p: 1`, appended last in `ck`) drops, in `pruningOrder`, only as many keys as needed.
+///   If the payload is still too large, the longest remaining `aps` strings (alert members, elements of
+///   loc-args arrays, category; those of 16 bytes or more) are shortened to one common length, the
+///   largest that fits, at Character boundaries and ending with "…"; failing that,
+///   the remaining args arrays, then the whole alert, then category are dropped; last, the `ck`
+///   identifiers (sid, zid, zoid, ckuserid, and `nid` only after all others) are cut. A payload over
+///   `maximumSize` is never returned.
+public struct PushPayload: Hashable, Sendable {
+    /// The payload: `{"aps": {...}, "ck": {...}}`.
+    public var json: JSON
+    /// 10 for a visible push (alert, sound or badge), 5 for a silent (background) push.
+    public var priority: Int
+    /// "alert" or "background".
+    public var pushType: String
+    /// Whether fields were dropped to fit APNs' 4096 bytes (then ck.p == 1).
+    public var isPruned: Bool
+
+    /// `{"payload": {...}, "priority": 10, "pushType": "alert"}` — one line of `kquery simulate` output.
+    public var envelope: JSON {
+        .object([("payload", json), ("priority", .int(Int64(priority))), ("pushType", .string(pushType))])
+    }
+
+    /// APNs' limit on a payload, in UTF-8 bytes of its serialized JSON.
+    public static let maximumSize = 4096
+
+    /// The largest number of entries `af` carries.
+    static let maximumDesiredKeys = 3
+
+    /// The number of Characters a STRING value keeps in `af`.
+    static let maximumDesiredStringLength = 100
+
+    /// The keys dropped, in this order, from a payload over `maximumSize`, as "section.key"
+    /// (`ck.qry` and the other subscription sections are "sub").
+    static let pruningOrder: [String] = [
+        "sub.af", "ck.cid", "sub.rid", "sub.fo", "aps.sound", "alert.launch-image", "alert.action-loc-key",
+        "alert.body", "alert.loc-args", "alert.loc-key", "aps.badge",
+    ]
+
+    /// A query subscription's push for `record` (for deletes: the record as it was before).
+    public static func query(
+        subscriptionID: String, record: Record, reason: QueryNotificationReason, notificationInfo: NotificationInfo,
+        context: PushContext, notificationID: String = UUID().uuidString
+    ) -> PushPayload {
+        var section: [(String, JSON)] = [
+            ("sid", .string(subscriptionID)),
+            ("rid", .string(record.recordID.recordName)),
+            ("zid", .string(record.recordID.zoneID.zoneName)),
+            ("zoid", .string(record.recordID.zoneID.ownerName)),
+            ("dbs", .int(Int64(context.database.rawValue))),
+            ("fo", .int(Int64(reason.rawValue))),
+        ]
+        let fields = desiredFields(notificationInfo.desiredKeys, of: record)
+        if !fields.isEmpty { section.append(("af", .object(fields))) }
+        return build(notificationInfo, record: record, context: context, notificationID: notificationID,
+                     sectionKey: "qry", section: section)
+    }
+
+    /// A record zone subscription's push (`fet`).
+    public static func recordZone(
+        subscriptionID: String, zoneID: ZoneID, notificationInfo: NotificationInfo, context: PushContext,
+        notificationID: String = UUID().uuidString
+    ) -> PushPayload {
+        let section: [(String, JSON)] = [
+            ("sid", .string(subscriptionID)),
+            ("zid", .string(zoneID.zoneName)),
+            ("zoid", .string(zoneID.ownerName)),
+            ("dbs", .int(Int64(context.database.rawValue))),
+        ]
+        return build(notificationInfo, record: nil, context: context, notificationID: notificationID,
+                     sectionKey: "fet", section: section)
+    }
+
+    /// A database subscription's push (`met`, with the changed zone's zid/zoid).
+    public static func database(
+        subscriptionID: String, zoneID: ZoneID?, notificationInfo: NotificationInfo, context: PushContext,
+        notificationID: String = UUID().uuidString
+    ) -> PushPayload {
+        var section: [(String, JSON)] = [("sid", .string(subscriptionID)), ("dbs", .int(Int64(context.database.rawValue)))]
+        if let zoneID {
+            section.append(("zid", .string(zoneID.zoneName)))
+            section.append(("zoid", .string(zoneID.ownerName)))
+        }
+        return build(notificationInfo, record: nil, context: context, notificationID: notificationID,
+                     sectionKey: "met", section: section)
+    }
+
+    // MARK: Building
+
+    private static func build(
+        _ info: NotificationInfo, record: Record?, context: PushContext, notificationID: String,
+        sectionKey: String, section: [(String, JSON)]
+    ) -> PushPayload {
+        func args(_ names: [String]) -> JSON {
+            .array(names.map { name in .string(record.map { argumentText(name, of: $0) } ?? name) })
+        }
+        var alert: [(String, JSON)] = []
+        if let v = info.alertBody { alert.append(("body", .string(v))) }
+        if let v = info.alertLocalizationKey { alert.append(("loc-key", .string(v))) }
+        if let v = info.alertLocalizationArgs { alert.append(("loc-args", args(v))) }
+        if let v = info.title { alert.append(("title", .string(v))) }
+        if let v = info.titleLocalizationKey { alert.append(("title-loc-key", .string(v))) }
+        if let v = info.titleLocalizationArgs { alert.append(("title-loc-args", args(v))) }
+        if let v = info.subtitle { alert.append(("subtitle", .string(v))) }
+        if let v = info.subtitleLocalizationKey { alert.append(("subtitle-loc-key", .string(v))) }
+        if let v = info.subtitleLocalizationArgs { alert.append(("subtitle-loc-args", args(v))) }
+        if let v = info.alertActionLocalizationKey { alert.append(("action-loc-key", .string(v))) }
+        if let v = info.alertLaunchImage { alert.append(("launch-image", .string(v))) }
+
+        var aps: [(String, JSON)] = []
+        // SPEC §5's example order: badge before sound.
+        if info.shouldBadge { aps.append(("badge", .int(1))) }
+        if let v = info.soundName { aps.append(("sound", .string(v))) }
+        if info.shouldSendContentAvailable { aps.append(("content-available", .int(1))) }
+        if info.shouldSendMutableContent { aps.append(("mutable-content", .int(1))) }
+        if let v = info.category { aps.append(("category", .string(v))) }
+
+        let ck: [(String, JSON)] = [
+            ("ce", .int(Int64(context.environment.rawValue))),
+            ("cid", .string(context.containerIdentifier)),
+            ("nid", .string(notificationID)),
+            ("ckuserid", .string(context.userRecordName)),
+        ]
+        var draft = _PushDraft(alert: alert, aps: aps, ck: ck, sectionKey: sectionKey, section: section)
+        draft.fit(maximumSize)
+        let json = draft.json
+        let visible = !draft.alert.isEmpty || draft.aps.contains { $0.0 == "sound" || $0.0 == "badge" }
+        return PushPayload(json: json, priority: visible ? 10 : 5, pushType: visible ? "alert" : "background",
+                           isPruned: draft.pruned)
+    }
+
+    /// The value of a record field (or system field) that a push may carry, by name.
+    private static func value(_ name: String, of record: Record) -> FieldValue? {
+        switch name {
+        case "recordID", "creationDate", "modificationDate", "creatorUserRecordID", "lastModifiedUserRecordID":
+            record.value(of: FieldReference(name: name))
+        default:
+            record[name]
+        }
+    }
+
+    /// A localization argument: the named field's value as text, `""` when missing or not textual.
+    static func argumentText(_ name: String, of record: Record) -> String {
+        switch value(name, of: record) {
+        case .string(let s)?: s
+        case .int64(let i)?: String(i)
+        case .double(let d)?: d.description
+        case .timestamp(let ms)?: String(ms)
+        case .reference(let reference)?: reference.recordID.recordName
+        case .location(let location)?: "\(location.latitude.description),\(location.longitude.description)"
+        case .bytes?, .assetID?, .list?, nil: ""
+        }
+    }
+
+    /// The `af` members: at most 3 of `keys` present on `record` with a type `af` can carry.
+    static func desiredFields(_ keys: [String]?, of record: Record) -> [(String, JSON)] {
+        var fields: [(String, JSON)] = []
+        for key in keys ?? [] where fields.count < maximumDesiredKeys && !fields.contains(where: { $0.0 == key }) {
+            let json: JSON? =
+                switch value(key, of: record) {
+                case .string(let s)?: .string(String(s.prefix(maximumDesiredStringLength)))
+                case .int64(let i)?: .int(i)
+                case .double(let d)? where d.isFinite: .double(d)
+                case .timestamp(let ms)?: .int(ms)
+                case .location(let l)? where l.latitude.isFinite && l.longitude.isFinite:
+                    .object([("latitude", .double(l.latitude)), ("longitude", .double(l.longitude))])
+                case .reference(let reference)?: .string(reference.recordID.recordName)
+                default: nil
+                }
+            if let json { fields.append((key, json)) }
+        }
+        return fields
+    }
+}
+
+/// A payload under construction, kept in sections so that keys can be dropped and strings cut.
+struct _PushDraft {
+    var alert: [(String, JSON)]
+    /// `aps` members after `alert`.
+    var aps: [(String, JSON)]
+    /// `ck` members before the subscription section.
+    var ck: [(String, JSON)]
+    var sectionKey: String
+    var section: [(String, JSON)]
+    var pruned = false
+
+    var json: JSON {
+        var apsMembers: [(String, JSON)] = []
+        if !alert.isEmpty { apsMembers.append(("alert", .object(alert))) }
+        apsMembers += aps
+        var ckMembers = ck
+        ckMembers.append((sectionKey, .object(section)))
+        if pruned { ckMembers.append(("p", .int(1))) }
+        return .object([("aps", .object(apsMembers)), ("ck", .object(ckMembers))])
+    }
+
+    var size: Int { json.serialized.utf8.count }
+
+    private enum Place {
+        case alert(Int)
+        case alertElement(Int, Int)
+        case aps(Int)
+        case ck(Int)
+        case section(Int)
+    }
+
+    /// Drops and cuts (see `PushPayload`) until the serialized payload is at most `limit` bytes.
+    mutating func fit(_ limit: Int) {
+        guard size > limit else { return }
+        pruned = true
+        for entry in PushPayload.pruningOrder {
+            if size <= limit { return }
+            let parts = entry.split(separator: ".", maxSplits: 1).map(String.init)
+            guard parts.count == 2 else { continue }
+            let key = parts[1]
+            switch parts[0] {
+            case "sub": section.removeAll { $0.0 == key }
+            case "ck": ck.removeAll { $0.0 == key }
+            case "aps": aps.removeAll { $0.0 == key }
+            case "alert": alert.removeAll { $0.0 == key }
+            default: break
+            }
+        }
+        // Shorten the longest aps strings to a common length (strings under 16 bytes are not worth
+        // cutting). One pass saves at least the excess or empties every candidate; the second pass only
+        // covers an estimate gone wrong.
+        var passes = 0
+        while size > limit, passes < 2, capLongest(of: apsTextPlaces, by: size - limit, minimumSize: 16) {
+            passes += 1
+        }
+        if size > limit { alert.removeAll { if case .array = $0.1 { true } else { false } } }
+        if size > limit { alert.removeAll() }
+        if size > limit { aps.removeAll { $0.0 == "category" } }
+        // Only identifiers of pathological length remain: cut them, nid last.
+        while size > limit, cutLongest(of: identifierPlaces(includingNotificationID: false), by: size - limit, ellipsis: false) {}
+        while size > limit, cutLongest(of: identifierPlaces(includingNotificationID: true), by: size - limit, ellipsis: false) {}
+    }
+
+    private var apsTextPlaces: [Place] {
+        var places: [Place] = []
+        for (index, member) in alert.enumerated() {
+            switch member.1 {
+            case .string: places.append(.alert(index))
+            case .array(let elements):
+                for element in elements.indices { places.append(.alertElement(index, element)) }
+            default: break
+            }
+        }
+        for (index, member) in aps.enumerated() {
+            if case .string = member.1 { places.append(.aps(index)) }
+        }
+        return places
+    }
+
+    private func identifierPlaces(includingNotificationID: Bool) -> [Place] {
+        var places: [Place] = []
+        for (index, member) in ck.enumerated() where includingNotificationID || member.0 != "nid" {
+            if case .string = member.1 { places.append(.ck(index)) }
+        }
+        for (index, member) in section.enumerated() {
+            if case .string = member.1 { places.append(.section(index)) }
+        }
+        return places
+    }
+
+    private func text(at place: Place) -> String? {
+        let value: JSON
+        switch place {
+        case .alert(let i): value = alert[i].1
+        case .alertElement(let i, let j):
+            guard case .array(let elements) = alert[i].1 else { return nil }
+            value = elements[j]
+        case .aps(let i): value = aps[i].1
+        case .ck(let i): value = ck[i].1
+        case .section(let i): value = section[i].1
+        }
+        return value.stringValue
+    }
+
+    private mutating func set(_ string: String, at place: Place) {
+        switch place {
+        case .alert(let i): alert[i].1 = .string(string)
+        case .alertElement(let i, let j):
+            guard case .array(var elements) = alert[i].1 else { return }
+            elements[j] = .string(string)
+            alert[i].1 = .array(elements)
+        case .aps(let i): aps[i].1 = .string(string)
+        case .ck(let i): ck[i].1 = .string(string)
+        case .section(let i): section[i].1 = .string(string)
+        }
+    }
+
+    /// Cuts every string among `places` of at least `minimumSize` serialized bytes down to one common
+    /// length (ending with "…"): the largest that saves `excess` bytes, or nothing when no length does.
+    /// An alert member or aps string cut to nothing is removed; an emptied arg stays, as `""`.
+    /// False when there is no such string.
+    private mutating func capLongest(of places: [Place], by excess: Int, minimumSize: Int) -> Bool {
+        var candidates: [(place: Place, string: String, size: Int)] = []
+        for place in places {
+            guard let string = text(at: place) else { continue }
+            let size = Self.escapedSize(string.unicodeScalars)
+            if size >= minimumSize { candidates.append((place, string, size)) }
+        }
+        guard let longest = candidates.map(\.size).max() else { return false }
+        func saving(_ cap: Int) -> Int { candidates.reduce(0) { $0 + max(0, $1.size - cap) } }
+        // The largest cap whose saving covers the excess: saving(low) >= excess > saving(high).
+        var low = 0
+        var high = longest
+        if saving(low) >= excess {
+            while high - low > 1 {
+                let middle = (low + high) / 2
+                if saving(middle) >= excess { low = middle } else { high = middle }
+            }
+        }
+        // In reverse, so that removing a member leaves the places still to visit valid.
+        for candidate in candidates.reversed() where candidate.size > low {
+            let cut = Self.truncated(candidate.string, by: candidate.size - low, ellipsis: true)
+            switch (candidate.place, cut.isEmpty) {
+            case (.alert(let index), true): alert.remove(at: index)
+            case (.aps(let index), true): aps.remove(at: index)
+            default: set(cut, at: candidate.place)
+            }
+        }
+        return true
+    }
+
+    /// Cuts the longest non-empty string among `places` so that the payload shrinks by at least
+    /// `excess` bytes, or the string becomes empty. False when every string is already empty.
+    private mutating func cutLongest(of places: [Place], by excess: Int, ellipsis: Bool) -> Bool {
+        var best: (place: Place, string: String, size: Int)?
+        for place in places {
+            guard let string = text(at: place), !string.isEmpty else { continue }
+            let size = Self.escapedSize(string.unicodeScalars)
+            if size > best?.size ?? 0 { best = (place, string, size) }
+        }
+        guard let best else { return false }
+        set(Self.truncated(best.string, by: excess, ellipsis: ellipsis), at: best.place)
+        return true
+    }
+
+    /// `string` without enough trailing Characters to save `excess` serialized bytes, ending with "…"
+    /// when `ellipsis` is set; `""` when that would leave nothing.
+    static func truncated(_ string: String, by excess: Int, ellipsis: Bool) -> String {
+        let marker = ellipsis ? "…" : ""
+        let needed = excess + marker.utf8.count
+        var removed = 0
+        var end = string.endIndex
+        while end > string.startIndex, removed < needed {
+            let previous = string.index(before: end)
+            removed += escapedSize(string[previous..<end].unicodeScalars)
+            end = previous
+        }
+        if end == string.startIndex { return "" }
+        return String(string[..<end]) + marker
+    }
+
+    /// The bytes `JSON.serialized` writes for these scalars, without the quotes.
+    static func escapedSize<S: Sequence<Unicode.Scalar>>(_ scalars: S) -> Int {
+        var size = 0
+        for scalar in scalars {
+            switch scalar {
+            case "\"", "\\", "\n", "\r", "\t": size += 2
+            case _ where scalar.value < 0x20: size += 6
+            default: size += UTF8.width(scalar)
+            }
+        }
+        return size
+    }
+}

@@ -1,0 +1,153 @@
+/// When a query subscription fires (CKQuerySubscription.Options, with CloudKit's raw values).
+public struct SubscriptionOptions: OptionSet, Hashable, Sendable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    public static let firesOnRecordCreation = SubscriptionOptions(rawValue: 1)
+    public static let firesOnRecordUpdate = SubscriptionOptions(rawValue: 2)
+    public static let firesOnRecordDeletion = SubscriptionOptions(rawValue: 4)
+    public static let firesOnce = SubscriptionOptions(rawValue: 8)
+    /// CloudKit's default: create, update and delete.
+    public static let `default`: SubscriptionOptions = [.firesOnRecordCreation, .firesOnRecordUpdate, .firesOnRecordDeletion]
+}
+
+/// A refused subscription or change, with CloudKit's wording where it has one.
+public struct SubscriptionError: Error, Hashable, Sendable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// A subscription (CKQuerySubscription, CKRecordZoneSubscription, CKDatabaseSubscription).
+public struct Subscription: Hashable, Sendable {
+    public enum Kind: Hashable, Sendable {
+        /// Fires for records of `recordType` (in `zoneID`, when set) that match `condition`.
+        case query(recordType: String, condition: Condition, zoneID: ZoneID?)
+        /// Fires for any change in the zone (of `recordType`, when set).
+        case recordZone(zoneID: ZoneID, recordType: String?)
+        /// Fires for any change in a custom zone of the database (of `recordType`, when set).
+        case database(recordType: String?)
+    }
+
+    public var subscriptionID: String
+    public var kind: Kind
+    public var options: SubscriptionOptions
+    public var notificationInfo: NotificationInfo
+    /// The user who saved the subscription, and who receives its pushes (`ckuserid`). A server
+    /// matches many users' subscriptions at once; the duplicate rule applies per user.
+    public var owner: String = PushContext.defaultUserRecordName
+
+    /// A query subscription. The predicate is validated in the cloudkit profile now, so an invalid
+    /// one is refused when saved rather than silently ignored later.
+    public static func query(
+        _ subscriptionID: String, recordType: String, predicate: String, arguments: [Constant] = [],
+        options: SubscriptionOptions = .default, zoneID: ZoneID? = nil, notificationInfo: NotificationInfo = NotificationInfo(),
+        owner: String = PushContext.defaultUserRecordName
+    ) throws(InvalidPredicateError) -> Subscription {
+        let validated = try ValidatedPredicate(predicate, arguments: arguments, profile: .cloudkit)
+        var subscription = Subscription(
+            subscriptionID: subscriptionID, kind: .query(recordType: recordType, condition: validated.condition, zoneID: zoneID),
+            options: options, notificationInfo: notificationInfo)
+        subscription.owner = owner
+        return subscription
+    }
+
+    public init(subscriptionID: String, kind: Kind, options: SubscriptionOptions = .default, notificationInfo: NotificationInfo = NotificationInfo()) {
+        self.subscriptionID = subscriptionID
+        self.kind = kind
+        self.options = options
+        self.notificationInfo = notificationInfo
+    }
+
+    /// Checks what CloudKit checks when a subscription is saved (SPEC §4).
+    func validate(in database: DatabaseScope) throws(SubscriptionError) {
+        guard !subscriptionID.isEmpty else { throw SubscriptionError("subscription ID must not be empty") }
+        switch kind {
+        case .query(let recordType, _, _):
+            guard !recordType.isEmpty else { throw SubscriptionError("subscription '\(subscriptionID)': query subscriptions need a record type") }
+            guard !options.intersection(.default).isEmpty else {
+                throw SubscriptionError("subscription '\(subscriptionID)': options must fire on at least one of creation, update or deletion")
+            }
+            guard database != .shared else {
+                throw SubscriptionError("subscription '\(subscriptionID)': query subscriptions are not supported in the shared database")
+            }
+        case .recordZone:
+            guard database == .private else {
+                throw SubscriptionError("subscription '\(subscriptionID)': zone subscriptions are only supported in the private database")
+            }
+        case .database:
+            guard database != .public else {
+                throw SubscriptionError("subscription '\(subscriptionID)': database subscriptions are not supported in the public database")
+            }
+        }
+    }
+
+    /// What makes two subscriptions duplicates: type, predicate, zone and options (SPEC §4).
+    var identity: Identity {
+        switch kind {
+        case .query(let recordType, let condition, let zoneID):
+            Identity(owner: owner, kind: 0, recordType: recordType, condition: condition, zoneID: zoneID, options: options.rawValue)
+        case .recordZone(let zoneID, let recordType):
+            Identity(owner: owner, kind: 1, recordType: recordType, condition: nil, zoneID: zoneID, options: options.rawValue)
+        case .database(let recordType):
+            Identity(owner: owner, kind: 2, recordType: recordType, condition: nil, zoneID: nil, options: options.rawValue)
+        }
+    }
+
+    struct Identity: Hashable {
+        var owner: String
+        var kind: Int
+        var recordType: String?
+        var condition: Condition?
+        var zoneID: ZoneID?
+        var options: Int
+    }
+}
+
+/// A change to a record, as the subscription matcher sees it.
+public enum RecordChange: Hashable, Sendable {
+    case created(Record)
+    /// The record before and after the change.
+    case updated(before: Record, after: Record)
+    /// The record as it was before deletion.
+    case deleted(Record)
+
+    /// The record the change is about (after an update; before a deletion).
+    public var record: Record {
+        switch self {
+        case .created(let record), .deleted(let record), .updated(_, let record): record
+        }
+    }
+}
+
+/// One subscription firing for one change: enough to build the push.
+public struct SubscriptionFiring: Hashable, Sendable {
+    public var subscription: Subscription
+    /// For query subscriptions: why (created, updated, deleted).
+    public var reason: QueryNotificationReason
+    /// The record the push describes.
+    public var record: Record
+
+    /// The push CloudKit would send for this firing, to the subscription's owner.
+    public func payload(context: PushContext, notificationID: String? = nil) -> PushPayload {
+        let id = notificationID ?? UUIDText.random()
+        var context = context
+        context.userRecordName = subscription.owner
+        switch subscription.kind {
+        case .query:
+            return .query(subscriptionID: subscription.subscriptionID, record: record, reason: reason,
+                          notificationInfo: subscription.notificationInfo, context: context, notificationID: id)
+        case .recordZone(let zoneID, _):
+            return .recordZone(subscriptionID: subscription.subscriptionID, zoneID: zoneID,
+                               notificationInfo: subscription.notificationInfo, context: context, notificationID: id)
+        case .database:
+            return .database(subscriptionID: subscription.subscriptionID, zoneID: record.recordID.zoneID,
+                             notificationInfo: subscription.notificationInfo, context: context, notificationID: id)
+        }
+    }
+}
+
+extension PushContext {
+    /// The user subscriptions belong to when none is named.
+    public static let defaultUserRecordName = "_defaultUser"
+}

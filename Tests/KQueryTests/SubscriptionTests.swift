@@ -1,0 +1,208 @@
+import PropertyBased
+import Testing
+@testable import KQuery
+
+@Suite("Subscriptions")
+struct SubscriptionTests {
+    static let zone = ZoneID(zoneName: "Gallery", ownerName: "_owner")
+
+    static func artwork(_ name: String, _ fields: [String: FieldValue], zone: ZoneID = .default, type: String = "Artwork") -> Record {
+        Record(recordType: type, recordID: RecordID(recordName: name, zoneID: zone), fields: Fields(fields.map { ($0, $1) }))
+    }
+
+    func ids(_ firings: [SubscriptionFiring]) -> [String] { firings.map(\.subscription.subscriptionID) }
+
+    @Test func firingRulesForCreateUpdateDelete() throws {
+        var set = SubscriptionSet(database: .public)
+        try set.save(.query("cheap", recordType: "Artwork", predicate: "price < 100"))
+        try set.save(.query("creates", recordType: "Artwork", predicate: "price < 100", options: .firesOnRecordCreation))
+        try set.save(.query("deletes", recordType: "Artwork", predicate: "price < 100", options: .firesOnRecordDeletion))
+        let cheap = Self.artwork("a", ["price": .int64(50)])
+        let dear = Self.artwork("a", ["price": .int64(500)])
+        #expect(ids(set.firings(for: .created(cheap), now: 0)) == ["cheap", "creates"])
+        #expect(set.firings(for: .created(cheap), now: 0).map(\.reason) == [.recordCreated, .recordCreated])
+        #expect(ids(set.firings(for: .created(dear), now: 0)) == [])
+        // Update fires when the record matches after the change.
+        #expect(ids(set.firings(for: .updated(before: dear, after: cheap), now: 0)) == ["cheap"])
+        #expect(ids(set.firings(for: .updated(before: cheap, after: dear), now: 0)) == [])
+        // Delete fires when the record matched before.
+        #expect(ids(set.firings(for: .deleted(cheap), now: 0)) == ["cheap", "deletes"])
+        #expect(set.firings(for: .deleted(cheap), now: 0).first?.reason == .recordDeleted)
+        #expect(ids(set.firings(for: .deleted(dear), now: 0)) == [])
+        // Another record type never fires.
+        #expect(ids(set.firings(for: .created(Self.artwork("b", ["price": .int64(1)], type: "Artist")), now: 0)) == [])
+    }
+
+    @Test func leavingTheResultsIsAnOptIn() throws {
+        var set = SubscriptionSet(database: .public, reportsRecordsLeavingResults: true)
+        try set.save(.query("cheap", recordType: "Artwork", predicate: "price < 100"))
+        let leaving = RecordChange.updated(before: Self.artwork("a", ["price": .int64(50)]), after: Self.artwork("a", ["price": .int64(500)]))
+        #expect(ids(set.firings(for: leaving, now: 0)) == ["cheap"])
+        set.reportsRecordsLeavingResults = false
+        #expect(ids(set.firings(for: leaving, now: 0)) == [])
+    }
+
+    @Test func firesOnceRemovesTheSubscriptionAfterItsFirstPush() throws {
+        var set = SubscriptionSet(database: .public)
+        try set.save(.query("once", recordType: "Artwork", predicate: "price < 100", options: [.firesOnRecordCreation, .firesOnce]))
+        #expect(ids(set.apply(.created(Self.artwork("a", ["price": .int64(1)])), now: 0)) == ["once"])
+        #expect(set["once"] == nil)
+        #expect(ids(set.apply(.created(Self.artwork("b", ["price": .int64(1)])), now: 0)) == [])
+    }
+
+    @Test func savingRules() throws {
+        var set = SubscriptionSet(database: .public)
+        try set.save(.query("a", recordType: "Artwork", predicate: "price < 100"))
+        #expect(throws: SubscriptionError("subscription is duplicate of 'a'")) {
+            try set.save(.query("b", recordType: "Artwork", predicate: "100 > price"))
+        }
+        // Different options are not a duplicate; the same ID replaces.
+        try set.save(.query("c", recordType: "Artwork", predicate: "price < 100", options: .firesOnRecordCreation))
+        try set.save(.query("a", recordType: "Artwork", predicate: "price < 5"))
+        #expect(set.count == 2)
+        #expect(throws: SubscriptionError.self) {
+            try set.save(.query("d", recordType: "Artwork", predicate: "price < 1", options: .firesOnce))
+        }
+        #expect(throws: InvalidPredicateError.self) { try Subscription.query("e", recordType: "Artwork", predicate: "a == 1 OR b == 2") }
+        // Which database allows which kind (SPEC §4).
+        let zoneSubscription = Subscription(subscriptionID: "z", kind: .recordZone(zoneID: Self.zone, recordType: nil))
+        let databaseSubscription = Subscription(subscriptionID: "d", kind: .database(recordType: nil))
+        #expect(throws: SubscriptionError.self) { try set.save(zoneSubscription) }
+        #expect(throws: SubscriptionError.self) { try set.save(databaseSubscription) }
+        var shared = SubscriptionSet(database: .shared)
+        try shared.save(databaseSubscription)
+        #expect(throws: SubscriptionError.self) { try shared.save(.query("q", recordType: "Artwork", predicate: "price < 1")) }
+        var privateSet = SubscriptionSet(database: .private)
+        try privateSet.save(zoneSubscription)
+        try privateSet.save(databaseSubscription)
+        try privateSet.save(.query("q", recordType: "Artwork", predicate: "price < 1"))
+        #expect(privateSet.count == 3)
+        let removed = privateSet.remove(id: "q")
+        let removedAgain = privateSet.remove(id: "q")
+        #expect(removed && !removedAgain)
+        #expect(privateSet.count == 2)
+    }
+
+    @Test func zoneAndDatabaseScoping() throws {
+        var set = SubscriptionSet(database: .private)
+        try set.save(Subscription(subscriptionID: "zone", kind: .recordZone(zoneID: Self.zone, recordType: nil)))
+        try set.save(Subscription(subscriptionID: "zone-artists", kind: .recordZone(zoneID: Self.zone, recordType: "Artist")))
+        try set.save(Subscription(subscriptionID: "database", kind: .database(recordType: nil)))
+        try set.save(.query("zoned-query", recordType: "Artwork", predicate: "TRUEPREDICATE", zoneID: Self.zone))
+        let inZone = Self.artwork("a", [:], zone: Self.zone)
+        let inDefault = Self.artwork("a", [:])
+        let otherZone = Self.artwork("a", [:], zone: ZoneID(zoneName: "Other", ownerName: "_owner"))
+        #expect(ids(set.firings(for: .created(inZone), now: 0)) == ["zone", "database", "zoned-query"])
+        #expect(ids(set.firings(for: .deleted(inDefault), now: 0)) == [])
+        #expect(ids(set.firings(for: .updated(before: otherZone, after: otherZone), now: 0)) == ["database"])
+        #expect(ids(set.firings(for: .created(Self.artwork("b", [:], zone: Self.zone, type: "Artist")), now: 0)) == ["zone", "zone-artists", "database"])
+    }
+
+    @Test func identicalPredicatesFanOut() throws {
+        var set = SubscriptionSet(database: .public)
+        for user in 0..<50 {
+            try set.save(.query(
+                "user-\(user)", recordType: "Artwork", predicate: "artist == reference('mei')",
+                options: user.isMultiple(of: 2) ? .default : .firesOnRecordCreation, owner: "_user\(user)"))
+        }
+        // The same subscription twice for one user is a duplicate.
+        #expect(throws: SubscriptionError("subscription is duplicate of 'user-0'")) {
+            try set.save(.query("again", recordType: "Artwork", predicate: "artist == reference('mei')", owner: "_user0"))
+        }
+        let record = Self.artwork("a", ["artist": .reference(Reference(recordID: RecordID(recordName: "mei")))])
+        let firings = set.firings(for: .created(record), now: 0)
+        #expect(firings.count == 50)
+        #expect(firings[3].payload(context: PushContext(containerIdentifier: "c")).json["ck"]?["ckuserid"] == .string("_user3"))
+        #expect(set.firings(for: .updated(before: record, after: record), now: 0).count == 25)
+    }
+
+    /// Stabbing finds exactly the intervals that contain a point, whatever their widths.
+    @Test func intervalIndexStabbing() {
+        var rng = SplitMix(seed: 7)
+        var index = IntervalIndex()
+        var intervals: [Int: (Double, Double)] = [:]
+        for id in 0..<2000 {
+            let low = Double.random(in: -1000...1000, using: &rng)
+            let width: Double = [0, 0.5, 3, 40, 700].randomElement(using: &rng) ?? 1
+            intervals[id] = (low, low + width)
+            index.insert(low, low + width, id)
+        }
+        for id in stride(from: 0, to: 2000, by: 3) {
+            if let (low, high) = intervals.removeValue(forKey: id) { index.remove(low, high, id) }
+        }
+        for _ in 0..<300 {
+            let x = Double.random(in: -1100...1100, using: &rng)
+            var found = Set<Int>()
+            index.forEach(containing: x, slack: 0) { found.insert($0) }
+            #expect(found == Set(intervals.filter { $0.value.0 <= x && x <= $0.value.1 }.keys))
+        }
+    }
+
+    @Test func anchorsPreferTheMostSelectiveConjunct() throws {
+        func anchor(_ text: String) throws -> QuerySubscriptionIndex.Anchor {
+            QuerySubscriptionIndex.anchor(of: try ValidatedPredicate(text).condition)
+        }
+        #expect(try anchor("price > 5 AND artist == 'mei'") == .equality(.user(FieldKey("artist")), [.string("mei")]))
+        #expect(try anchor("tags CONTAINS 'sea'") == .equality(.user(FieldKey("tags")), [.string("sea")]))
+        #expect(try anchor("price > 5 AND ALL tokenize('harbour at dusk', 'Cdl') IN allTokens") == .tokens(["harbour"]))
+        #expect(try anchor("price BETWEEN {5, 10}") == .interval(.user(FieldKey("price")), .number, 5, 10))
+        #expect(try anchor("price < 5") == .upperBound(.user(FieldKey("price")), .number, 5))
+        #expect(try anchor("price != 5") == .none)
+        if case .cells(_, let cells) = try anchor("distanceToLocation:fromLocation:(location, location(48.85, 2.35)) < 2000") {
+            #expect(!cells.isEmpty && cells.count < 20)
+        } else {
+            Issue.record("distance not anchored on cells")
+        }
+        #expect(try anchor("distanceToLocation:fromLocation:(location, location(0, 0)) < 20000000") == .none)
+    }
+}
+
+/// The indexed matcher fires exactly what the naive loop over every subscription fires.
+@Suite("Subscription matcher properties")
+struct SubscriptionMatcherPropertyTests {
+    static func randomSubscriptions(_ rng: inout SplitMix, count: Int) -> SubscriptionSet {
+        var set = SubscriptionSet(database: .private, reportsRecordsLeavingResults: Bool.random(using: &rng))
+        let zones = [ZoneID.default, ZoneID(zoneName: "Z", ownerName: "_o")]
+        for index in 0..<count {
+            let predicate = Int.random(in: 0..<6, using: &rng) == 0 ? "TRUEPREDICATE" : RandomData.cloudKitPredicate(&rng)
+            let options = [SubscriptionOptions.default, .firesOnRecordCreation, .firesOnRecordUpdate, .firesOnRecordDeletion, [.firesOnRecordUpdate, .firesOnce]]
+                .randomElement(using: &rng) ?? .default
+            let kind = Int.random(in: 0..<20, using: &rng)
+            let subscription: Subscription?
+            switch kind {
+            case 0: subscription = Subscription(subscriptionID: "s\(index)", kind: .recordZone(zoneID: zones[1], recordType: Bool.random(using: &rng) ? "T" : nil))
+            case 1: subscription = Subscription(subscriptionID: "s\(index)", kind: .database(recordType: Bool.random(using: &rng) ? "T" : nil))
+            default:
+                subscription = try? .query("s\(index)", recordType: Int.random(in: 0..<8, using: &rng) == 0 ? "U" : "T", predicate: predicate,
+                                           options: options, zoneID: Bool.random(using: &rng) ? nil : zones.randomElement(using: &rng))
+            }
+            if let subscription { try? set.save(subscription) }
+        }
+        return set
+    }
+
+    @Test func indexedMatcherEqualsNaiveLoop() async {
+        await propertyCheck(count: 60, input: Gen.uint64()) { seed in
+            var rng = SplitMix(seed: seed)
+            var set = Self.randomSubscriptions(&rng, count: 150)
+            for step in 0..<40 {
+                var record = RandomData.record(&rng, index: step % 7)
+                if Bool.random(using: &rng) { record.recordID.zoneID = ZoneID(zoneName: "Z", ownerName: "_o") }
+                if Int.random(in: 0..<10, using: &rng) == 0 { record.recordType = "U" }
+                let other = RandomData.record(&rng, index: step % 7)
+                let change: RecordChange = switch Int.random(in: 0..<3, using: &rng) {
+                case 0: .created(record)
+                case 1: .updated(before: Record(recordType: record.recordType, recordID: record.recordID, fields: other.fields), after: record)
+                default: .deleted(record)
+                }
+                let indexed = set.firings(for: change, now: 2_000).map(\.subscription.subscriptionID)
+                let naive = set.naiveFirings(for: change, now: 2_000).map(\.subscription.subscriptionID)
+                #expect(indexed == naive, "seed \(seed) step \(step)")
+                if indexed != naive { return }
+                // Exercise removal and firesOnce between changes.
+                _ = set.apply(change, now: 2_000)
+                if step % 10 == 9, let victim = set.subscriptions.randomElement(using: &rng) { set.remove(id: victim.subscriptionID) }
+            }
+        }
+    }
+}
