@@ -12,6 +12,8 @@ import Glibc
 // same rows in the same process, so the ratio is what to read, not the absolute time.
 
 let recordCount = Int(getenv("BENCH_RECORDS").flatMap { String(validatingCString: $0) } ?? "") ?? 1_000_000
+/// BENCH_SUBSCRIPTIONS sets the subscription matcher's size (default 1,000,000; 0 skips it).
+let subscriptionCount = Int(getenv("BENCH_SUBSCRIPTIONS").flatMap { String(validatingCString: $0) } ?? "") ?? 1_000_000
 
 /// Keeps results alive so the optimizer cannot drop the measured work.
 @inline(never) func consume<T>(_ value: T) { withExtendedLifetime(value) {} }
@@ -99,7 +101,82 @@ let suite = BenchmarkSuite(name: "KQuery") { suite in
 // BENCH_FILTER (a regular expression over benchmark names) runs a subset, e.g. under a profiler.
 var settings: [any BenchmarkSetting] = [MinTime(seconds: 2), WarmupIterations(1), TimeUnit(.ms)]
 if let filter = getenv("BENCH_FILTER").flatMap({ String(validatingCString: $0) }) { settings.append(Filter(filter)) }
-var runner = BenchmarkRunner(suites: [suite], settings: settings)
+// MARK: Subscriptions
+
+/// A realistic mix: most subscriptions have an equality conjunct, some are range-only, some are
+/// token searches and some are distance searches.
+let vocabulary = (0..<5000).map { "w\($0)" }
+func subscriptionPredicate(_ i: Int, _ lcg: inout Lcg) -> String {
+    switch i % 100 {
+    case 0..<80: return "artist == 'artist\(lcg.next() % 200_000)' AND price < \(lcg.next() % 1_000_000)"
+    case 80..<88:
+        let low = lcg.next() % 1_000_000
+        return "price BETWEEN {\(low), \(low + lcg.next() % 1000)}"
+    case 88..<95:
+        return "ALL tokenize('\(vocabulary[Int(lcg.next() % 5000)]) \(vocabulary[Int(lcg.next() % 5000)])', 'Cdl') IN allTokens"
+    default:
+        let latitude = 40 + Double(lcg.next() % 15_000) / 1000
+        let longitude = -5 + Double(lcg.next() % 25_000) / 1000
+        return "distanceToLocation:fromLocation:(location, location(\(latitude), \(longitude))) < \(1000 + lcg.next() % 9000)"
+    }
+}
+
+func changeRecord(_ i: Int, _ lcg: inout Lcg) -> KQuery.Record {
+    Record(recordType: "Artwork", recordName: "change-\(i)", fields: [
+        "artist": .string("artist\(lcg.next() % 200_000)"), "price": .int64(Int64(lcg.next() % 1_000_000)),
+        "description": .string((0..<6).map { _ in vocabulary[Int(lcg.next() % 5000)] }.joined(separator: " ")),
+        "location": .location(Location(latitude: 40 + Double(lcg.next() % 15_000) / 1000, longitude: -5 + Double(lcg.next() % 25_000) / 1000)),
+    ])
+}
+
+var subscriptionSet = SubscriptionSet(database: .public)
+var subscriptionSetupSeconds = 0.0
+var bytesPerSubscription = 0.0
+var changes: [RecordChange] = []
+if subscriptionCount > 0 {
+    var lcg = Lcg(state: 42)
+    let before = heapInUse()
+    let clock = ContinuousClock()
+    let start = clock.now
+    for i in 0..<subscriptionCount {
+        let text = subscriptionPredicate(i, &lcg)
+        if let subscription = try? Subscription.query("s\(i)", recordType: "Artwork", predicate: text, owner: "_u\(i % 50_000)") {
+            try? subscriptionSet.save(subscription)
+        }
+    }
+    subscriptionSetupSeconds = Double((clock.now - start).components.attoseconds) / 1e18 + Double((clock.now - start).components.seconds)
+    bytesPerSubscription = Double(heapInUse() - before) / Double(subscriptionCount)
+    changes = (0..<1000).map { RecordChange.created(changeRecord($0, &lcg)) }
+    print("subscriptions: \(subscriptionSet.count) saved in \(String(format: "%.1f", subscriptionSetupSeconds)) s, memory (RSS) per subscription: \(Int(bytesPerSubscription)) bytes")
+    var fired = 0
+    for change in changes.prefix(100) {
+        let indexed = subscriptionSet.firings(for: change, now: 0).map(\.subscription.subscriptionID)
+        precondition(indexed == subscriptionSet.naiveFirings(for: change, now: 0).map(\.subscription.subscriptionID), "index and naive loop disagree")
+        fired += indexed.count
+    }
+    print("index agrees with the naive loop on 100 changes (\(fired) firings)")
+}
+
+var changeIndex = 0
+let subscriptionSuite = BenchmarkSuite(name: "Subscriptions") { suite in
+    guard subscriptionCount > 0 else { return }
+    suite.benchmark("match one change, indexed", settings: TimeUnit(.us)) {
+        changeIndex = (changeIndex + 1) % changes.count
+        consume(subscriptionSet.firings(for: changes[changeIndex], now: 0))
+    }
+    suite.benchmark("match one change, naive loop", settings: TimeUnit(.ms)) {
+        changeIndex = (changeIndex + 1) % changes.count
+        consume(subscriptionSet.naiveFirings(for: changes[changeIndex], now: 0))
+    }
+    suite.benchmark("add and remove one subscription", settings: TimeUnit(.us)) {
+        changeIndex += 1
+        let subscription = try Subscription.query("extra", recordType: "Artwork", predicate: "artist == 'extra\(changeIndex)'")
+        try subscriptionSet.save(subscription)
+        subscriptionSet.remove(id: "extra")
+    }
+}
+
+var runner = BenchmarkRunner(suites: [suite, subscriptionSuite], settings: settings)
 try runner.run()
 
 @MainActor func median(_ name: String) -> Double {
@@ -117,3 +194,14 @@ print("scan \(recordCount) records: KQuery \(figure(kquery / 1e6)) ms, SQLite \(
 print("distance predicate: \(figure(median("scan: KQuery distance") / Double(recordCount))) ns/record")
 print("token predicate: \(figure(median("scan: KQuery ALL") / Double(recordCount))) ns/record")
 print("memory (RSS) per loaded record: \(Int(bytesPerRecord)) bytes")
+
+@MainActor func percentile(_ name: String, _ fraction: Double) -> Double {
+    let values = (runner.results.first { $0.benchmarkName.hasPrefix(name) }?.measurements ?? [.nan]).sorted()
+    return values[min(values.count - 1, Int(Double(values.count) * fraction))]
+}
+if subscriptionCount > 0 {
+    let indexed = median("match one change, indexed")
+    let naive = median("match one change, naive loop")
+    print("subscriptions \(subscriptionSet.count): match one change median \(figure(indexed / 1000)) us, p99 \(figure(percentile("match one change, indexed", 0.99) / 1000)) us; naive loop \(figure(naive / 1e6)) ms; index is \(figure(naive / indexed, "%.0f"))x faster")
+    print("subscriptions: add+remove one \(figure(median("add and remove") / 1000)) us, memory (RSS) per subscription \(Int(bytesPerSubscription)) bytes")
+}
