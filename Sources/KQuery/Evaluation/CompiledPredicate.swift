@@ -86,7 +86,10 @@ public struct CompiledPredicate: Sendable {
         case .constant(let value):
             let truth = Truth(value)
             return { _, _ in truth }
-        case .and(let conditions):
+        case .and(let unordered):
+            // Conjuncts run most selective and cheapest first, so the AND usually stops at the first
+            // one (and its branch is predictable). Kleene AND commutes, so results cannot change.
+            let conditions = unordered.enumerated().sorted { ($0.element.evaluationRank, $0.offset) < ($1.element.evaluationRank, $1.offset) }.map(\.element)
             switch conditions.count {
             case 0: return { _, _ in .yes }
             case 1: return compile(conditions[0])
@@ -412,5 +415,22 @@ extension Record {
             }
         }
         return tokens
+    }
+}
+
+extension Condition {
+    /// Expected selectivity and cost, lowest first: equality before ranges, token and distance
+    /// tests (which tokenize text or compute geodesics) last.
+    var evaluationRank: Int {
+        switch self {
+        case .constant: 0
+        case .field(_, .compare(.equal, _, _)), .field(_, .isNil): 1
+        case .field(_, .oneOf), .field(_, .members(.any, .compare(.equal, _, _))), .field(_, .containsAll): 2
+        case .field(_, .string(.beginsWith, _, _)): 3
+        case .field(_, .compare), .field(_, .between), .field(_, .isNotNil): 4
+        case .field, .and, .or, .not: 5
+        case .distance: 6
+        case .tokens: 7
+        }
     }
 }
