@@ -92,6 +92,27 @@ struct EvaluationTests {
         #expect(try matchingNames(predicate, in: EvaluationFixture.records, profile: .extended, now: 1_500) == expected.sorted(), "\(predicate)")
     }
 
+    /// System fields read as CloudKit exposes them: dates as timestamps, users and IDs as references.
+    @Test func systemFields() throws {
+        var record = Record(recordType: "T", recordID: RecordID(recordName: "r1", zoneID: ZoneID(zoneName: "Z", ownerName: "_o")))
+        record.creationDate = 1_000
+        record.modificationDate = 5_000
+        record.creatorUserRecordName = "_alice"
+        record.lastModifiedUserRecordName = "_bob"
+        let bare = Record(recordType: "T", recordName: "bare")
+        for (predicate, expected) in [
+            ("creationDate < date('1970-01-01T00:00:02Z')", true), ("modificationDate > now()", true), ("modificationDate BETWEEN {4000, 6000}", false),
+            ("creatorUserRecordID == reference('_alice')", true), ("lastModifiedUserRecordID == reference('_alice')", false),
+            ("lastModifiedUserRecordID != reference('_alice')", true), ("recordID == recordID('r1', 'Z', '_o')", true),
+            ("recordID == reference('r1')", false), ("creationDate == nil", false),
+        ] {
+            #expect(try matchingNames(predicate, in: [record], now: 2_000) == (expected ? ["r1"] : []), "\(predicate)")
+        }
+        // A record without system fields: every comparison on them is false, and == nil is true.
+        #expect(try matchingNames("creationDate == nil AND creatorUserRecordID == nil", in: [bare]) == ["bare"])
+        #expect(try matchingNames("creationDate != date('2000-01-01')", in: [bare]) == [])
+    }
+
     @Test func exactNumericComparison() {
         #expect(ValueOrder.compare(Int64(9_007_199_254_740_993), 9_007_199_254_740_992.0) == 1)
         #expect(ValueOrder.compare(Int64.max, 9_223_372_036_854_775_807.0) == -1)
