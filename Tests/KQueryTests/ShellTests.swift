@@ -1,4 +1,5 @@
 import Foundation
+import KQuery
 import Testing
 
 /// The interactive shell (`kquery` with no subcommand, `kquery -f FILE`), driven through the binary:
@@ -194,25 +195,272 @@ struct ShellTests {
     }
 
     @Test func notAvailableCommands() throws {
-        let expected = [
-            ".open": "error: .open is not available yet: the persistent store is not built",
-            ".save": "error: .save is not available yet: the persistent store is not built",
-            ".delete": "error: .delete is not available yet: the persistent store is not built",
-            ".subscribe": "error: .subscribe is not available yet: subscriptions are not built",
-            ".subscriptions": "error: .subscriptions is not available yet: subscriptions are not built",
-            ".unsubscribe": "error: .unsubscribe is not available yet: subscriptions are not built",
-        ]
         let help = try session([".help"])
         #expect(help.status == 0)
-        for (command, message) in expected {
-            let run = try session([command + " x"])
-            #expect(run.status == 1)
-            #expect(run.standardError == message + "\n")
-            #expect(help.standardOutput.split(separator: "\n").contains { $0.hasPrefix(command + " ") && $0.hasSuffix("(not available yet)") })
+        let run = try session([".open x"])
+        #expect(run.status == 1)
+        #expect(run.standardError == "error: .open is not available yet: the persistent store is not built\n")
+        let helpLines = help.standardOutput.split(separator: "\n")
+        #expect(helpLines.contains { $0.hasPrefix(".open ") && $0.hasSuffix("(not available yet)") })
+        #expect(helpLines.filter { $0.hasSuffix("(not available yet)") }.count == 1, "\(help.standardOutput)")
+        for command in [".load", ".types", ".fields", ".profile", ".set", ".mode", ".sort", ".limit", ".timer", ".explain", ".quit", ".exit",
+                        ".database", ".save", ".delete", ".subscribe", ".subscriptions", ".unsubscribe"] {
+            #expect(helpLines.contains { $0.hasPrefix(command + " ") }, "\(command)")
         }
-        for command in [".load", ".types", ".fields", ".profile", ".set", ".mode", ".sort", ".limit", ".timer", ".explain", ".quit", ".exit"] {
-            #expect(help.standardOutput.split(separator: "\n").contains { $0.hasPrefix(command + " ") }, "\(command)")
-        }
+        #expect(help.standardOutput.contains(".subscribe ID ZONE ZONENAME"))
+        #expect(help.standardOutput.contains(".subscribe ID DATABASE"))
+    }
+
+    // MARK: - Subscriptions and record changes
+
+    /// The stdout lines that are push envelopes, parsed.
+    func pushes(_ text: String) throws -> [KQuery.JSON] {
+        try lines(text).filter { $0.hasPrefix("{") }.map { try KQuery.JSON.parse($0) }
+    }
+
+    /// `payload.ck.qry` (or `fet`, `met`) of a push envelope.
+    func section(_ push: KQuery.JSON, _ key: String = "qry") -> KQuery.JSON? {
+        push["payload"]?["ck"]?[key]
+    }
+
+    @Test func subscribeSaveQueryDeleteUnsubscribe() throws {
+        let run = try session([
+            ".load \(Self.records)",
+            ".subscribe french Restaurant WHERE cuisine == 'french'",
+            ".subscriptions",
+            #".save {"recordName":"p9","recordType":"Restaurant","fields":{"cuisine":"french"}}"#,
+            ".mode names",
+            "Restaurant WHERE cuisine == 'french' SORT BY recordID",
+            ".delete p9",
+            "Restaurant WHERE cuisine == 'french' SORT BY recordID",
+            ".unsubscribe french",
+            ".subscriptions",
+            #".save {"recordName":"p10","recordType":"Restaurant","fields":{"cuisine":{"value":"french","type":"STRING"}}}"#,
+            ".mode count",
+            "Restaurant",
+        ])
+        #expect(run.status == 0, "\(run.standardError)")
+        #expect(run.standardError.isEmpty)
+        let output = lines(run.standardOutput)
+        #expect(output.count == 19, "\(run.standardOutput)")
+        guard output.count == 19 else { return }
+        #expect(output[0] == "loaded 6 records (2 types)")
+        #expect(output[1].split(separator: " ", omittingEmptySubsequences: true) == ["id", "kind", "recordType", "predicate", "options"])
+        #expect(output[2].hasPrefix("------"))
+        #expect(output[3].split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+                == ["french", "query", "Restaurant", "cuisine", "==", "\"french\"", "fires", "create,update,delete"], "\(output[3])")
+        #expect(output[4] == "(1 subscription)")
+        // The save fires one push: a query notification for p9, created.
+        let created = try KQuery.JSON.parse(output[5])
+        #expect(section(created)?["sid"] == .string("french"))
+        #expect(section(created)?["rid"] == .string("p9"))
+        #expect(section(created)?["fo"] == .int(1))
+        #expect(section(created)?["dbs"] == .int(2))
+        #expect(created["payload"]?["ck"]?["cid"] == .string("iCloud.kquery.shell"))
+        #expect(created["payload"]?["ck"]?["ce"] == .int(2))
+        #expect(created["payload"]?["ck"]?["nid"]?.stringValue != nil)
+        #expect(output[6] == "1 push")
+        // The query sees the saved record, then not the deleted one.
+        #expect(Array(output[7...10]) == ["p1", "p3", "p5", "p9"])
+        let deleted = try KQuery.JSON.parse(output[11])
+        #expect(section(deleted)?["sid"] == .string("french"))
+        #expect(section(deleted)?["rid"] == .string("p9"))
+        #expect(section(deleted)?["fo"] == .int(3))
+        #expect(output[12] == "1 push")
+        #expect(Array(output[13...15]) == ["p1", "p3", "p5"])
+        #expect(output[16] == "no subscriptions in the public database (try .subscribe)")
+        #expect(output[17] == "0 pushes")
+        #expect(run.standardOutput.hasSuffix("0 pushes\n6\n"))
+    }
+
+    @Test func updatesFireAndFiresOptionsFilter() throws {
+        let run = try session([
+            ".load \(Self.records)",
+            ".subscribe big Restaurant WHERE seats > 30 FIRES update,delete",
+            ".subscribe all Restaurant FIRES create ALERT \"New place: it's open\"",
+            #".save {"recordName":"n1","recordType":"Restaurant","fields":{"seats":50}}"#,
+            #".save {"recordName":"n1","recordType":"Restaurant","fields":{"seats":60}}"#,
+            ".subscriptions",
+        ])
+        #expect(run.status == 0, "\(run.standardError)")
+        let pushes = try pushes(run.standardOutput)
+        #expect(pushes.count == 2, "\(run.standardOutput)")
+        guard pushes.count == 2 else { return }
+        // The create fires only `all` (big does not fire on create), with its alert.
+        #expect(section(pushes[0])?["sid"] == .string("all"))
+        #expect(pushes[0]["payload"]?["aps"]?["alert"]?["body"] == .string("New place: it's open"))
+        // The replace is an update: only `big`.
+        #expect(section(pushes[1])?["sid"] == .string("big"))
+        #expect(section(pushes[1])?["fo"] == .int(2))
+        #expect(lines(run.standardOutput).filter { $0.hasSuffix(" push") || $0.hasSuffix(" pushes") } == ["1 push", "1 push"])
+        #expect(run.standardOutput.contains("fires update,delete"))
+        #expect(run.standardOutput.contains(#"fires create alert "New place: it's open""#))
+        #expect(run.standardOutput.contains("seats > 30"))
+        #expect(run.standardOutput.contains("TRUEPREDICATE"))
+    }
+
+    @Test func invalidSubscriptionPredicateShowsTheCaret() throws {
+        let run = try session([".subscribe f Restaurant WHERE cuisine == 'french' OR seats > 70 ONCE", ".subscriptions"])
+        #expect(run.status == 1)
+        #expect(run.standardOutput.isEmpty)
+        let error = lines(run.standardError)
+        #expect(error.count == 3, "\(run.standardError)")
+        #expect(error.first == "error: 1:21: Invalid compound predicate type: OR (CloudKit supports only AND)")
+        #expect(error.dropFirst().first == "  cuisine == 'french' OR seats > 70")
+        #expect(error.last == "                      ^~")
+    }
+
+    @Test func subscriptionsUseTheCloudkitProfileEvenInExtended() throws {
+        let run = try session([".profile extended", ".subscribe f Restaurant WHERE seats > 1 OR seats < 0"])
+        #expect(run.status == 1)
+        #expect(run.standardError.contains("Invalid compound predicate type: OR"))
+    }
+
+    @Test func duplicateSubscriptionIsRefused() throws {
+        let run = try session([
+            ".subscribe a Restaurant WHERE cuisine == 'french'",
+            ".subscribe b Restaurant WHERE cuisine = \"french\"",
+            ".subscribe c Restaurant WHERE cuisine == 'french' ONCE",
+            ".subscribe a Restaurant WHERE cuisine == 'japanese'",
+            ".subscriptions",
+        ], arguments: ["--keep-going"])
+        #expect(run.status == 1)
+        #expect(run.standardError == "error: subscription is duplicate of 'a'\n")
+        // c differs by its options; saving under an existing ID replaces it.
+        #expect(run.standardOutput.contains("(2 subscriptions)"))
+        #expect(run.standardOutput.contains(#"cuisine == "japanese""#))
+        #expect(run.standardOutput.contains("fires create,update,delete once"))
+    }
+
+    @Test func onceRemovesTheSubscriptionAfterItsFirstPush() throws {
+        let run = try session([
+            ".subscribe once Restaurant WHERE seats > 10 ONCE",
+            ".subscriptions",
+            #".save {"recordName":"a","recordType":"Restaurant","fields":{"seats":20}}"#,
+            #".save {"recordName":"b","recordType":"Restaurant","fields":{"seats":30}}"#,
+            ".subscriptions",
+        ])
+        #expect(run.status == 0, "\(run.standardError)")
+        let output = lines(run.standardOutput)
+        #expect(output.contains { $0.hasPrefix("once ") && $0.hasSuffix("fires create,update,delete once") }, "\(run.standardOutput)")
+        let pushes = try pushes(run.standardOutput)
+        #expect(pushes.count == 1)
+        #expect(pushes.first.flatMap { section($0)?["rid"] } == .string("a"))
+        #expect(output.filter { $0.hasSuffix(" push") || $0.hasSuffix(" pushes") } == ["1 push", "0 pushes"])
+        #expect(output.last == "no subscriptions in the public database (try .subscribe)")
+    }
+
+    @Test func zoneAndDatabaseSubscriptionsInThePrivateDatabase() throws {
+        let inZone = #"{"recordName":"z1","recordType":"Note","zoneID":{"zoneName":"Notes"},"fields":{"text":"hi"}}"#
+        let run = try session([
+            ".subscribe q Note",
+            ".database private",
+            ".database",
+            ".subscribe notes ZONE Notes ALERT 'zone changed'",
+            ".subscribe everything DATABASE",
+            ".subscriptions",
+            ".save " + inZone,
+            #".save {"recordName":"d1","recordType":"Note","fields":{"text":"default zone"}}"#,
+            ".delete z1 Notes",
+        ])
+        #expect(run.status == 0, "\(run.standardError)")
+        #expect(run.standardError == "note: subscriptions are kept per database: removed 1 subscription\n")
+        let output = lines(run.standardOutput)
+        #expect(output.first == "private")
+        #expect(output.contains { $0.hasPrefix("notes ") && $0.contains("zone Notes") && $0.hasSuffix(#"alert "zone changed""#) }, "\(run.standardOutput)")
+        #expect(output.contains { $0.hasPrefix("everything ") && $0.contains("database") }, "\(run.standardOutput)")
+        #expect(!output.contains { $0.hasPrefix("q ") })
+        let pushes = try pushes(run.standardOutput)
+        // The save in Notes fires both; the save in the default zone neither; the delete both again.
+        #expect(output.filter { $0.hasSuffix(" push") || $0.hasSuffix(" pushes") } == ["2 pushes", "0 pushes", "2 pushes"])
+        #expect(pushes.count == 4)
+        guard pushes.count == 4 else { return }
+        #expect(section(pushes[0], "fet")?["sid"] == .string("notes"))
+        #expect(section(pushes[0], "fet")?["zid"] == .string("Notes"))
+        #expect(section(pushes[0], "fet")?["dbs"] == .int(1))
+        #expect(pushes[0]["payload"]?["aps"]?["alert"]?["body"] == .string("zone changed"))
+        #expect(section(pushes[1], "met")?["sid"] == .string("everything"))
+        #expect(section(pushes[1], "met")?["dbs"] == .int(1))
+        #expect(section(pushes[2], "fet")?["sid"] == .string("notes"))
+        #expect(section(pushes[3], "met")?["sid"] == .string("everything"))
+    }
+
+    @Test func subscriptionKindsTheDatabaseRefuses() throws {
+        let run = try session([
+            ".subscribe z ZONE Notes",
+            ".subscribe d DATABASE",
+            ".database shared",
+            ".subscribe q Note",
+            ".subscribe z ZONE Notes ONCE",
+        ], arguments: ["--keep-going"])
+        #expect(run.status == 1)
+        #expect(lines(run.standardError) == [
+            "error: subscription 'z': zone subscriptions are only supported in the private database",
+            "error: subscription 'd': database subscriptions are not supported in the public database",
+            "error: subscription 'q': query subscriptions are not supported in the shared database",
+            "error: FIRES and ONCE apply to query subscriptions only",
+        ])
+    }
+
+    @Test func badSubscribeSaveDeleteAndUnsubscribe() throws {
+        let run = try session([
+            ".subscribe",
+            ".subscribe x",
+            ".subscribe x Restaurant cuisine == 'french'",
+            ".subscribe x Restaurant WHERE",
+            ".subscribe x Restaurant FIRES create,destroy",
+            ".unsubscribe nope",
+            ".save {oops}",
+            #".save {"recordName":"r"}"#,
+            ".delete nope",
+            ".delete",
+            ".database elsewhere",
+        ], arguments: ["--keep-going"])
+        #expect(run.status == 1)
+        #expect(run.standardOutput.isEmpty)
+        let error = lines(run.standardError)
+        #expect(error.count == 11, "\(run.standardError)")
+        guard error.count == 11 else { return }
+        #expect(error[0].hasPrefix("error: usage: .subscribe ID TYPE"))
+        #expect(error[1].hasPrefix("error: usage: .subscribe ID TYPE"))
+        #expect(error[2] == "error: expected WHERE, FIRES, ONCE or ALERT after the record type 'Restaurant', got 'cuisine'")
+        #expect(error[3] == "error: WHERE needs a predicate")
+        #expect(error[4] == #"error: malformed FIRES clause: expected FIRES create,update,delete, ONCE or ALERT "text""#, "\(error[4])")
+        #expect(error[5] == "error: no subscription 'nope' in the public database")
+        #expect(error[6].hasPrefix("error: .save: invalid JSON: "))
+        #expect(error[7] == "error: .save: record 'r' has no \"recordType\" string")
+        #expect(error[8] == "error: record 'nope' does not exist")
+        #expect(error[9] == "error: usage: .delete NAME [ZONE]")
+        #expect(error[10] == "error: usage: .database public|private|shared")
+    }
+
+    @Test func subscribeClausesAreSplitOutsideQuotes() throws {
+        let run = try session([
+            ".set minimum 10",
+            ".subscribe s Restaurant WHERE name == 'ONCE ALERT \"x\"' AND seats > $minimum FIRES create, update ALERT 'it\\'s'",
+            ".subscribe t Restaurant WHERE name IN {'FIRES', 'create'} ONCE",
+            ".subscriptions",
+            #".save {"recordName":"a","recordType":"Restaurant","fields":{"name":"ONCE ALERT \"x\"","seats":11}}"#,
+        ])
+        #expect(run.status == 0, "\(run.standardError)")
+        #expect(run.standardOutput.contains(#"name == "ONCE ALERT \"x\"" AND seats > 10"#), "\(run.standardOutput)")
+        #expect(run.standardOutput.contains(#"fires create,update alert "it's""#), "\(run.standardOutput)")
+        #expect(run.standardOutput.contains(#"name IN {"FIRES", "create"}"#), "\(run.standardOutput)")
+        let pushes = try pushes(run.standardOutput)
+        #expect(pushes.count == 1)
+        #expect(pushes.first.flatMap { section($0)?["sid"] } == .string("s"))
+    }
+
+    @Test func multiLineSaveContinues() throws {
+        let run = try session([
+            ".subscribe all Restaurant",
+            #".save {"recordName":"m1","recordType":"Restaurant","#,
+            #"      "fields":{"seats":4}}"#,
+            ".mode names",
+            "Restaurant",
+        ])
+        #expect(run.status == 0, "\(run.standardError)")
+        #expect(lines(run.standardOutput).suffix(2) == ["1 push", "m1"])
     }
 
     @Test func malformedRecordsFileLoadsNothing() throws {

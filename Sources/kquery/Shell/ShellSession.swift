@@ -47,6 +47,15 @@ final class ShellSession {
     private(set) var timer = false
     /// The time `now()` reads; nil for the clock.
     var fixedNow: Int64?
+    /// The database `.subscribe`, `.save` and `.delete` work in (public by default).
+    var database: DatabaseScope = .public
+    /// The subscriptions of `database`; switching database clears them.
+    var subscriptions = SubscriptionSet(database: .public)
+    /// The canonical predicate text of each query subscription, by ID (for `.subscriptions`).
+    var subscriptionPredicates: [String: String] = [:]
+    /// The same records as `records`, with CloudKit's save rules: `.save` and `.delete` go through it
+    /// and each change is mirrored into `records` (`mirror(_:)`); `.load` rebuilds it.
+    var changeLog = RecordChangeLog()
 
     init(color: Bool = false) {
         self.color = color
@@ -80,16 +89,15 @@ final class ShellSession {
         CommandInfo(name: ".exit", arguments: "", summary: "leave the shell"),
         CommandInfo(name: ".open", arguments: "FILE", summary: "open a persistent database", available: false,
                     missing: "the persistent store is not built"),
-        CommandInfo(name: ".save", arguments: "JSON", summary: "save a record to the database", available: false,
-                    missing: "the persistent store is not built"),
-        CommandInfo(name: ".delete", arguments: "NAME", summary: "delete a record from the database", available: false,
-                    missing: "the persistent store is not built"),
-        CommandInfo(name: ".subscribe", arguments: "TYPE WHERE PREDICATE", summary: "subscribe to changes matching a query", available: false,
-                    missing: "subscriptions are not built"),
-        CommandInfo(name: ".subscriptions", arguments: "", summary: "list subscriptions", available: false,
-                    missing: "subscriptions are not built"),
-        CommandInfo(name: ".unsubscribe", arguments: "ID", summary: "remove a subscription", available: false,
-                    missing: "subscriptions are not built"),
+        CommandInfo(name: ".database", arguments: "public|private|shared", summary: "the database subscriptions and pushes belong to (alone: show it; switching clears subscriptions)"),
+        CommandInfo(name: ".save", arguments: "JSON", summary: "create or replace a record (Web Services JSON or shorthand) and print the pushes it fires"),
+        CommandInfo(name: ".delete", arguments: "NAME [ZONE]", summary: "delete a record and print the pushes it fires"),
+        CommandInfo(name: ".subscribe", arguments: "ID TYPE [WHERE PREDICATE] [FIRES create,update,delete] [ONCE] [ALERT \"text\"]",
+                    summary: "save a query subscription (cloudkit profile)"),
+        CommandInfo(name: ".subscribe", arguments: "ID ZONE ZONENAME [ALERT \"text\"]", summary: "save a record zone subscription (private database)"),
+        CommandInfo(name: ".subscribe", arguments: "ID DATABASE [ALERT \"text\"]", summary: "save a database subscription (private or shared database)"),
+        CommandInfo(name: ".subscriptions", arguments: "", summary: "list the subscriptions of the current database"),
+        CommandInfo(name: ".unsubscribe", arguments: "ID", summary: "remove a subscription"),
     ]
 
     /// Runs one complete command: a dot-command, a query line, a blank line or a `--` comment.
@@ -124,6 +132,12 @@ final class ShellSession {
         case ".limit": return setLimit(argument)
         case ".timer": return setTimer(argument)
         case ".explain": return explain(argument)
+        case ".database": return setDatabase(argument)
+        case ".save": return save(argument)
+        case ".delete": return delete(argument)
+        case ".subscribe": return subscribe(argument)
+        case ".subscriptions": return listSubscriptions(argument)
+        case ".unsubscribe": return unsubscribe(argument)
         default:
             if let info = Self.commands.first(where: { $0.name == name && !$0.available }) {
                 return .failure("\(info.name) is not available yet: \(info.missing)")
@@ -133,11 +147,17 @@ final class ShellSession {
     }
 
     private func help() -> ShellReply {
-        let width = Self.commands.map { ($0.name + " " + $0.arguments).count }.max() ?? 0
+        // Usages longer than this go on a line of their own, with the summary indented below.
+        let width = min(Self.commands.map { ($0.name + " " + $0.arguments).count }.max() ?? 0, 40)
         var out = ""
         for info in Self.commands {
             let usage = info.arguments.isEmpty ? info.name : info.name + " " + info.arguments
-            out += usage.padded(to: width) + "  " + info.summary + (info.available ? "" : " (not available yet)") + "\n"
+            let summary = info.summary + (info.available ? "" : " (not available yet)")
+            if usage.count > width {
+                out += usage + "\n" + String(repeating: " ", count: width + 2) + summary + "\n"
+            } else {
+                out += usage.padded(to: width) + "  " + summary + "\n"
+            }
         }
         out += "TYPE [WHERE PREDICATE] [SORT BY FIELD [ASC|DESC], ...] [LIMIT N]".padded(to: width) + "  run a query\n"
         return ShellReply(output: out)
@@ -168,7 +188,26 @@ final class ShellSession {
         let typeCount = Set(loaded.map(\.recordType)).count
         var message = "loaded \(loaded.count) record\(loaded.count == 1 ? "" : "s") (\(typeCount) type\(typeCount == 1 ? "" : "s"))"
         if replaced > 0 { message += ", \(replaced) replaced" }
+        changeLog = RecordChangeLog(records: records)
         return ShellReply(output: message + "\n")
+    }
+
+    /// Applies a change made through `changeLog` to `records`, keeping the two in step.
+    func mirror(_ change: RecordChange) {
+        switch change {
+        case .created(let record), .updated(_, let record):
+            if let existing = index[record.recordID] {
+                records[existing] = record
+            } else {
+                index[record.recordID] = records.count
+                records.append(record)
+            }
+        case .deleted(let record):
+            guard let existing = index[record.recordID] else { return }
+            records.remove(at: existing)
+            index = [:]
+            for (position, kept) in records.enumerated() { index[kept.recordID] = position }
+        }
     }
 
     /// Record types in first-seen order, with counts.
@@ -294,7 +333,7 @@ final class ShellSession {
 
     // MARK: - Queries
 
-    private var now: Int64 {
+    var now: Int64 {
         fixedNow ?? Int64((Date().timeIntervalSince1970 * 1000).rounded())
     }
 
@@ -526,7 +565,8 @@ struct LineAssembler {
     static func isOpen(_ text: String) -> Bool {
         let trimmed = text.trimmingWhitespace
         if trimmed.hasPrefix("--") { return false }
-        if trimmed.hasPrefix(".") && !(trimmed.hasPrefix(".explain") || trimmed.hasPrefix(".set ")) { return false }
+        if trimmed.hasPrefix(".") && !(trimmed.hasPrefix(".explain") || trimmed.hasPrefix(".set ") || trimmed.hasPrefix(".save ")
+            || trimmed.hasPrefix(".subscribe ")) { return false }
         var depth = 0
         var quote: Character?
         var escaped = false
@@ -570,7 +610,8 @@ extension StringProtocol {
 extension ShellSession {
     /// What completion needs to know about the session, as a value the line editor can keep.
     var vocabulary: CompletionVocabulary {
-        CompletionVocabulary(types: typeCounts.map(\.type), fields: observedFields(of: nil).map(\.name), variables: variables.keys.sorted())
+        CompletionVocabulary(types: typeCounts.map(\.type), fields: observedFields(of: nil).map(\.name), variables: variables.keys.sorted(),
+                             subscriptionIDs: subscriptions.subscriptions.map(\.subscriptionID))
     }
 }
 
@@ -578,6 +619,7 @@ struct CompletionVocabulary: Sendable {
     var types: [String] = []
     var fields: [String] = []
     var variables: [String] = []
+    var subscriptionIDs: [String] = []
 
     static let keywords = [
         "WHERE", "SORT", "BY", "LIMIT", "ASC", "DESC",
@@ -602,6 +644,11 @@ struct CompletionVocabulary: Sendable {
             case ".timer": candidates = ["on", "off"]
             case ".sort": candidates = fieldNames + Self.systemFields + ["ASC", "DESC"]
             case ".set", ".unset": candidates = variables
+            case ".database": candidates = DatabaseScope.allCases.map(\.name)
+            case ".unsubscribe": candidates = previous.count == 1 ? subscriptionIDs : []
+            case ".subscribe":
+                candidates = previous.count == 2 ? types + ["ZONE", "DATABASE"]
+                    : previous.count > 2 ? fieldNames + Self.systemFields + Self.keywords + ["FIRES", "ONCE", "ALERT", "create", "update", "delete"] : []
             case ".explain": candidates = (previous.count == 1 ? types : []) + fieldNames + Self.systemFields + Self.keywords
             default: candidates = []
             }
