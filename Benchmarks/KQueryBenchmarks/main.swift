@@ -19,7 +19,7 @@ let subscriptionCount = Int(getenv("BENCH_SUBSCRIPTIONS").flatMap { String(valid
 @inline(never) func consume<T>(_ value: T) { withExtendedLifetime(value) {} }
 
 /// Resident memory in bytes, from /proc/self/statm (glibc's mallinfo2 is not visible to Swift).
-func heapInUse() -> Int {
+func residentBytes() -> Int {
     guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
     let fields = text.split(separator: " ")
     return fields.count > 1 ? (Int(fields[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE))) : 0
@@ -28,7 +28,7 @@ func heapInUse() -> Int {
 // MARK: Data
 
 let words = ["harbour", "sunset", "night", "portrait", "river", "garden", "storm", "city", "sea", "mountain", "bridge", "light"]
-let heapBefore = heapInUse()
+let residentBefore = residentBytes()
 struct Lcg { var state: UInt64 = 0x2545F4914F6CDD1D
     mutating func next() -> UInt64 { state = state &* 6364136223846793005 &+ 1442695040888963407; return state >> 11 } }
 var lcg = Lcg()
@@ -43,7 +43,7 @@ let records: [KQuery.Record] = (0..<recordCount).map { i in
         "location": .location(Location(latitude: latitude, longitude: longitude)), "year": .int64(1900 + Int64(lcg.next() % 125)),
     ])
 }
-let bytesPerRecord = Double(heapInUse() - heapBefore) / Double(recordCount)
+let bytesPerRecord = Double(residentBytes() - residentBefore) / Double(recordCount)
 print("records: \(recordCount), memory (RSS) per loaded record: \(Int(bytesPerRecord)) bytes")
 
 let database = try DatabaseQueue()
@@ -135,7 +135,7 @@ var bytesPerSubscription = 0.0
 var changes: [RecordChange] = []
 if subscriptionCount > 0 {
     var lcg = Lcg(state: 42)
-    let before = heapInUse()
+    let before = residentBytes()
     let clock = ContinuousClock()
     let start = clock.now
     for i in 0..<subscriptionCount {
@@ -145,7 +145,7 @@ if subscriptionCount > 0 {
         }
     }
     subscriptionSetupSeconds = Double((clock.now - start).components.attoseconds) / 1e18 + Double((clock.now - start).components.seconds)
-    bytesPerSubscription = Double(heapInUse() - before) / Double(subscriptionCount)
+    bytesPerSubscription = Double(residentBytes() - before) / Double(subscriptionCount)
     changes = (0..<1000).map { RecordChange.created(changeRecord($0, &lcg)) }
     print("subscriptions: \(subscriptionSet.count) saved in \(String(format: "%.1f", subscriptionSetupSeconds)) s, memory (RSS) per subscription: \(Int(bytesPerSubscription)) bytes")
     var fired = 0

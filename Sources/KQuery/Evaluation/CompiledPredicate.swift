@@ -50,12 +50,6 @@ public struct CompiledPredicate: Sendable {
         withUnsafePointer(to: record) { test($0, now) == .yes }
     }
 
-    /// The same test for a record in place (a scan over an array's buffer), without copying it.
-    @inlinable
-    public func matches(_ record: UnsafePointer<Record>, now: Int64) -> Bool {
-        test(record, now) == .yes
-    }
-
     /// How many of `records` match.
     public func count(in records: [Record], now: Int64) -> Int {
         var matches = 0

@@ -69,25 +69,6 @@ public struct Fields: Hashable, Sendable, Sequence {
         }
     }
 
-    /// The INT64 value of `key` read in place, or nil when it is missing or not an INT64.
-    @inlinable
-    public func int64(_ key: FieldKey) -> Int64? {
-        let (found, index) = _index(of: key)
-        guard found else { return nil }
-        return _entries.withUnsafeBufferPointer { entries in
-            if case .int64(let value) = entries[index].value { return value }
-            return nil
-        }
-    }
-
-    /// Applies `body` to the value of `key` where it is stored, without copying it out.
-    @inlinable
-    public func withValue<Result>(_ key: FieldKey, _ body: (borrowing FieldValue?) -> Result) -> Result {
-        let (found, index) = _index(of: key)
-        guard found else { return body(nil) }
-        return _entries.withUnsafeBufferPointer { entries in body(entries[index].value) }
-    }
-
     /// Asks the CPU to start loading the field storage of the record at `record`, ahead of a scan
     /// reaching it. The storage address is read as a plain word (no retain, which would write to
     /// the storage and wait for it); a prefetch never faults, so a stale address is harmless.
