@@ -20,7 +20,7 @@ enum Truth: UInt8, Comparable, Sendable {
 public struct CompiledPredicate: Sendable {
     /// Records are passed by pointer: a record borrowed from an array and handed to an opaque closure
     /// is otherwise copied (the compiler cannot prove the closure leaves that memory alone).
-    @usableFromInline typealias Test = @Sendable (UnsafePointer<Record>, Int64) -> Truth
+    @usableFromInline typealias Test = @Sendable (UnsafePointer<Record>, UnsafeMutablePointer<EvaluationContext>) -> Truth
     @usableFromInline typealias ValueTest = @Sendable (FieldValue, Int64) -> Truth
 
     /// A compiled test in a concrete wrapper. Closures stored directly in an array (or produced by
@@ -47,7 +47,15 @@ public struct CompiledPredicate: Sendable {
     /// Whether `record` matches, with `now` (milliseconds since 1970) as the time `now()` reads.
     @inlinable
     public func matches(_ record: Record, now: Int64) -> Bool {
-        withUnsafePointer(to: record) { test($0, now) == .yes }
+        var context = EvaluationContext(now: now)
+        return withUnsafePointer(to: record) { test($0, &context) == .yes }
+    }
+
+    /// Whether `record` matches, sharing work through `context` with other predicates evaluated on
+    /// the same record (its token set is computed once). Use one context per record.
+    @inlinable
+    public func matches(_ record: Record, in context: inout EvaluationContext) -> Bool {
+        withUnsafePointer(to: record) { test($0, &context) == .yes }
     }
 
     /// How many of `records` match.
@@ -69,7 +77,8 @@ public struct CompiledPredicate: Sendable {
         let prefetchDistance = 12
         for index in 0..<count {
             if index + prefetchDistance < count { Fields._prefetchStorage(of: base + index + prefetchDistance) }
-            if test(base + index, now) == .yes { body(index) }
+            var context = EvaluationContext(now: now)
+            if test(base + index, &context) == .yes { body(index) }
         }
     }
 
@@ -90,16 +99,16 @@ public struct CompiledPredicate: Sendable {
             case 2:
                 let first = compile(conditions[0])
                 let second = compile(conditions[1])
-                return { record, now in
-                    let a = first(record, now)
-                    return a == .no ? .no : min(a, second(record, now))
+                return { record, context in
+                    let a = first(record, context)
+                    return a == .no ? .no : min(a, second(record, context))
                 }
             default:
                 let nodes = nodes(conditions)
-                return { record, now in
+                return { record, context in
                     var result = Truth.yes
                     for node in nodes {
-                        result = min(result, node.run(record, now))
+                        result = min(result, node.run(record, context))
                         if result == .no { return .no }
                     }
                     return result
@@ -107,17 +116,17 @@ public struct CompiledPredicate: Sendable {
             }
         case .or(let conditions):
             let nodes = nodes(conditions)
-            return { record, now in
+            return { record, context in
                 var result = Truth.no
                 for node in nodes {
-                    result = max(result, node.run(record, now))
+                    result = max(result, node.run(record, context))
                     if result == .yes { return .yes }
                 }
                 return result
             }
         case .not(let inner):
             let test = compile(inner)
-            return { record, now in test(record, now).negated }
+            return { record, context in test(record, context).negated }
         case .field(let field, let fieldTest):
             return compile(field: field, fieldTest)
         case .tokens(let match, let text):
@@ -153,14 +162,14 @@ public struct CompiledPredicate: Sendable {
             if case .user(let key) = field, let fused = compileFused(key, fieldTest) { return fused }
             let valueTest = compileValueTest(fieldTest)
             if case .user(let key) = field {
-                return { record, now in
+                return { record, context in
                     guard let value = record.pointee.fields[key] else { return .unknown }
-                    return valueTest(value, now)
+                    return valueTest(value, context.pointee.now)
                 }
             }
-            return { record, now in
+            return { record, context in
                 guard let value = record.pointee.value(of: field) else { return .unknown }
-                return valueTest(value, now)
+                return valueTest(value, context.pointee.now)
             }
         }
     }
@@ -368,8 +377,8 @@ public struct CompiledPredicate: Sendable {
 
     static func compileTokens(_ match: TokenMatch, _ queryTokens: [String]) -> Test {
         if queryTokens.isEmpty { return { _, _ in .no } }
-        return { record, _ in
-            let tokens = record.pointee.searchTokens
+        return { record, context in
+            let tokens = context.pointee.tokens(of: record)
             switch match {
             case .all: return Truth(queryTokens.allSatisfy(tokens.contains))
             case .any: return Truth(queryTokens.contains(where: tokens.contains))
@@ -389,10 +398,35 @@ public struct CompiledPredicate: Sendable {
                 latitude1: location.latitude, longitude1: location.longitude, latitude2: center.latitude, longitude2: center.longitude)
             return Truth(ValueOrder.compare(distance, radius).map(relation.holds))
         }
-        return { record, now in
+        return { record, context in
             guard let value = record.pointee.value(of: field) else { return .unknown }
-            return valueTest(value, now)
+            return valueTest(value, context.pointee.now)
         }
+    }
+}
+
+/// What evaluations of one record share: the time `now()` reads, and the record's token set,
+/// computed on first use (a subscription change evaluates many token predicates on one record).
+public struct EvaluationContext: Sendable {
+    public var now: Int64
+    @usableFromInline var _tokens: Set<String>?
+
+    public init(now: Int64) {
+        self.now = now
+    }
+
+    /// Gives a token set already computed (the subscription index computes it to probe postings).
+    public init(now: Int64, tokens: Set<String>?) {
+        self.now = now
+        _tokens = tokens
+    }
+
+    @usableFromInline
+    mutating func tokens(of record: UnsafePointer<Record>) -> Set<String> {
+        if let tokens = _tokens { return tokens }
+        let tokens = record.pointee.searchTokens
+        _tokens = tokens
+        return tokens
     }
 }
 

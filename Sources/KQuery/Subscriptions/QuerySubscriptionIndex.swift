@@ -106,8 +106,9 @@ struct QuerySubscriptionIndex: Sendable {
         return index.entries[id]?.compiled
     }
 
-    /// The entries `record` could match, each once.
-    func candidates(recordType: String, record: Record) -> [Entry] {
+    /// The entries `record` could match, each once. The record's token set, when probing needs
+    /// it, is left in `context` for the evaluations that follow.
+    func candidates(recordType: String, record: Record, context: inout EvaluationContext) -> [Entry] {
         guard let index = types[recordType] else { return [] }
         var ids = index.unanchored
         for (key, value) in record.fields {
@@ -117,7 +118,9 @@ struct QuerySubscriptionIndex: Sendable {
             if let value = record.value(of: field) { probe(index, field: field, value: value, into: &ids) }
         }
         if !index.tokens.isEmpty {
-            for token in record.searchTokens {
+            let tokens = record.searchTokens
+            context = EvaluationContext(now: context.now, tokens: tokens)
+            for token in tokens {
                 if let postings = index.tokens[token] { ids.formUnion(postings) }
             }
         }

@@ -72,10 +72,13 @@ public struct SubscriptionSet: Sendable {
         let record = change.record
         var before: Record?
         if case .updated(let old, _) = change, reportsRecordsLeavingResults { before = old }
-        var entries = index.candidates(recordType: record.recordType, record: record)
+        // One evaluation context per record: each record's token set is computed at most once.
+        var newContext = EvaluationContext(now: now)
+        var oldContext = EvaluationContext(now: now)
+        var entries = index.candidates(recordType: record.recordType, record: record, context: &newContext)
         if let before {
             var seen = Set(entries.map(\.condition))
-            for entry in index.candidates(recordType: before.recordType, record: before) where seen.insert(entry.condition).inserted {
+            for entry in index.candidates(recordType: before.recordType, record: before, context: &oldContext) where seen.insert(entry.condition).inserted {
                 entries.append(entry)
             }
         }
@@ -87,11 +90,11 @@ public struct SubscriptionSet: Sendable {
                 let reason = queryReason(
                     subscription, change,
                     matchesNew: {
-                        if matchesNew == nil { matchesNew = record.recordType == entry.recordType && entry.compiled.matches(record, now: now) }
+                        if matchesNew == nil { matchesNew = record.recordType == entry.recordType && entry.compiled.matches(record, in: &newContext) }
                         return matchesNew ?? false
                     },
                     matchedOld: {
-                        if matchedOld == nil { matchedOld = before.map { $0.recordType == entry.recordType && entry.compiled.matches($0, now: now) } ?? false }
+                        if matchedOld == nil { matchedOld = before.map { $0.recordType == entry.recordType && entry.compiled.matches($0, in: &oldContext) } ?? false }
                         return matchedOld ?? false
                     })
                 if let reason { firings.append(SubscriptionFiring(subscription: subscription, reason: reason, record: record)) }
