@@ -89,9 +89,8 @@ public enum ValueOrder {
         }
     }
 
-    /// Byte equality. Two small (inline) strings are equal exactly when their raw bits are, which
-    /// Swift's `==` checks first; it then falls back to canonical equivalence, which CloudKit does not
-    /// use, so only a true answer from `==` on identical bits is taken, and the rest goes to memcmp.
+    /// Byte equality (not Swift's `==`, which uses canonical equivalence). Strings of different
+    /// UTF-8 lengths are rejected without reading their bytes.
     @inlinable
     public static func equalBytes(_ x: String, _ y: String) -> Bool {
         guard x.utf8.count == y.utf8.count else { return false }

@@ -99,17 +99,3 @@ extension Condition {
         }
     }
 }
-
-extension FieldReference {
-    /// The field name Web Services uses: system fields have `___` names.
-    public var webServicesName: String {
-        switch self {
-        case .user(let key): key.name
-        case .recordID: "___recordID"
-        case .creationDate: "___createTime"
-        case .modificationDate: "___modTime"
-        case .creatorUserRecordID: "___createdBy"
-        case .lastModifiedUserRecordID: "___modifiedBy"
-        }
-    }
-}

@@ -45,7 +45,12 @@ public struct Query: Sendable {
 
     /// Whether `record` is in this query's results (type, zone and predicate).
     public func matches(_ record: Record, now: Int64) -> Bool {
-        record.recordType == recordType && (zoneID.map { $0 == record.recordID.zoneID } ?? true) && predicate.matches(record, now: now)
+        isInScope(record) && predicate.matches(record, now: now)
+    }
+
+    /// Whether `record` has the query's record type and, when the query names one, its zone.
+    func isInScope(_ record: Record) -> Bool {
+        record.recordType == recordType && (zoneID.map { $0 == record.recordID.zoneID } ?? true)
     }
 }
 
@@ -119,7 +124,7 @@ extension Query {
         }
         var hits: [(key: SortKey, record: Record)] = []
         func consider(_ record: Record) {
-            guard record.recordType == recordType, zoneID.map({ $0 == record.recordID.zoneID }) ?? true else { return }
+            guard isInScope(record) else { return }
             let key = SortKey(record, sortDescriptors)
             if let cursor, SortOrder.compare(key, cursor.position, sortDescriptors) <= 0 { return }
             hits.append((key, record))

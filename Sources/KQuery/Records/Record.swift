@@ -46,27 +46,35 @@ public enum FieldReference: Hashable, Sendable, CustomStringConvertible {
     case creatorUserRecordID
     case lastModifiedUserRecordID
 
+    /// The system fields: their predicate key path and their Web Services name. The one table
+    /// behind `init(name:)`, `name`, `init(webServicesName:)` and `webServicesName`.
+    static let systemFields: [(field: FieldReference, name: String, webServicesName: String)] = [
+        (.recordID, "recordID", "___recordID"),
+        (.creationDate, "creationDate", "___createTime"),
+        (.modificationDate, "modificationDate", "___modTime"),
+        (.creatorUserRecordID, "creatorUserRecordID", "___createdBy"),
+        (.lastModifiedUserRecordID, "lastModifiedUserRecordID", "___modifiedBy"),
+    ]
+
     public init(name: String) {
-        // A switch over five small strings is cheaper than hashing the name a second time.
-        switch name {
-        case "recordID": self = .recordID
-        case "creationDate": self = .creationDate
-        case "modificationDate": self = .modificationDate
-        case "creatorUserRecordID": self = .creatorUserRecordID
-        case "lastModifiedUserRecordID": self = .lastModifiedUserRecordID
-        default: self = .user(FieldKey(name))
-        }
+        // Five small-string comparisons: cheaper than hashing the name a second time.
+        self = FieldReference.systemFields.first { $0.name == name }?.field ?? .user(FieldKey(name))
+    }
+
+    /// The field a Web Services name denotes: `___recordID`, `___createTime`, ... or a user field.
+    public init(webServicesName: String) {
+        self = FieldReference.systemFields.first { $0.webServicesName == webServicesName }?.field ?? FieldReference(name: webServicesName)
     }
 
     public var name: String {
-        switch self {
-        case .user(let key): key.name
-        case .recordID: "recordID"
-        case .creationDate: "creationDate"
-        case .modificationDate: "modificationDate"
-        case .creatorUserRecordID: "creatorUserRecordID"
-        case .lastModifiedUserRecordID: "lastModifiedUserRecordID"
-        }
+        if case .user(let key) = self { return key.name }
+        return FieldReference.systemFields.first { $0.field == self }?.name ?? ""
+    }
+
+    /// The field name Web Services uses: system fields have `___` names.
+    public var webServicesName: String {
+        if case .user(let key) = self { return key.name }
+        return FieldReference.systemFields.first { $0.field == self }?.webServicesName ?? ""
     }
 
     public var description: String { name }

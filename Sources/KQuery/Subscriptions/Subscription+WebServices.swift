@@ -129,17 +129,3 @@ extension Condition {
         self = conditions.count == 1 ? conditions[0] : .and(conditions)
     }
 }
-
-extension FieldReference {
-    /// The field a Web Services name denotes: `___recordID`, `___createTime`, ... or a user field.
-    public init(webServicesName name: String) {
-        switch name {
-        case "___recordID": self = .recordID
-        case "___createTime": self = .creationDate
-        case "___modTime": self = .modificationDate
-        case "___createdBy": self = .creatorUserRecordID
-        case "___modifiedBy": self = .lastModifiedUserRecordID
-        default: self.init(name: name)
-        }
-    }
-}
