@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "KQuery", targets: ["KQuery"]),
+        .library(name: "KQueryStore", targets: ["KQueryStore"]),
         .executable(name: "kquery", targets: ["kquery"]),
     ],
     dependencies: [
@@ -19,15 +20,17 @@ let package = Package(
         .systemLibrary(name: "CEditLine", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),
         .target(name: "CKQuerySupport"),
         .target(name: "KQuery", dependencies: ["CPCRE2", "CKQuerySupport"]),
+        .target(name: "KQueryStore", dependencies: ["KQuery", .product(name: "GRDB", package: "GRDB.swift")]),
         .executableTarget(
             name: "kquery",
-            dependencies: ["KQuery", "CEditLine", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["KQuery", "KQueryStore", "CEditLine", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(name: "PredicateFuzz", dependencies: ["KQuery"], path: "Fuzz/PredicateFuzz"),
         .executableTarget(
             name: "KQueryBenchmarks",
             dependencies: [
                 "KQuery",
+                "KQueryStore",
                 .product(name: "Benchmark", package: "swift-benchmark"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -35,7 +38,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KQueryTests",
-            dependencies: ["KQuery", "kquery", .product(name: "PropertyBased", package: "swift-property-based")],
+            dependencies: ["KQuery", "KQueryStore", "kquery", .product(name: "PropertyBased", package: "swift-property-based")],
             resources: [.copy("Fixtures")]
         ),
     ]

@@ -58,6 +58,12 @@ public struct CompiledPredicate: Sendable {
         withUnsafePointer(to: record) { test($0, &context) == .yes }
     }
 
+    /// Whether the record at `record` matches, evaluated in place.
+    @inlinable
+    public func matches(_ record: UnsafePointer<Record>, in context: inout EvaluationContext) -> Bool {
+        test(record, &context) == .yes
+    }
+
     /// How many of `records` match.
     public func count(in records: [Record], now: Int64) -> Int {
         var matches = 0
@@ -70,14 +76,17 @@ public struct CompiledPredicate: Sendable {
     /// Each record's fields live in their own allocation, so a scan chases one pointer per record;
     /// prefetching the fields of the record `prefetchDistance` places ahead overlaps those misses
     /// (about 1.6x faster on a million records than without).
+    ///
+    /// `searchableFields` names the fields token tests read (a schema's SEARCHABLE fields); nil reads
+    /// every string field.
     @inlinable
-    public func forEachMatch(in records: UnsafeBufferPointer<Record>, now: Int64, _ body: (Int) -> Void) {
+    public func forEachMatch(in records: UnsafeBufferPointer<Record>, now: Int64, searchableFields: [FieldKey]? = nil, _ body: (Int) -> Void) {
         guard let base = records.baseAddress else { return }
         let count = records.count
         let prefetchDistance = 12
         for index in 0..<count {
             if index + prefetchDistance < count { Fields._prefetchStorage(of: base + index + prefetchDistance) }
-            var context = EvaluationContext(now: now)
+            var context = EvaluationContext(now: now, searchableFields: searchableFields)
             if test(base + index, &context) == .yes { body(index) }
         }
     }
@@ -410,9 +419,19 @@ public struct CompiledPredicate: Sendable {
 public struct EvaluationContext: Sendable {
     public var now: Int64
     @usableFromInline var _tokens: Set<String>?
+    /// The fields a record's tokens come from; nil for every string field.
+    @usableFromInline var _searchableFields: [FieldKey]?
 
     public init(now: Int64) {
         self.now = now
+    }
+
+    /// Reads tokens only from `searchableFields` (a schema's SEARCHABLE fields), or from every
+    /// string field when nil.
+    @inlinable
+    public init(now: Int64, searchableFields: [FieldKey]?) {
+        self.now = now
+        _searchableFields = searchableFields
     }
 
     /// Gives a token set already computed (the subscription index computes it to probe postings).
@@ -424,7 +443,7 @@ public struct EvaluationContext: Sendable {
     @usableFromInline
     mutating func tokens(of record: UnsafePointer<Record>) -> Set<String> {
         if let tokens = _tokens { return tokens }
-        let tokens = record.pointee.searchTokens
+        let tokens = record.pointee.searchTokens(in: _searchableFields)
         _tokens = tokens
         return tokens
     }
@@ -432,9 +451,14 @@ public struct EvaluationContext: Sendable {
 
 extension Record {
     /// The record's full-text tokens: those of every STRING and STRING_LIST field (SPEC §2.4).
-    public var searchTokens: Set<String> {
+    public var searchTokens: Set<String> { searchTokens(in: nil) }
+
+    /// The tokens of the STRING and STRING_LIST fields among `searchableFields` (a schema's
+    /// SEARCHABLE fields), or of all of them when nil.
+    public func searchTokens(in searchableFields: [FieldKey]?) -> Set<String> {
         var tokens = Set<String>()
-        for (_, value) in fields {
+        for (key, value) in fields {
+            if let searchableFields, !searchableFields.contains(key) { continue }
             switch value {
             case .string(let text): Tokenizer.addTokens(of: text, to: &tokens)
             case .list(.string, let members):

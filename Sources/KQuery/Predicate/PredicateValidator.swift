@@ -428,7 +428,7 @@ public struct PredicateValidator {
 }
 
 extension FieldType {
-    var isNumeric: Bool { self == .int64 || self == .double }
+    package var isNumeric: Bool { self == .int64 || self == .double }
 }
 
 extension Quantifier {

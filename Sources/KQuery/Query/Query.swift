@@ -37,7 +37,7 @@ public struct Query: Sendable {
     }
 
     /// Identifies the query's shape, so a cursor from another query is refused rather than misread.
-    var fingerprint: UInt64 {
+    package var fingerprint: UInt64 {
         var text = "\(recordType)|\(predicate.condition)|\(zoneID.map { "\($0)" } ?? "")"
         for descriptor in sortDescriptors { text += "|\(descriptor.key):\(descriptor.ascending)" }
         return text.utf8.reduce(14_695_981_039_346_656_037 as UInt64) { ($0 ^ UInt64($1)) &* 1_099_511_628_211 }
@@ -49,7 +49,7 @@ public struct Query: Sendable {
     }
 
     /// Whether `record` has the query's record type and, when the query names one, its zone.
-    func isInScope(_ record: Record) -> Bool {
+    package func isInScope(_ record: Record) -> Bool {
         record.recordType == recordType && (zoneID.map { $0 == record.recordID.zoneID } ?? true)
     }
 }
@@ -66,8 +66,8 @@ public struct QueryResult: Sendable {
 /// Resuming returns the records strictly after that position, so pages never overlap or skip,
 /// even when records are saved between pages.
 public struct QueryCursor: Hashable, Sendable {
-    let fingerprint: UInt64
-    let position: SortKey
+    package let fingerprint: UInt64
+    package let position: SortKey
 
     /// An opaque, URL-safe text form, for the command line and for clients.
     public var token: String {
@@ -104,7 +104,7 @@ public struct QueryCursor: Hashable, Sendable {
         self.position = SortKey(values: values, recordID: RecordID(recordName: recordName, zoneID: zone))
     }
 
-    init(fingerprint: UInt64, position: SortKey) {
+    package init(fingerprint: UInt64, position: SortKey) {
         self.fingerprint = fingerprint
         self.position = position
     }
@@ -119,7 +119,7 @@ public struct QueryError: Error, Hashable, Sendable, CustomStringConvertible {
 extension Query {
     /// Runs the query over `records` by a full scan (no index), returning one page.
     public func perform<Records: Sequence<Record>>(on records: Records, now: Int64, cursor: QueryCursor? = nil) throws(QueryError) -> QueryResult {
-        if let cursor, cursor.fingerprint != fingerprint || cursor.position.values.count != sortDescriptors.count {
+        if let cursor, !accepts(cursor) {
             throw QueryError("the cursor belongs to a different query")
         }
         var hits: [(key: SortKey, record: Record)] = []
@@ -140,8 +140,13 @@ extension Query {
         return page(of: &hits)
     }
 
+    /// Whether `cursor` came from a page of this query.
+    package func accepts(_ cursor: QueryCursor) -> Bool {
+        cursor.fingerprint == fingerprint && cursor.position.values.count == sortDescriptors.count
+    }
+
     /// Sorts the matches and cuts the page; shared by every executor.
-    func page(of matches: inout [(key: SortKey, record: Record)]) -> QueryResult {
+    package func page(of matches: inout [(key: SortKey, record: Record)]) -> QueryResult {
         let descriptors = sortDescriptors
         matches.sort { SortOrder.compare($0.key, $1.key, descriptors) < 0 }
         var records = matches.map(\.record)

@@ -9,6 +9,11 @@ public struct SortDescriptor: Hashable, Sendable {
     public var key: Key
     public var ascending: Bool
 
+    public init(key: Key, ascending: Bool = true) {
+        self.key = key
+        self.ascending = ascending
+    }
+
     public init(_ field: String, ascending: Bool = true) {
         self.key = .field(FieldReference(name: field))
         self.ascending = ascending
@@ -20,25 +25,29 @@ public struct SortDescriptor: Hashable, Sendable {
     }
 
     /// The value this descriptor sorts `record` by; nil sorts last.
-    func sortValue(of record: Record) -> FieldValue? {
+    package func sortValue(of record: Record) -> FieldValue? {
         switch key {
         case .field(let field):
-            let value = record.value(of: field)
-            if case .list = value { return nil }
-            return value
+            // Lists and NaN have no place in the order: they sort with the missing values.
+            switch record.value(of: field) {
+            case .list?: return nil
+            case .double(let x)? where x.isNaN: return nil
+            case let value: return value
+            }
         case .distance(let field, let center):
             guard case .location(let location)? = record.value(of: field) else { return nil }
-            return .double(Geodesic.distance(
+            let distance = Geodesic.distance(
                 latitude1: location.latitude, longitude1: location.longitude,
-                latitude2: center.latitude, longitude2: center.longitude))
+                latitude2: center.latitude, longitude2: center.longitude)
+            return distance.isNaN ? nil : .double(distance)
         }
     }
 }
 
 /// A total order on field values for sorting: numbers, then timestamps, strings, references,
 /// bytes, asset IDs and locations, each kind in its natural order (SPEC §2.4 for the comparable ones).
-enum SortOrder {
-    static func compare(_ a: FieldValue, _ b: FieldValue) -> Int {
+package enum SortOrder {
+    package static func compare(_ a: FieldValue, _ b: FieldValue) -> Int {
         if let order = ValueOrder.compare(a, b) { return order }
         let (rankA, rankB) = (rank(a), rank(b))
         if rankA != rankB { return rankA < rankB ? -1 : 1 }
@@ -52,7 +61,7 @@ enum SortOrder {
         }
     }
 
-    private static func rank(_ value: FieldValue) -> Int {
+    package static func rank(_ value: FieldValue) -> Int {
         switch value {
         case .int64, .double: 0
         case .timestamp: 1
@@ -67,7 +76,7 @@ enum SortOrder {
 
     /// Compares two sort keys under `descriptors`: missing values last in either direction, then
     /// the record ID, so every order is total and deterministic.
-    static func compare(_ a: SortKey, _ b: SortKey, _ descriptors: [SortDescriptor]) -> Int {
+    package static func compare(_ a: SortKey, _ b: SortKey, _ descriptors: [SortDescriptor]) -> Int {
         for (index, descriptor) in descriptors.enumerated() {
             switch (a.values[index], b.values[index]) {
             case (nil, nil): continue
@@ -83,16 +92,16 @@ enum SortOrder {
 }
 
 /// A record's position in a query's order.
-struct SortKey: Hashable, Sendable {
-    var values: [FieldValue?]
-    var recordID: RecordID
+package struct SortKey: Hashable, Sendable {
+    package var values: [FieldValue?]
+    package var recordID: RecordID
 
-    init(values: [FieldValue?], recordID: RecordID) {
+    package init(values: [FieldValue?], recordID: RecordID) {
         self.values = values
         self.recordID = recordID
     }
 
-    init(_ record: Record, _ descriptors: [SortDescriptor]) {
+    package init(_ record: Record, _ descriptors: [SortDescriptor]) {
         values = descriptors.map { $0.sortValue(of: record) }
         recordID = record.recordID
     }

@@ -60,14 +60,18 @@ extension Record {
             if let value = fields[name] { fieldMembers.append((name, value.typedJSON)) }
         }
         members.append(("fields", .object(fieldMembers)))
-        if let creationDate {
-            members.append(("created", .object([("timestamp", .int(creationDate))] + (creatorUserRecordName.map { [("userRecordName", .string($0))] } ?? []))))
-        }
-        if let modificationDate {
-            members.append(("modified", .object([("timestamp", .int(modificationDate))] + (lastModifiedUserRecordName.map { [("userRecordName", .string($0))] } ?? []))))
-        }
+        if let created = Self.stampJSON(creationDate, creatorUserRecordName) { members.append(("created", created)) }
+        if let modified = Self.stampJSON(modificationDate, lastModifiedUserRecordName) { members.append(("modified", modified)) }
         if let recordChangeTag { members.append(("recordChangeTag", .string(recordChangeTag))) }
         return .object(members)
+    }
+
+    /// `{"timestamp": ..., "userRecordName": ...}` with whichever of the two is known.
+    private static func stampJSON(_ timestamp: Int64?, _ user: String?) -> JSON? {
+        var members: [(String, JSON)] = []
+        if let timestamp { members.append(("timestamp", .int(timestamp))) }
+        if let user { members.append(("userRecordName", .string(user))) }
+        return members.isEmpty ? nil : .object(members)
     }
 }
 

@@ -1,0 +1,422 @@
+import KQuery
+
+extension Database {
+    /// Records per page when a query sets no `resultsLimit`.
+    public static let defaultResultsLimit = 100
+    /// The most records one page holds, as CloudKit's server: a larger `resultsLimit` is cut to it.
+    public static let maximumResultsLimit = 200
+
+    /// Checks a query against the schema (without one, every query is allowed).
+    public func check(_ query: Query) throws(DatabaseError) {
+        guard let schema else { return }
+        do {
+            try schema.check(query.predicate.condition, sortDescriptors: query.sortDescriptors, recordType: query.recordType)
+        } catch {
+            throw DatabaseError(.invalidQuery, error.message)
+        }
+    }
+
+    /// Runs `query` and returns one page: `resultsLimit` records (100 when unset, at most 200) in
+    /// the query's order, and a cursor when more follow. Resuming from the cursor returns the
+    /// records after that position, so saves between pages never duplicate or skip a record that
+    /// matches throughout.
+    public func perform(_ query: Query, cursor: QueryCursor? = nil, now: Int64) throws(DatabaseError) -> QueryResult {
+        try check(query)
+        if let cursor, !query.accepts(cursor) { throw DatabaseError(.invalidQuery, "the cursor belongs to a different query") }
+        var paged = query
+        paged.resultsLimit = min(max(query.resultsLimit ?? Self.defaultResultsLimit, 1), Self.maximumResultsLimit)
+        let plan = makePlan(paged, now: now)
+        var hits = execute(plan, paged, cursor: cursor, now: now)
+        return paged.page(of: &hits)
+    }
+
+    /// The plan `perform` would use, without running it (it may build an index, under automatic
+    /// indexing).
+    public func plan(_ query: Query, now: Int64) throws(DatabaseError) -> QueryPlan {
+        try check(query)
+        var paged = query
+        paged.resultsLimit = min(max(query.resultsLimit ?? Self.defaultResultsLimit, 1), Self.maximumResultsLimit)
+        return makePlan(paged, now: now)
+    }
+
+    /// Every match of `query` in order, by a full scan with no index: what every plan must agree
+    /// with (the property tests compare the two).
+    public func performByScan(_ query: Query, now: Int64) -> [Record] {
+        guard let table = tables[query.recordType] else { return [] }
+        var hits: [(key: SortKey, record: Record)] = []
+        for record in table.records where query.isInScope(record) {
+            var context = EvaluationContext(now: now, searchableFields: table.searchableFields)
+            if query.predicate.matches(record, in: &context) { hits.append((SortKey(record, query.sortDescriptors), record)) }
+        }
+        var unlimited = query
+        unlimited.resultsLimit = nil
+        return unlimited.page(of: &hits).records
+    }
+
+    // MARK: Planning
+
+    func makePlan(_ query: Query, now: Int64) -> QueryPlan {
+        let type = query.recordType
+        guard tables[type] != nil else {
+            return QueryPlan(recordType: type, access: .empty, residual: query.predicate.condition, tableSize: 0, builtIndexes: [])
+        }
+        var conjuncts = Self.conjuncts(of: query.predicate.condition)
+        if conjuncts.contains(.constant(false)) {
+            return QueryPlan(recordType: type, access: .empty, residual: .constant(false), tableSize: tables[type]?.count ?? 0, builtIndexes: [])
+        }
+        conjuncts.removeAll { $0 == .constant(true) }
+        var built: [String] = []
+        var probes: [(probe: Probe, conjunct: Int)] = []
+        for (index, conjunct) in conjuncts.enumerated() {
+            if let probe = probe(for: conjunct, type: type, now: now, built: &built) { probes.append((probe, index)) }
+        }
+        probes.sort { $0.probe.estimate < $1.probe.estimate }
+        let size = tables[type]?.count ?? 0
+        let pageSize = (query.resultsLimit ?? Self.defaultResultsLimit) + 1
+
+        func residual(without answered: [Int]) -> Condition {
+            let rest = conjuncts.indices.filter { !answered.contains($0) }.map { conjuncts[$0] }
+            return rest.isEmpty ? .constant(true) : rest.count == 1 ? rest[0] : .and(rest)
+        }
+        func plan(_ access: QueryPlan.Access, answered: [Int] = []) -> QueryPlan {
+            QueryPlan(recordType: type, access: access, residual: residual(without: answered), tableSize: size, builtIndexes: built)
+        }
+
+        if let best = probes.first, best.probe.isExact, best.probe.estimate == 0 { return plan(.empty, answered: [best.conjunct]) }
+        /// The first sort key's field, if its range index exists (or may be built now).
+        func walkField() -> FieldReference? {
+            guard case .field(let field)? = query.sortDescriptors.first?.key else { return nil }
+            return ensureOrderedIndex(on: field, type: type, built: &built) ? field : nil
+        }
+        if let best = probes.first, best.probe.estimate * 3 <= size {
+            // A sorted walk reads about pageSize × size / estimate records; the probe reads estimate.
+            if best.probe.estimate * best.probe.estimate > pageSize * size, let field = walkField() {
+                return plan(.sortedWalk(field))
+            }
+            var chosen = [best]
+            for next in probes.dropFirst() where next.probe.isExact && next.probe.estimate <= best.probe.estimate * 8 {
+                if case .spatial = next.probe.lookup { continue }
+                chosen.append(next)
+            }
+            return plan(.probes(chosen.map(\.probe)), answered: chosen.filter(\.probe.isExact).map(\.conjunct))
+        }
+        if let field = walkField() { return plan(.sortedWalk(field)) }
+        return plan(.scan)
+    }
+
+    /// The top-level AND's operands (nested ANDs flattened), or the condition itself.
+    static func conjuncts(of condition: Condition) -> [Condition] {
+        guard case .and(let operands) = condition else { return [condition] }
+        return operands.flatMap(conjuncts(of:))
+    }
+
+    private func probe(for conjunct: Condition, type: String, now: Int64, built: inout [String]) -> Probe? {
+        func resolve(_ operand: Operand) -> FieldValue {
+            switch operand {
+            case .value(let value): value
+            case .now: .timestamp(now)
+            }
+        }
+        func keys(_ operands: [Operand]) -> [IndexKey]? {
+            var keys: [IndexKey] = []
+            for operand in operands {
+                guard let key = IndexKey(resolve(operand)) else { return nil }
+                keys.append(key)
+            }
+            return keys
+        }
+        func hashProbe(_ field: FieldReference, _ keys: [IndexKey], members: Bool, all: Bool = false) -> Probe? {
+            guard ensureHashIndex(on: field, type: type, built: &built), let index = tables[type]?.hashIndexes[field] else { return nil }
+            let counts = keys.map { index.count(equalTo: $0, members: members) }
+            let estimate = all ? (counts.min() ?? 0) : counts.reduce(0, +)
+            let lookup: Probe.Lookup = all ? .hashAll(field, keys: keys) : .hash(field, keys: keys, members: members)
+            return Probe(lookup: lookup, condition: conjunct, estimate: estimate, isExact: true)
+        }
+        func rangeProbe(_ field: FieldReference, lower: RangeBound?, upper: RangeBound?, members: Bool) -> Probe? {
+            for bound in [lower, upper].compactMap({ $0 }) where !Self.isRangeComparable(bound.value) { return nil }
+            if let lower, let upper, SortOrder.rank(lower.value) != SortOrder.rank(upper.value) { return nil }
+            guard ensureOrderedIndex(on: field, type: type, built: &built), let index = tables[type]?.orderedIndexes[field] else { return nil }
+            let entries = members ? index.members : index.scalars
+            let (from, to) = Self.range(in: entries, lower: lower, upper: upper)
+            return Probe(lookup: .range(field, lower: lower, upper: upper, members: members), condition: conjunct,
+                         estimate: entries.distance(from: from, to: to), isExact: true)
+        }
+        func prefixProbe(_ field: FieldReference, _ prefix: String, members: Bool) -> Probe? {
+            guard ensureOrderedIndex(on: field, type: type, built: &built), let index = tables[type]?.orderedIndexes[field] else { return nil }
+            let entries = members ? index.members : index.scalars
+            let (from, to) = Self.prefixRange(in: entries, prefix)
+            return Probe(lookup: .prefix(field, prefix, members: members), condition: conjunct,
+                         estimate: entries.distance(from: from, to: to), isExact: true)
+        }
+        func bounds(_ relation: Relation, _ value: FieldValue) -> (RangeBound?, RangeBound?)? {
+            switch relation {
+            case .lessThan: (nil, RangeBound(value: value, inclusive: false))
+            case .lessThanOrEqual: (nil, RangeBound(value: value, inclusive: true))
+            case .greaterThan: (RangeBound(value: value, inclusive: false), nil)
+            case .greaterThanOrEqual: (RangeBound(value: value, inclusive: true), nil)
+            case .equal, .notEqual: nil
+            }
+        }
+
+        switch conjunct {
+        case .field(.recordID, .compare(.equal, .value(.reference(let reference)), let options)) where options.isEmpty:
+            return recordIDProbe([reference.recordID], conjunct, type: type)
+        case .field(.recordID, .oneOf(let operands, let options)) where options.isEmpty:
+            var ids: [RecordID] = []
+            for operand in operands {
+                guard case .value(.reference(let reference)) = operand else { return nil }
+                ids.append(reference.recordID)
+            }
+            return recordIDProbe(ids, conjunct, type: type)
+        case .field(let field, .compare(.equal, let operand, let options)) where options.isEmpty:
+            guard let key = IndexKey(resolve(operand)) else { return nil }
+            return hashProbe(field, [key], members: false)
+        case .field(let field, .oneOf(let operands, let options)) where options.isEmpty:
+            guard let keys = keys(operands) else { return nil }
+            return hashProbe(field, keys, members: false)
+        case .field(let field, .members(.any, .compare(.equal, let operand, let options))) where options.isEmpty:
+            guard let key = IndexKey(resolve(operand)) else { return nil }
+            return hashProbe(field, [key], members: true)
+        case .field(let field, .members(.any, .oneOf(let operands, let options))) where options.isEmpty:
+            guard let keys = keys(operands) else { return nil }
+            return hashProbe(field, keys, members: true)
+        case .field(let field, .containsAll(let operands)) where !operands.isEmpty:
+            guard let keys = keys(operands) else { return nil }
+            return hashProbe(field, keys, members: true, all: true)
+        case .field(let field, .compare(let relation, let operand, let options)) where options.isEmpty:
+            guard let (lower, upper) = bounds(relation, resolve(operand)) else { return nil }
+            return rangeProbe(field, lower: lower, upper: upper, members: false)
+        case .field(let field, .members(.any, .compare(let relation, let operand, let options))) where options.isEmpty:
+            guard let (lower, upper) = bounds(relation, resolve(operand)) else { return nil }
+            return rangeProbe(field, lower: lower, upper: upper, members: true)
+        case .field(let field, .between(let lower, let upper)):
+            return rangeProbe(field, lower: RangeBound(value: resolve(lower), inclusive: true), upper: RangeBound(value: resolve(upper), inclusive: true), members: false)
+        case .field(let field, .members(.any, .between(let lower, let upper))):
+            return rangeProbe(field, lower: RangeBound(value: resolve(lower), inclusive: true), upper: RangeBound(value: resolve(upper), inclusive: true), members: true)
+        case .field(let field, .string(.beginsWith, let prefix, let options)) where options.isEmpty:
+            return prefixProbe(field, prefix, members: false)
+        case .field(let field, .members(.any, .string(.beginsWith, let prefix, let options))) where options.isEmpty:
+            return prefixProbe(field, prefix, members: true)
+        case .tokens(let match, let text):
+            let tokens = Tokenizer.tokens(of: text)
+            if tokens.isEmpty { return Probe(lookup: .tokens(match, []), condition: conjunct, estimate: 0, isExact: true) }
+            guard ensureTokenIndex(type: type, built: &built), let index = tables[type]?.tokenIndex else { return nil }
+            let counts = tokens.map(index.count)
+            let estimate = match == .all ? (counts.min() ?? 0) : counts.reduce(0, +)
+            return Probe(lookup: .tokens(match, tokens), condition: conjunct, estimate: estimate, isExact: true)
+        case .distance(let field, let center, let relation, let radius) where relation == .lessThan || relation == .lessThanOrEqual:
+            guard let (level, cells) = SpatialIndex.cells(center: center, radius: radius),
+                  ensureSpatialIndex(on: field, type: type, built: &built), let index = tables[type]?.spatialIndexes[field]
+            else { return nil }
+            return Probe(lookup: .spatial(field, level: level, cells: cells), condition: conjunct,
+                         estimate: index.count(level: level, cells: cells), isExact: false)
+        default:
+            return nil
+        }
+    }
+
+    private func recordIDProbe(_ ids: [RecordID], _ conjunct: Condition, type: String) -> Probe {
+        let found = ids.filter { tables[type]?.rowsByID[$0] != nil }
+        return Probe(lookup: .recordIDs(ids), condition: conjunct, estimate: Set(found).count, isExact: true)
+    }
+
+    /// Numbers, timestamps and strings: the kinds `<` and `>` compare (SPEC §2.4).
+    private static func isRangeComparable(_ value: FieldValue) -> Bool {
+        switch value {
+        case .int64, .timestamp, .string: true
+        case .double(let x): !x.isNaN
+        default: false
+        }
+    }
+
+    /// The positions `[from, to)` of the entries between the bounds, within the bounds' kind.
+    static func range(in entries: SortedEntries, lower: RangeBound?, upper: RangeBound?) -> (SortedEntries.Position, SortedEntries.Position) {
+        let kind = SortOrder.rank((lower ?? upper)?.value ?? .int64(0))
+        let from = entries.firstPosition { entry in
+            guard let lower else { return SortOrder.rank(entry.value) >= kind }
+            let order = SortOrder.compare(entry.value, lower.value)
+            return lower.inclusive ? order >= 0 : order > 0
+        }
+        let to = entries.firstPosition { entry in
+            guard let upper else { return SortOrder.rank(entry.value) > kind }
+            let order = SortOrder.compare(entry.value, upper.value)
+            return upper.inclusive ? order > 0 : order >= 0
+        }
+        return (from, to)
+    }
+
+    /// The positions of the strings that begin with `prefix` (UTF-8 bytes, as BEGINSWITH compares).
+    static func prefixRange(in entries: SortedEntries, _ prefix: String) -> (SortedEntries.Position, SortedEntries.Position) {
+        let start = FieldValue.string(prefix)
+        let from = entries.firstPosition { SortOrder.compare($0.value, start) >= 0 }
+        let to = entries.firstPosition { entry in
+            guard case .string(let text) = entry.value else { return SortOrder.rank(entry.value) > SortOrder.rank(start) }
+            return !text.utf8.starts(with: prefix.utf8) && SortOrder.compare(entry.value, start) > 0
+        }
+        return (from, to)
+    }
+
+    // MARK: Indexes on demand
+
+    private func ensureHashIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
+        if tables[type]?.hashIndexes[field] != nil { return true }
+        guard indexPolicy == .automatic, schema == nil else { return false }
+        tables[type]?.buildHashIndex(on: field)
+        built.append("the equality index on \(field.name)")
+        return true
+    }
+
+    func ensureOrderedIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
+        if tables[type]?.orderedIndexes[field] != nil { return true }
+        guard indexPolicy == .automatic, schema == nil else { return false }
+        tables[type]?.buildOrderedIndex(on: field)
+        built.append("the range index on \(field.name)")
+        return true
+    }
+
+    private func ensureSpatialIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
+        if tables[type]?.spatialIndexes[field] != nil { return true }
+        guard indexPolicy == .automatic, schema == nil else { return false }
+        tables[type]?.buildSpatialIndex(on: field)
+        built.append("the spatial index on \(field.name)")
+        return true
+    }
+
+    private func ensureTokenIndex(type: String, built: inout [String]) -> Bool {
+        if tables[type]?.tokenIndex != nil { return true }
+        guard indexPolicy == .automatic, schema == nil else { return false }
+        tables[type]?.buildTokenIndex()
+        built.append("the token index")
+        return true
+    }
+
+    // MARK: Execution
+
+    private func execute(_ plan: QueryPlan, _ query: Query, cursor: QueryCursor?, now: Int64) -> [(key: SortKey, record: Record)] {
+        guard let table = tables[query.recordType] else { return [] }
+        let residual = CompiledPredicate(plan.residual)
+        let descriptors = query.sortDescriptors
+        let searchable = table.searchableFields
+        let zone = query.zoneID
+        var hits: [(key: SortKey, record: Record)] = []
+
+        /// Adds the record if it is in scope, passes the residual test and lies after the cursor.
+        @discardableResult
+        func consider(_ record: UnsafePointer<Record>, tested: Bool = false) -> Bool {
+            if let zone, record.pointee.recordID.zoneID != zone { return false }
+            if !tested {
+                var context = EvaluationContext(now: now, searchableFields: searchable)
+                guard residual.matches(record, in: &context) else { return false }
+            }
+            let key = SortKey(record.pointee, descriptors)
+            if let cursor, SortOrder.compare(key, cursor.position, descriptors) <= 0 { return false }
+            hits.append((key, record.pointee))
+            return true
+        }
+
+        switch plan.access {
+        case .empty:
+            break
+        case .scan:
+            table.records.withUnsafeBufferPointer { buffer in
+                guard let base = buffer.baseAddress else { return }
+                residual.forEachMatch(in: buffer, now: now, searchableFields: searchable) { consider(base + $0, tested: true) }
+            }
+        case .probes(let probes):
+            var rows = self.rows(of: probes[0], in: table)
+            for probe in probes.dropFirst() { rows = Postings.intersection(rows, self.rows(of: probe, in: table)) }
+            for row in rows { _ = table.withRecord(at: row) { consider($0) } }
+        case .sortedWalk(let field):
+            walk(table, field: field, ascending: descriptors.first?.ascending ?? true, cursor: cursor,
+                 pageSize: (query.resultsLimit ?? Self.defaultResultsLimit) + 1, consider: { consider($0) })
+        }
+        return hits
+    }
+
+    /// Reads the range index of the first sort key in order, one group of equal values at a time,
+    /// until the page (plus one record, to know a next page exists) is full; then, if needed, the
+    /// records that sort last because they lack a value.
+    private func walk(
+        _ table: RecordTable, field: FieldReference, ascending: Bool, cursor: QueryCursor?, pageSize: Int,
+        consider: (UnsafePointer<Record>) -> Bool
+    ) {
+        guard let entries = table.orderedIndexes[field]?.scalars else { return }
+        let resumeValue: FieldValue?? = cursor.map { $0.position.values[0] }
+        var group: [RowID] = []
+        var groupValue: FieldValue?
+        var added = 0
+        var full = false
+        func flush() {
+            for row in group where table.withRecord(at: row, consider) { added += 1 }
+            group.removeAll(keepingCapacity: true)
+            full = added >= pageSize
+        }
+        func visit(_ entry: SortedEntries.Entry) -> Bool {
+            if let value = groupValue, SortOrder.compare(value, entry.value) != 0 {
+                flush()
+                if full { return false }
+            }
+            groupValue = entry.value
+            group.append(entry.row)
+            return true
+        }
+        if case .some(.none) = resumeValue {
+            // The cursor is already among the records without a value.
+        } else {
+            let resume = resumeValue ?? nil
+            if ascending {
+                let start = resume.map { value in entries.firstPosition { SortOrder.compare($0.value, value) >= 0 } } ?? entries.startPosition
+                entries.forEach(from: start, to: entries.endPosition, visit)
+            } else {
+                let start = resume.map { value in entries.firstPosition { SortOrder.compare($0.value, value) > 0 } } ?? entries.endPosition
+                entries.forEachReversed(before: start, visit)
+            }
+            if !full { flush() }
+            if full { return }
+        }
+        let descriptor = SortDescriptor(key: .field(field))
+        table.records.withUnsafeBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { return }
+            for index in buffer.indices where descriptor.sortValue(of: buffer[index]) == nil { _ = consider(base + index) }
+        }
+    }
+
+    /// The rows a probe returns, sorted and without repeats.
+    private func rows(of probe: Probe, in table: RecordTable) -> [RowID] {
+        switch probe.lookup {
+        case .recordIDs(let ids):
+            return Postings.sortedUnique(ids.compactMap { table.rowsByID[$0] })
+        case .hash(let field, let keys, let members):
+            guard let index = table.hashIndexes[field] else { return [] }
+            return Postings.union(keys.map { index.rows(equalTo: $0, members: members) })
+        case .hashAll(let field, let keys):
+            guard let index = table.hashIndexes[field], let first = keys.first else { return [] }
+            return keys.dropFirst().reduce(index.rows(equalTo: first, members: true)) { Postings.intersection($0, index.rows(equalTo: $1, members: true)) }
+        case .range(let field, let lower, let upper, let members):
+            guard let index = table.orderedIndexes[field] else { return [] }
+            let entries = members ? index.members : index.scalars
+            let (from, to) = Self.range(in: entries, lower: lower, upper: upper)
+            return Self.collect(entries, from: from, to: to)
+        case .prefix(let field, let prefix, let members):
+            guard let index = table.orderedIndexes[field] else { return [] }
+            let entries = members ? index.members : index.scalars
+            let (from, to) = Self.prefixRange(in: entries, prefix)
+            return Self.collect(entries, from: from, to: to)
+        case .tokens(let match, let tokens):
+            guard let index = table.tokenIndex, let first = tokens.first else { return [] }
+            switch match {
+            case .all: return tokens.dropFirst().reduce(index.rows(first)) { Postings.intersection($0, index.rows($1)) }
+            case .any: return Postings.union(tokens.map(index.rows))
+            }
+        case .spatial(let field, let level, let cells):
+            return table.spatialIndexes[field]?.rows(level: level, cells: cells) ?? []
+        }
+    }
+
+    private static func collect(_ entries: SortedEntries, from: SortedEntries.Position, to: SortedEntries.Position) -> [RowID] {
+        var rows: [RowID] = []
+        rows.reserveCapacity(entries.distance(from: from, to: to))
+        entries.forEach(from: from, to: to) { rows.append($0.row); return true }
+        return Postings.sortedUnique(rows)
+    }
+}

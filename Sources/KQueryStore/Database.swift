@@ -1,0 +1,362 @@
+import KQuery
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// A CloudKit database: zones of records, an optional schema, indexes, and queries planned over them.
+///
+/// In memory by default; `Database(path:)` keeps it in a single SQLite file, where every `save`
+/// is one transaction: a process killed in the middle leaves the file with the whole batch or none
+/// of it. Queries always run in memory, on the records and indexes loaded at open.
+///
+/// ```swift
+/// let database = Database()
+/// try database.save([RecordOperation(kind: .create, record: artwork)])
+/// let query = Query(recordType: "Artwork", predicate: try ValidatedPredicate("price > 100"))
+/// let page = try database.perform(query, now: 0)   // 100 records at most, and a cursor
+/// print(try database.plan(query, now: 0))          // which index it used, in words
+/// ```
+public final class Database {
+    /// When indexes are built.
+    public enum IndexPolicy: Sendable {
+        /// Only the indexes a schema or `declareIndex` names.
+        case declared
+        /// Also, the first time a query could use one, the index it needs (then kept up to date).
+        case automatic
+    }
+
+    public var indexPolicy: IndexPolicy
+    /// Whether saving into a zone that does not exist creates it (otherwise it is an error).
+    public var createsMissingZones = false
+    /// The time saves stamp as `creationDate` and `modificationDate` (milliseconds since 1970).
+    public var clock: @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+
+    public private(set) var schema: Schema?
+    public private(set) var zones: Set<ZoneID> = [.default]
+    /// Indexes declared without a schema (`declareIndex`), persisted with the database.
+    public private(set) var declaredIndexes: [IndexDeclaration] = []
+
+    var tables: [String: RecordTable] = [:]
+    private var recordTypes: [RecordID: String] = [:]
+    private var nextChangeTag: Int64 = 1
+    private let file: DatabaseFile?
+
+    /// An empty database in memory.
+    public init(indexPolicy: IndexPolicy = .automatic) {
+        self.indexPolicy = indexPolicy
+        file = nil
+    }
+
+    /// Opens the database in the SQLite file at `path`, creating it if missing, and loads it.
+    public init(path: String, indexPolicy: IndexPolicy = .declared) throws(DatabaseError) {
+        self.indexPolicy = indexPolicy
+        let file = try DatabaseFile(path: path)
+        self.file = file
+        let contents = try file.load()
+        schema = contents.schema
+        declaredIndexes = contents.indexes
+        nextChangeTag = contents.nextChangeTag
+        zones.formUnion(contents.zones)
+        for record in contents.records { insertLoaded(record) }
+        for type in Array(tables.keys) { buildDeclaredIndexes(type) }
+    }
+
+    /// The file the database lives in; nil in memory.
+    public var path: String? { file?.path }
+
+    // MARK: Reading
+
+    public var recordCount: Int { recordTypes.count }
+
+    public func record(_ id: RecordID) -> Record? {
+        guard let type = recordTypes[id], let table = tables[type], let row = table.rowsByID[id] else { return nil }
+        return table.record(at: row)
+    }
+
+    /// Record types that have records, sorted.
+    public var recordTypeNames: [String] { tables.filter { $0.value.count > 0 }.keys.sorted() }
+
+    /// The records of one type, in no particular order.
+    public func records(ofType type: String) -> [Record] { tables[type]?.records ?? [] }
+
+    /// Every record, by type, in no particular order within a type.
+    public var allRecords: [Record] { recordTypeNames.flatMap { records(ofType: $0) } }
+
+    // MARK: Saving
+
+    /// Applies `operations` in order, all or nothing: if one fails (a conflict, a missing record, a
+    /// schema violation, ...) none is applied and the error names it. Returns one change per
+    /// operation, for the subscription matcher.
+    @discardableResult
+    public func save(_ operations: [RecordOperation]) throws(DatabaseError) -> [RecordChange] {
+        var staged: [RecordID: Record?] = [:]
+        var newZones: Set<ZoneID> = []
+        var changes: [RecordChange] = []
+        changes.reserveCapacity(operations.count)
+        var tag = nextChangeTag
+        let now = clock()
+        for (index, operation) in operations.enumerated() {
+            do throws(DatabaseError) {
+                let id = operation.record.recordID
+                if !zones.contains(id.zoneID), !newZones.contains(id.zoneID) {
+                    guard createsMissingZones else {
+                        throw DatabaseError(.zoneNotFound, "zone '\(id.zoneID.zoneName)' does not exist (create it first)")
+                    }
+                    newZones.insert(id.zoneID)
+                }
+                let current: Record? = if let stagedRecord = staged[id] { stagedRecord } else { record(id) }
+                let change = try resolve(operation, current: current, tag: &tag, now: now)
+                if case .deleted = change { staged[id] = .some(nil) } else { staged[id] = change.record }
+                changes.append(change)
+            } catch {
+                var error = error
+                error.operationIndex = index
+                throw error
+            }
+        }
+        try file?.write(changes, newZones: Array(newZones), nextChangeTag: tag)
+        zones.formUnion(newZones)
+        nextChangeTag = tag
+        for change in changes { apply(change) }
+        return changes
+    }
+
+    /// Applies one operation; see `save(_:)`.
+    @discardableResult
+    public func save(_ operation: RecordOperation) throws(DatabaseError) -> RecordChange {
+        let changes = try save([operation])
+        return changes[0]
+    }
+
+    /// Loads records as they are (keeping their change tags and dates), replacing any with the same
+    /// ID and creating their zones: for importing an export or a fixture. One transaction.
+    /// `progress` is called with the number of records written so far.
+    public func importRecords(_ records: [Record], progress: ((Int) -> Void)? = nil) throws(DatabaseError) {
+        if let schema {
+            for (index, record) in records.enumerated() {
+                do {
+                    try schema.check(record)
+                } catch {
+                    throw DatabaseError(.schemaViolation, "record '\(record.recordID)': \(error.message)", operationIndex: index)
+                }
+            }
+        }
+        // A later record with the same ID wins, as a second save would.
+        var last: [RecordID: Int] = [:]
+        for (index, record) in records.enumerated() { last[record.recordID] = index }
+        var changes: [RecordChange] = []
+        changes.reserveCapacity(last.count)
+        for (index, record) in records.enumerated() where last[record.recordID] == index {
+            if let existing = self.record(record.recordID) {
+                if existing.recordType != record.recordType {
+                    throw DatabaseError(.invalidOperation, "record '\(record.recordID)' is a '\(existing.recordType)' and cannot become a '\(record.recordType)'", operationIndex: index)
+                }
+                changes.append(.updated(before: existing, after: record))
+            } else {
+                changes.append(.created(record))
+            }
+        }
+        let newZones = Set(records.map(\.recordID.zoneID)).subtracting(zones)
+        try file?.write(changes, newZones: Array(newZones), nextChangeTag: nextChangeTag, progress: progress)
+        zones.formUnion(newZones)
+        for change in changes { apply(change) }
+    }
+
+    /// What an operation does to `current` (the record as the batch has left it so far).
+    private func resolve(_ operation: RecordOperation, current: Record?, tag: inout Int64, now: Int64) throws(DatabaseError) -> RecordChange {
+        let incoming = operation.record
+        let id = incoming.recordID
+        func checkTag(_ existing: Record) throws(DatabaseError) {
+            if let tag = incoming.recordChangeTag, let server = existing.recordChangeTag, tag != server {
+                throw DatabaseError(.conflict, "conflict: record '\(id)' has changed since recordChangeTag '\(tag)' (the database has '\(server)'); nothing was saved")
+            }
+        }
+        func stamped(_ record: Record, createdAt: Int64?) throws(DatabaseError) -> Record {
+            var record = record
+            record.recordChangeTag = "kq\(tag)"
+            tag += 1
+            record.creationDate = createdAt ?? now
+            record.modificationDate = now
+            if let schema {
+                do {
+                    try schema.check(record)
+                } catch {
+                    throw DatabaseError(.schemaViolation, "record '\(id)': \(error.message)")
+                }
+            }
+            return record
+        }
+        func sameType(_ existing: Record) throws(DatabaseError) {
+            if existing.recordType != incoming.recordType {
+                throw DatabaseError(.invalidOperation, "record '\(id)' is a '\(existing.recordType)' and cannot become a '\(incoming.recordType)'")
+            }
+        }
+        switch operation.kind {
+        case .create:
+            if current != nil { throw DatabaseError(.alreadyExists, "record '\(id)' already exists") }
+            return .created(try stamped(incoming, createdAt: nil))
+        case .update, .forceUpdate:
+            guard let existing = current else { throw DatabaseError(.notFound, "record '\(id)' does not exist") }
+            if operation.kind == .update { try checkTag(existing) }
+            var merged = existing
+            for (key, value) in incoming.fields { merged.fields[key] = value }
+            return .updated(before: existing, after: try stamped(merged, createdAt: existing.creationDate))
+        case .replace, .forceReplace:
+            guard let existing = current else { return .created(try stamped(incoming, createdAt: nil)) }
+            if operation.kind == .replace { try checkTag(existing) }
+            try sameType(existing)
+            return .updated(before: existing, after: try stamped(incoming, createdAt: existing.creationDate))
+        case .delete, .forceDelete:
+            guard let existing = current else { throw DatabaseError(.notFound, "record '\(id)' does not exist") }
+            if operation.kind == .delete { try checkTag(existing) }
+            return .deleted(existing)
+        }
+    }
+
+    private func apply(_ change: RecordChange) {
+        switch change {
+        case .created(let record):
+            recordTypes[record.recordID] = record.recordType
+            tables[record.recordType, default: makeTable(record.recordType)].insert(record)
+        case .updated(_, let record):
+            tables[record.recordType, default: makeTable(record.recordType)].replace(record)
+        case .deleted(let record):
+            recordTypes[record.recordID] = nil
+            tables[record.recordType]?.remove(record.recordID)
+        }
+    }
+
+    private func insertLoaded(_ record: Record) {
+        recordTypes[record.recordID] = record.recordType
+        tables[record.recordType, default: RecordTable(recordType: record.recordType, searchableFields: schema?[record.recordType]?.searchableFields)].insert(record)
+    }
+
+    private func makeTable(_ type: String) -> RecordTable {
+        var table = RecordTable(recordType: type, searchableFields: schema?[type]?.searchableFields)
+        for declaration in indexDeclarations(for: type) { table.build(declaration) }
+        return table
+    }
+
+    // MARK: Zones
+
+    /// Creates a zone (nothing happens if it exists).
+    public func createZone(_ zone: ZoneID) throws(DatabaseError) {
+        guard !zones.contains(zone) else { return }
+        try file?.write([], newZones: [zone], nextChangeTag: nextChangeTag)
+        zones.insert(zone)
+    }
+
+    /// Deletes a zone and every record in it. The default zone cannot be deleted.
+    public func deleteZone(_ zone: ZoneID) throws(DatabaseError) {
+        guard zone != .default else { throw DatabaseError(.invalidOperation, "the default zone cannot be deleted") }
+        guard zones.contains(zone) else { throw DatabaseError(.zoneNotFound, "zone '\(zone.zoneName)' does not exist") }
+        let doomed = recordTypes.keys.filter { $0.zoneID == zone }.compactMap(record)
+        try file?.deleteZone(zone, nextChangeTag: nextChangeTag)
+        zones.remove(zone)
+        for record in doomed { apply(.deleted(record)) }
+    }
+
+    // MARK: Schema and indexes
+
+    /// Declares (or with nil, drops) the schema. Refused if a record already stored does not fit.
+    public func setSchema(_ schema: Schema?) throws(DatabaseError) {
+        if let schema {
+            for table in tables.values {
+                for record in table.records {
+                    do {
+                        try schema.check(record)
+                    } catch {
+                        throw DatabaseError(.schemaViolation, "record '\(record.recordID)' does not fit the schema: \(error.message)")
+                    }
+                }
+            }
+        }
+        try file?.writeSchema(schema)
+        self.schema = schema
+        for type in Array(tables.keys) {
+            tables[type]?.dropIndexes()
+            tables[type]?.setSearchableFields(schema?[type]?.searchableFields)
+            buildDeclaredIndexes(type)
+        }
+    }
+
+    /// Declares an index (a field marked queryable, sortable or searchable) for a database without
+    /// a schema; it is built now and kept, in the file too.
+    public func declareIndex(_ declaration: IndexDeclaration) throws(DatabaseError) {
+        guard !declaredIndexes.contains(declaration) else { return }
+        try file?.writeIndexes(declaredIndexes + [declaration])
+        declaredIndexes.append(declaration)
+        tables[declaration.recordType]?.build(declaration)
+    }
+
+    /// The indexes a record type has by declaration: its schema's, or the declared ones.
+    func indexDeclarations(for type: String) -> [IndexDeclaration] {
+        if let schema {
+            guard let typeSchema = schema[type] else { return [] }
+            return typeSchema.fields.flatMap { field in
+                FieldSchema.Indexes.keywords.compactMap { index, _ in
+                    field.indexes.contains(index) ? IndexDeclaration(recordType: type, field: field.field, index: index) : nil
+                }
+            }
+        }
+        return declaredIndexes.filter { $0.recordType == type }
+    }
+
+    private func buildDeclaredIndexes(_ type: String) {
+        for declaration in indexDeclarations(for: type) { tables[type]?.build(declaration) }
+    }
+}
+
+/// An index by declaration: a field of a record type marked queryable, sortable or searchable.
+public struct IndexDeclaration: Hashable, Sendable, CustomStringConvertible {
+    public var recordType: String
+    public var field: FieldReference
+    public var index: FieldSchema.Indexes
+
+    public init(recordType: String, field: FieldReference, index: FieldSchema.Indexes) {
+        self.recordType = recordType
+        self.field = field
+        self.index = index
+    }
+
+    public var description: String {
+        let word = index == .queryable ? "queryable" : index == .sortable ? "sortable" : "searchable"
+        return "\(recordType).\(field.name) \(word)"
+    }
+}
+
+extension RecordTable {
+    /// Builds what a declaration asks for: queryable is an equality index (and a spatial one, for
+    /// locations), sortable a range index, searchable the type's token index.
+    mutating func build(_ declaration: IndexDeclaration) {
+        if declaration.index.contains(.queryable) {
+            buildHashIndex(on: declaration.field)
+            buildSpatialIndex(on: declaration.field)
+        }
+        if declaration.index.contains(.sortable) { buildOrderedIndex(on: declaration.field) }
+        if declaration.index.contains(.searchable) { buildTokenIndex() }
+    }
+}
+
+/// A save, query or file operation the database refused, and why.
+public struct DatabaseError: Error, Hashable, Sendable, CustomStringConvertible {
+    public enum Kind: String, Hashable, Sendable {
+        case conflict, notFound, alreadyExists, zoneNotFound, schemaViolation, invalidOperation, invalidQuery, storage
+    }
+
+    public var kind: Kind
+    public var message: String
+    /// Which operation of a batch failed (0-based), when one did.
+    public var operationIndex: Int?
+
+    public init(_ kind: Kind, _ message: String, operationIndex: Int? = nil) {
+        self.kind = kind
+        self.message = message
+        self.operationIndex = operationIndex
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,187 @@
+import KQuery
+
+import GRDB
+
+/// The SQLite file behind a persistent `Database`: the durable copy, written one transaction per
+/// save and read once at open.
+///
+/// Tables: `kquery_meta` (format version, next change tag, schema text, declared indexes),
+/// `zones`, and `records`, one row per record with its CloudKit Web Services JSON, so the file is
+/// readable with any SQLite tool. The rollback journal makes each write all-or-nothing, and
+/// `synchronous = FULL` makes a committed save survive a power cut.
+final class DatabaseFile {
+    static let formatVersion = "1"
+
+    let path: String
+    private let queue: DatabaseQueue
+
+    struct Contents {
+        var records: [KQuery.Record] = []
+        var zones: [ZoneID] = []
+        var schema: Schema?
+        var indexes: [IndexDeclaration] = []
+        var nextChangeTag: Int64 = 1
+    }
+
+    init(path: String) throws(DatabaseError) {
+        self.path = path
+        var configuration = Configuration()
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        do {
+            queue = try DatabaseQueue(path: path, configuration: configuration)
+            try queue.write { db in
+                let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'")
+                if !tables.isEmpty, !tables.contains("kquery_meta") {
+                    throw DatabaseError(.storage, "\(path): not a KQuery database (it has other tables)")
+                }
+                try db.execute(sql: """
+                    CREATE TABLE IF NOT EXISTS kquery_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+                    CREATE TABLE IF NOT EXISTS zones (zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, PRIMARY KEY (zoneName, ownerName));
+                    CREATE TABLE IF NOT EXISTS records (
+                        zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, recordName TEXT NOT NULL,
+                        recordType TEXT NOT NULL, body TEXT NOT NULL,
+                        PRIMARY KEY (zoneName, ownerName, recordName)) WITHOUT ROWID;
+                    INSERT OR IGNORE INTO kquery_meta (key, value) VALUES ('format', '\(Self.formatVersion)');
+                    """)
+                let format = try String.fetchOne(db, sql: "SELECT value FROM kquery_meta WHERE key = 'format'")
+                if format != Self.formatVersion {
+                    throw DatabaseError(.storage, "\(path): KQuery file format \(format ?? "?") is not supported (expected \(Self.formatVersion))")
+                }
+            }
+        } catch let error as DatabaseError {
+            throw error
+        } catch {
+            throw Self.storageError(error, path: path)
+        }
+    }
+
+    func load() throws(DatabaseError) -> Contents {
+        do {
+            return try queue.read { db in
+                var contents = Contents()
+                let meta = try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT key, value FROM kquery_meta").map { row -> (String, String) in
+                    (row["key"], row["value"])
+                })
+                if let tag = meta["nextChangeTag"] {
+                    guard let value = Int64(tag) else { throw DatabaseError(.storage, "\(path): corrupt nextChangeTag '\(tag)'") }
+                    contents.nextChangeTag = value
+                }
+                if let text = meta["schema"] {
+                    do {
+                        contents.schema = try Schema(text: text)
+                    } catch {
+                        throw DatabaseError(.storage, "\(path): the stored schema does not parse: \(error)")
+                    }
+                }
+                if let text = meta["indexes"] { contents.indexes = try Self.indexes(from: text, path: path) }
+                contents.zones = try Row.fetchAll(db, sql: "SELECT zoneName, ownerName FROM zones").map { row in
+                    ZoneID(zoneName: row["zoneName"], ownerName: row["ownerName"])
+                }
+                let cursor = try Row.fetchCursor(db, sql: "SELECT recordName, body FROM records")
+                while let row = try cursor.next() {
+                    let body: String = row["body"]
+                    do {
+                        contents.records.append(try KQuery.Record(json: JSON.parse(body)))
+                    } catch {
+                        let name: String = row["recordName"]
+                        throw DatabaseError(.storage, "\(path): record '\(name)' is corrupt: \(error)")
+                    }
+                }
+                return contents
+            }
+        } catch let error as DatabaseError {
+            throw error
+        } catch {
+            throw Self.storageError(error, path: path)
+        }
+    }
+
+    /// Writes a batch of changes in one transaction. `progress` hears how many are written.
+    func write(_ changes: [RecordChange], newZones: [ZoneID], nextChangeTag: Int64, progress: ((Int) -> Void)? = nil) throws(DatabaseError) {
+        do {
+            try queue.write { db in
+                for zone in newZones {
+                    try db.execute(sql: "INSERT OR IGNORE INTO zones (zoneName, ownerName) VALUES (?, ?)", arguments: [zone.zoneName, zone.ownerName])
+                }
+                let upsert = try db.cachedStatement(sql: "INSERT OR REPLACE INTO records (zoneName, ownerName, recordName, recordType, body) VALUES (?, ?, ?, ?, ?)")
+                let delete = try db.cachedStatement(sql: "DELETE FROM records WHERE zoneName = ? AND ownerName = ? AND recordName = ?")
+                for (index, change) in changes.enumerated() {
+                    switch change {
+                    case .created(let record), .updated(_, let record):
+                        let id = record.recordID
+                        try upsert.execute(arguments: [id.zoneID.zoneName, id.zoneID.ownerName, id.recordName, record.recordType, record.json().serialized])
+                    case .deleted(let record):
+                        let id = record.recordID
+                        try delete.execute(arguments: [id.zoneID.zoneName, id.zoneID.ownerName, id.recordName])
+                    }
+                    if let progress, (index + 1) % 10_000 == 0 { progress(index + 1) }
+                }
+                try Self.setMeta(db, "nextChangeTag", String(nextChangeTag))
+            }
+            progress?(changes.count)
+        } catch {
+            throw Self.storageError(error, path: path)
+        }
+    }
+
+    func deleteZone(_ zone: ZoneID, nextChangeTag: Int64) throws(DatabaseError) {
+        do {
+            try queue.write { db in
+                try db.execute(sql: "DELETE FROM records WHERE zoneName = ? AND ownerName = ?", arguments: [zone.zoneName, zone.ownerName])
+                try db.execute(sql: "DELETE FROM zones WHERE zoneName = ? AND ownerName = ?", arguments: [zone.zoneName, zone.ownerName])
+                try Self.setMeta(db, "nextChangeTag", String(nextChangeTag))
+            }
+        } catch {
+            throw Self.storageError(error, path: path)
+        }
+    }
+
+    func writeSchema(_ schema: Schema?) throws(DatabaseError) {
+        do {
+            try queue.write { db in
+                if let schema {
+                    try Self.setMeta(db, "schema", schema.text)
+                } else {
+                    try db.execute(sql: "DELETE FROM kquery_meta WHERE key = 'schema'")
+                }
+            }
+        } catch {
+            throw Self.storageError(error, path: path)
+        }
+    }
+
+    func writeIndexes(_ indexes: [IndexDeclaration]) throws(DatabaseError) {
+        let text = indexes.map { "\($0.recordType)\t\($0.field.webServicesName)\t\($0.index.rawValue)" }.joined(separator: "\n")
+        do {
+            try queue.write { db in try Self.setMeta(db, "indexes", text) }
+        } catch {
+            throw Self.storageError(error, path: path)
+        }
+    }
+
+    private static func indexes(from text: String, path: String) throws(DatabaseError) -> [IndexDeclaration] {
+        var result: [IndexDeclaration] = []
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: "\t").map(String.init)
+            guard parts.count == 3, let raw = UInt8(parts[2]) else {
+                throw DatabaseError(.storage, "\(path): corrupt index declaration '\(line)'")
+            }
+            result.append(IndexDeclaration(recordType: parts[0], field: FieldReference(webServicesName: parts[1]), index: FieldSchema.Indexes(rawValue: raw)))
+        }
+        return result
+    }
+
+    private static func setMeta(_ db: GRDB.Database, _ key: String, _ value: String) throws {
+        try db.execute(sql: "INSERT OR REPLACE INTO kquery_meta (key, value) VALUES (?, ?)", arguments: [key, value])
+    }
+
+    private static func storageError(_ error: any Error, path: String) -> DatabaseError {
+        if let error = error as? DatabaseError { return error }
+        if let error = error as? GRDB.DatabaseError {
+            return DatabaseError(.storage, "\(path): \(error.message ?? error.description)")
+        }
+        return DatabaseError(.storage, "\(path): \(error)")
+    }
+}

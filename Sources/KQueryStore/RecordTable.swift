@@ -1,0 +1,196 @@
+import KQuery
+
+/// The records of one record type, and the indexes over them.
+///
+/// Records live in one dense array, so a full scan reads them in place (`CompiledPredicate`'s
+/// `forEachMatch`). Indexes refer to rows, whose IDs stay put while records move: deleting swaps the
+/// last record into the hole and updates `positions`. Freed row IDs are reused.
+struct RecordTable: Sendable {
+    let recordType: String
+    private(set) var records: [Record] = []
+    /// Dense position → row.
+    private(set) var rowIDs: [RowID] = []
+    /// Row → dense position, or -1 for a free row.
+    private var positions: [Int32] = []
+    private var freeRows: [RowID] = []
+    private(set) var rowsByID: [RecordID: RowID] = [:]
+
+    private(set) var hashIndexes: [FieldReference: HashIndex] = [:]
+    private(set) var orderedIndexes: [FieldReference: OrderedIndex] = [:]
+    private(set) var spatialIndexes: [FieldReference: SpatialIndex] = [:]
+    private(set) var tokenIndex: TokenIndex?
+    /// With a schema: the fields tokens come from (SEARCHABLE); nil: every string field.
+    private(set) var searchableFields: [FieldKey]?
+
+    init(recordType: String, searchableFields: [FieldKey]? = nil) {
+        self.recordType = recordType
+        self.searchableFields = searchableFields
+    }
+
+    var count: Int { records.count }
+
+    func record(at row: RowID) -> Record? {
+        guard Int(row) < positions.count else { return nil }
+        let position = positions[Int(row)]
+        return position < 0 ? nil : records[Int(position)]
+    }
+
+    /// Calls `body` with the record of `row` in place (no copy).
+    @inline(__always)
+    func withRecord<T>(at row: RowID, _ body: (UnsafePointer<Record>) -> T) -> T {
+        records.withUnsafeBufferPointer { body($0.baseAddress! + Int(positions[Int(row)])) }
+    }
+
+    // MARK: Changes
+
+    mutating func insert(_ record: Record) {
+        let row: RowID
+        if let free = freeRows.popLast() {
+            row = free
+            positions[Int(row)] = Int32(records.count)
+        } else {
+            row = RowID(positions.count)
+            positions.append(Int32(records.count))
+        }
+        records.append(record)
+        rowIDs.append(row)
+        rowsByID[record.recordID] = row
+        addToIndexes(record, row: row)
+    }
+
+    mutating func replace(_ record: Record) {
+        guard let row = rowsByID[record.recordID] else { return insert(record) }
+        let position = Int(positions[Int(row)])
+        removeFromIndexes(records[position], row: row)
+        records[position] = record
+        addToIndexes(record, row: row)
+    }
+
+    mutating func remove(_ id: RecordID) {
+        guard let row = rowsByID.removeValue(forKey: id) else { return }
+        let position = Int(positions[Int(row)])
+        removeFromIndexes(records[position], row: row)
+        let last = records.count - 1
+        if position != last {
+            records.swapAt(position, last)
+            rowIDs.swapAt(position, last)
+            positions[Int(rowIDs[position])] = Int32(position)
+        }
+        records.removeLast()
+        rowIDs.removeLast()
+        positions[Int(row)] = -1
+        freeRows.append(row)
+    }
+
+    // MARK: Indexes
+
+    var indexedFields: (hash: [FieldReference], ordered: [FieldReference], spatial: [FieldReference], tokens: Bool) {
+        (Array(hashIndexes.keys), Array(orderedIndexes.keys), Array(spatialIndexes.keys), tokenIndex != nil)
+    }
+
+    mutating func buildHashIndex(on field: FieldReference) {
+        guard hashIndexes[field] == nil else { return }
+        var index = HashIndex()
+        for (position, record) in records.enumerated() {
+            if let value = record.value(of: field) { index.insert(value, row: rowIDs[position]) }
+        }
+        hashIndexes[field] = index
+    }
+
+    mutating func buildOrderedIndex(on field: FieldReference) {
+        guard orderedIndexes[field] == nil else { return }
+        var scalars: [SortedEntries.Entry] = []
+        var index = OrderedIndex()
+        for (position, record) in records.enumerated() {
+            guard let value = record.value(of: field) else { continue }
+            if case .list = value {
+                index.insert(value, row: rowIDs[position])
+            } else if OrderedIndex.isIndexable(value) {
+                scalars.append(SortedEntries.Entry(value: value, row: rowIDs[position]))
+            }
+        }
+        index.setScalars(SortedEntries(bulk: scalars))
+        orderedIndexes[field] = index
+    }
+
+    mutating func buildSpatialIndex(on field: FieldReference) {
+        guard spatialIndexes[field] == nil else { return }
+        var index = SpatialIndex()
+        for (position, record) in records.enumerated() {
+            if let value = record.value(of: field) { index.insert(value, row: rowIDs[position]) }
+        }
+        spatialIndexes[field] = index
+    }
+
+    mutating func buildTokenIndex() {
+        guard tokenIndex == nil else { return }
+        var index = TokenIndex()
+        for (position, record) in records.enumerated() {
+            index.insert(record.searchTokens(in: searchableFields), row: rowIDs[position])
+        }
+        tokenIndex = index
+    }
+
+    /// Switches the fields tokens come from (a schema was declared or dropped): the token index,
+    /// if any, is rebuilt.
+    mutating func setSearchableFields(_ fields: [FieldKey]?) {
+        guard fields != searchableFields else { return }
+        searchableFields = fields
+        if tokenIndex != nil {
+            tokenIndex = nil
+            buildTokenIndex()
+        }
+    }
+
+    mutating func dropIndexes() {
+        hashIndexes = [:]
+        orderedIndexes = [:]
+        spatialIndexes = [:]
+        tokenIndex = nil
+    }
+
+    private mutating func addToIndexes(_ record: Record, row: RowID) {
+        for field in hashIndexes.keys {
+            if let value = record.value(of: field) { hashIndexes[field]?.insert(value, row: row) }
+        }
+        for field in orderedIndexes.keys {
+            if let value = record.value(of: field) { orderedIndexes[field]?.insert(value, row: row) }
+        }
+        for field in spatialIndexes.keys {
+            if let value = record.value(of: field) { spatialIndexes[field]?.insert(value, row: row) }
+        }
+        if tokenIndex != nil { tokenIndex?.insert(record.searchTokens(in: searchableFields), row: row) }
+    }
+
+    private mutating func removeFromIndexes(_ record: Record, row: RowID) {
+        for field in hashIndexes.keys {
+            if let value = record.value(of: field) { hashIndexes[field]?.remove(value, row: row) }
+        }
+        for field in orderedIndexes.keys {
+            if let value = record.value(of: field) { orderedIndexes[field]?.remove(value, row: row) }
+        }
+        for field in spatialIndexes.keys {
+            if let value = record.value(of: field) { spatialIndexes[field]?.remove(value, row: row) }
+        }
+        if tokenIndex != nil { tokenIndex?.remove(record.searchTokens(in: searchableFields), row: row) }
+    }
+}
+
+/// An inverted index: token → rows whose searchable text contains it.
+struct TokenIndex: Sendable {
+    private(set) var postings: [String: Postings] = [:]
+
+    mutating func insert(_ tokens: Set<String>, row: RowID) {
+        for token in tokens { postings[token, default: Postings()].insert(row) }
+    }
+
+    mutating func remove(_ tokens: Set<String>, row: RowID) {
+        for token in tokens {
+            postings[token]?.remove(row)
+            if postings[token]?.isEmpty == true { postings[token] = nil }
+        }
+    }
+
+    func rows(_ token: String) -> [RowID] { postings[token]?.rows ?? [] }
+    func count(_ token: String) -> Int { postings[token]?.count ?? 0 }
+}
