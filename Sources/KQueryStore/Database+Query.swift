@@ -258,9 +258,13 @@ extension Database {
 
     // MARK: Indexes on demand
 
+    private func buildsOnDemand(_ type: String) -> Bool {
+        indexPolicy == .automatic && schema == nil && (tables[type]?.count ?? 0) >= automaticIndexThreshold
+    }
+
     private func ensureHashIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
         if tables[type]?.hashIndexes[field] != nil { return true }
-        guard indexPolicy == .automatic, schema == nil else { return false }
+        guard buildsOnDemand(type) else { return false }
         tables[type]?.buildHashIndex(on: field)
         built.append("the equality index on \(field.name)")
         return true
@@ -268,7 +272,7 @@ extension Database {
 
     func ensureOrderedIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
         if tables[type]?.orderedIndexes[field] != nil { return true }
-        guard indexPolicy == .automatic, schema == nil else { return false }
+        guard buildsOnDemand(type) else { return false }
         tables[type]?.buildOrderedIndex(on: field)
         built.append("the range index on \(field.name)")
         return true
@@ -276,7 +280,7 @@ extension Database {
 
     private func ensureSpatialIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
         if tables[type]?.spatialIndexes[field] != nil { return true }
-        guard indexPolicy == .automatic, schema == nil else { return false }
+        guard buildsOnDemand(type) else { return false }
         tables[type]?.buildSpatialIndex(on: field)
         built.append("the spatial index on \(field.name)")
         return true
@@ -284,7 +288,7 @@ extension Database {
 
     private func ensureTokenIndex(type: String, built: inout [String]) -> Bool {
         if tables[type]?.tokenIndex != nil { return true }
-        guard indexPolicy == .automatic, schema == nil else { return false }
+        guard buildsOnDemand(type) else { return false }
         tables[type]?.buildTokenIndex()
         built.append("the token index")
         return true

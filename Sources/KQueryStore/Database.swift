@@ -29,6 +29,9 @@ public final class Database {
     }
 
     public var indexPolicy: IndexPolicy
+    /// Under automatic indexing, the fewest records a type needs before a query builds an index for
+    /// it: below this a scan costs less than building.
+    public var automaticIndexThreshold = 1_000
     /// Whether saving into a zone that does not exist creates it (otherwise it is an error).
     public var createsMissingZones = false
     /// The time saves stamp as `creationDate` and `modificationDate` (milliseconds since 1970).

@@ -46,6 +46,7 @@ public struct QueryPlan: Sendable, CustomStringConvertible {
         case .sortedWalk(let field):
             lines.append("  walk the range index on \(field.name) in sort order, stopping when the page is full")
         }
+        if case .empty = access { return lines.joined(separator: "\n") }
         if residual != .constant(true) {
             lines.append("  test each candidate: \(residual)")
         }

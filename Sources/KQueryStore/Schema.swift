@@ -178,6 +178,14 @@ extension Schema {
             throw SchemaViolation("Did not find record type: \(recordType)")
         }
         try type.check(condition)
+        try check(sortDescriptors: sortDescriptors, recordType: recordType)
+    }
+
+    /// Checks that every sort key is a field marked sortable (a LOCATION one for a distance sort).
+    public func check(sortDescriptors: [SortDescriptor], recordType: String) throws(SchemaViolation) {
+        guard let type = self[recordType] else {
+            throw SchemaViolation("Did not find record type: \(recordType)")
+        }
         for descriptor in sortDescriptors {
             switch descriptor.key {
             case .field(let field):

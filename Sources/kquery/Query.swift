@@ -1,5 +1,6 @@
 import ArgumentParser
 import KQuery
+import KQueryStore
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -9,11 +10,14 @@ import Foundation
 
 struct Query: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run a query over a records file and print the matching records in result order.",
+        abstract: "Run a query over a records file or a database and print the matching records in result order.",
         discussion: """
-            Exit status: 0 success, 1 invalid predicate (error with position and caret on stderr), \
-            2 bad file or flags. When --limit cuts the results, the cursor for the next page is printed \
-            on stderr as `next page: --cursor TOKEN`.
+            With --records the file is scanned and every match printed (unless --limit). With --db the \
+            database's indexes answer the query and results come in pages as from CloudKit: 100 records \
+            unless --limit, at most 200. --explain prints the plan instead of the records. \
+            Exit status: 0 success, 1 invalid predicate or a query the schema refuses (error with position \
+            and caret on stderr), 2 bad file or flags. When a page is cut, the cursor for the next page is \
+            printed on stderr as `next page: --cursor TOKEN`.
             """
     )
 
@@ -22,7 +26,13 @@ struct Query: ParsableCommand {
     }
 
     @Option(help: ArgumentHelp("Records as NDJSON or a JSON array (CloudKit Web Services form or shorthand).", valueName: "FILE"))
-    var records: String
+    var records: String?
+
+    @Option(help: ArgumentHelp("A database file (see kquery import).", valueName: "FILE"))
+    var db: String?
+
+    @Flag(help: "Print how the query would run (indexes, tests, order) instead of its records.")
+    var explain = false
 
     @Option(help: "The record type to query.")
     var type: String
@@ -55,6 +65,7 @@ struct Query: ParsableCommand {
 
     func validate() throws {
         if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
+        if (records == nil) == (db == nil) { throw ValidationError("give one of --records FILE or --db FILE") }
     }
 
     func run() throws {
@@ -69,23 +80,56 @@ struct Query: ParsableCommand {
                 throw ValidationError("--cursor: \(error.message)")
             }
         }
-        let loaded: [Record]
-        do {
-            loaded = try RecordFile.load(path: records)
-        } catch {
-            Terminal.writeError("error: \(error)")
-            throw ExitCode(2)
-        }
         let query = KQuery.Query(
             recordType: type, predicate: predicate, sortDescriptors: descriptors, resultsLimit: limit,
             zoneID: zone.map { ZoneID(zoneName: $0) },
             desiredKeys: desiredKeys.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) } })
         let result: QueryResult
-        do {
-            result = try query.perform(on: loaded, now: nowMilliseconds, cursor: resume)
-        } catch {
-            Terminal.writeError("error: \(error.message)")
-            throw ExitCode(2)
+        if let db {
+            let database = try StoreFiles.open(db)
+            if let schema = database.schema {
+                do {
+                    try schema.check(predicate, recordType: type)
+                } catch {
+                    Terminal.writeError(error.rendered(in: try predicateOptions.predicateText(), color: Terminal.colorOnStandardError))
+                    throw ExitCode(1)
+                }
+                do {
+                    try schema.check(sortDescriptors: descriptors, recordType: type)
+                } catch {
+                    Terminal.writeError("error: --sort: \(error.message)")
+                    throw ExitCode(1)
+                }
+            }
+            do {
+                if explain {
+                    print(try database.plan(query, now: nowMilliseconds))
+                    return
+                }
+                result = try database.perform(query, cursor: resume, now: nowMilliseconds)
+            } catch {
+                Terminal.writeError("error: \(error.message)")
+                throw ExitCode(error.kind == .invalidQuery ? 1 : 2)
+            }
+        } else {
+            let loaded = try StoreFiles.loadRecords(records ?? "")
+            if explain {
+                let database = Database(indexPolicy: .automatic)
+                do {
+                    try database.importRecords(loaded)
+                    print(try database.plan(query, now: nowMilliseconds))
+                } catch {
+                    Terminal.writeError("error: \(error.message)")
+                    throw ExitCode(2)
+                }
+                return
+            }
+            do {
+                result = try query.perform(on: loaded, now: nowMilliseconds, cursor: resume)
+            } catch {
+                Terminal.writeError("error: \(error.message)")
+                throw ExitCode(2)
+            }
         }
         Terminal.writeAll(RecordPrinter(format: format.printerFormat, color: Terminal.colorOnStandardOutput).render(result.records), to: 1)
         if let next = result.cursor {

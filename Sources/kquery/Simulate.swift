@@ -1,5 +1,6 @@
 import ArgumentParser
 import KQuery
+import KQueryStore
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -28,6 +29,9 @@ struct Simulate: ParsableCommand {
     @Option(help: ArgumentHelp("Records the store starts with (NDJSON or JSON array).", valueName: "FILE"))
     var records: String?
 
+    @Option(help: ArgumentHelp("A database file the store starts from (it is read, never written).", valueName: "FILE"))
+    var db: String?
+
     @Option(help: "The container identifier (ck.cid).")
     var container = "iCloud.com.example.app"
 
@@ -45,6 +49,10 @@ struct Simulate: ParsableCommand {
 
     @Flag(help: "Also fire query subscriptions when an update takes a record out of their results.")
     var reportLeaving = false
+
+    func validate() throws {
+        if records != nil, db != nil { throw ValidationError("give --records FILE or --db FILE, not both") }
+    }
 
     func run() throws {
         guard let environment = ContainerEnvironment(name: environment) else {
@@ -68,11 +76,27 @@ struct Simulate: ParsableCommand {
                 throw ExitCode(1)
             }
         }
-        var log = RecordChangeLog(records: try records.map(loadRecords) ?? [])
+        // The changes apply to an in-memory copy: a simulation never writes to the database file.
+        let store = Database(indexPolicy: .declared)
+        store.createsMissingZones = true
+        let stamp = clock
+        store.clock = { stamp }
+        do {
+            if let db {
+                let file = try StoreFiles.open(db)
+                try store.setSchema(file.schema)
+                try store.importRecords(file.allRecords)
+            } else if let records {
+                try store.importRecords(try StoreFiles.loadRecords(records))
+            }
+        } catch let error as DatabaseError {
+            Terminal.writeError("error: \(error.message)")
+            throw ExitCode(2)
+        }
         for (line, operation) in try readOperations() {
             let change: RecordChange
             do {
-                change = try log.apply(operation)
+                change = try store.save(operation)
             } catch {
                 Terminal.writeError("error: \(changes):\(line): \(error.message)")
                 throw ExitCode(1)
@@ -82,15 +106,6 @@ struct Simulate: ParsableCommand {
                 out += firing.payload(context: context).envelope.serialized + "\n"
             }
             Terminal.writeAll(out, to: 1)
-        }
-    }
-
-    private func loadRecords(_ path: String) throws -> [Record] {
-        do {
-            return try RecordFile.load(path: path)
-        } catch {
-            Terminal.writeError("error: \(error)")
-            throw ExitCode(2)
         }
     }
 

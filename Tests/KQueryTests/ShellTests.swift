@@ -116,7 +116,10 @@ struct ShellTests {
             "loaded 6 records (2 types)",
             "predicate: cuisine == \"french\" AND seats BETWEEN {10, 50}",
             #"filterBy:  [{"comparator":"EQUALS","fieldName":"cuisine","fieldValue":{"value":"french","type":"STRING"}},{"comparator":"GREATER_THAN_OR_EQUALS","fieldName":"seats","fieldValue":{"value":10,"type":"INT64"}},{"comparator":"LESS_THAN_OR_EQUALS","fieldName":"seats","fieldValue":{"value":50,"type":"INT64"}}]"#,
-            "plan:      full scan of 5 Restaurant records (no indexes yet)",
+            "plan:",
+            "  QUERY Restaurant (5 records)",
+            "    scan every record",
+            "    test each candidate: cuisine == \"french\" AND seats BETWEEN {10, 50}",
         ])
         let invalid = try session([".explain seats > 1 OR seats < 0"])
         #expect(invalid.status == 1)
@@ -194,16 +197,49 @@ struct ShellTests {
         #expect(run.standardError == "error: unknown command '.foo' (try .help)\n")
     }
 
-    @Test func notAvailableCommands() throws {
+    @Test func openKeepsTheRecordsInAFile() throws {
+        let holder = TemporaryDatabasePath()
+        let first = try session([
+            ".open \(holder.path)", ".load \(Self.records)",
+            #".save {"recordName": "p9", "recordType": "Restaurant", "fields": {"cuisine": "french", "seats": 12}}"#,
+            ".delete p1",
+        ])
+        #expect(first.status == 0, "\(first.standardError)")
+        #expect(lines(first.standardOutput) == [
+            "opened \(holder.path): 0 records (0 types)", "loaded 6 records (2 types) into \(holder.path)", "0 pushes", "0 pushes",
+        ])
+        let second = try session([".mode names", "Restaurant WHERE cuisine == 'french' SORT BY seats"], arguments: ["--db", holder.path])
+        #expect(second.status == 0, "\(second.standardError)")
+        #expect(lines(second.standardOutput).contains("p9"))
+        #expect(!lines(second.standardOutput).contains("p1"))
+        let missing = try session([".open /nonexistent-directory/x.db"])
+        #expect(missing.status == 1)
+        #expect(missing.standardError.hasPrefix("error: /nonexistent-directory/x.db: "))
+    }
+
+    @Test func schemaCommandDeclaresShowsAndDrops() throws {
+        let schemaFile = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-\(UUID().uuidString).ckdb").path
+        defer { try? FileManager.default.removeItem(atPath: schemaFile) }
+        try Data("""
+            DEFINE SCHEMA RECORD TYPE Restaurant (cuisine STRING QUERYABLE, seats NUMBER, name STRING, location LOCATION,
+                tags LIST<STRING>, score DOUBLE, opened TIMESTAMP, chef REFERENCE, blurb STRING);
+            RECORD TYPE Chef (name STRING, seats INT64);
+            """.utf8).write(to: URL(fileURLWithPath: schemaFile))
+        let run = try session([
+            ".load \(Self.records)", ".schema \(schemaFile)", ".fields Chef", ".mode names",
+            "Restaurant WHERE cuisine == 'french'", "Restaurant WHERE seats > 10", ".schema NONE", "Restaurant WHERE seats > 100",
+        ], arguments: ["--keep-going"])
+        #expect(run.status == 1)
+        #expect(lines(run.standardOutput).starts(with: ["loaded 6 records (2 types)", "schema declared: 2 record types", "name   STRING", "seats  INT64"]))
+        #expect(run.standardError.contains("error: 1:1: Field 'seats' is not marked sortable\n  seats > 10\n  ^~~~~"))
+        #expect(lines(run.standardOutput).contains("schema dropped"))
+    }
+
+    @Test func helpListsEveryCommand() throws {
         let help = try session([".help"])
         #expect(help.status == 0)
-        let run = try session([".open x"])
-        #expect(run.status == 1)
-        #expect(run.standardError == "error: .open is not available yet: the persistent store is not built\n")
         let helpLines = help.standardOutput.split(separator: "\n")
-        #expect(helpLines.contains { $0.hasPrefix(".open ") && $0.hasSuffix("(not available yet)") })
-        #expect(helpLines.filter { $0.hasSuffix("(not available yet)") }.count == 1, "\(help.standardOutput)")
-        for command in [".load", ".types", ".fields", ".profile", ".set", ".mode", ".sort", ".limit", ".timer", ".explain", ".quit", ".exit",
+        for command in [".load", ".open", ".schema", ".types", ".fields", ".profile", ".set", ".mode", ".sort", ".limit", ".timer", ".explain", ".quit", ".exit",
                         ".database", ".save", ".delete", ".subscribe", ".subscriptions", ".unsubscribe"] {
             #expect(helpLines.contains { $0.hasPrefix(command + " ") }, "\(command)")
         }

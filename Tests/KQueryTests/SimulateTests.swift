@@ -119,32 +119,3 @@ struct SimulateTests {
         #expect(try Condition(webServicesFilters: filters) == condition)
     }
 }
-
-@Suite("Record operations")
-struct RecordOperationTests {
-    @Test func saveRules() throws {
-        var log = RecordChangeLog()
-        let created = try log.apply(RecordOperation(kind: .create, record: Record(recordType: "T", recordName: "a", fields: ["x": .int64(1), "y": .int64(2)])))
-        guard case .created(let first) = created else { Issue.record("not a create"); return }
-        // update merges fields; replace replaces them; both need the current change tag unless forced.
-        var update = Record(recordType: "T", recordName: "a", fields: ["x": .int64(5)])
-        update.recordChangeTag = first.recordChangeTag
-        guard case .updated(_, let merged) = try log.apply(RecordOperation(kind: .update, record: update)) else { Issue.record("not an update"); return }
-        #expect(merged["x"] == .int64(5) && merged["y"] == .int64(2))
-        #expect(merged.recordChangeTag != first.recordChangeTag)
-        #expect(throws: SubscriptionError.self) { try log.apply(RecordOperation(kind: .update, record: update)) }
-        #expect(log.records[RecordID(recordName: "a")] == merged)
-        guard case .updated(_, let replaced) = try log.apply(RecordOperation(kind: .forceReplace, record: Record(recordType: "T", recordName: "a", fields: ["z": .int64(9)]))) else {
-            Issue.record("not a replace")
-            return
-        }
-        #expect(replaced.fields.count == 1)
-        #expect(throws: SubscriptionError.self) { try log.apply(RecordOperation(kind: .create, record: Record(recordType: "T", recordName: "a"))) }
-        guard case .deleted(let gone) = try log.apply(RecordOperation(kind: .forceDelete, record: Record(recordType: "T", recordName: "a"))) else {
-            Issue.record("not a delete")
-            return
-        }
-        #expect(gone == replaced)
-        #expect(log.records.isEmpty)
-    }
-}

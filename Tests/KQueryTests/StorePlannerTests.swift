@@ -35,6 +35,7 @@ struct StorePlannerTests {
     static func randomDatabase(_ rng: inout SplitMix, policy: Database.IndexPolicy) -> Database {
         let database = Database(indexPolicy: policy)
         database.createsMissingZones = true
+        database.automaticIndexThreshold = 0
         var records: [Record] = []
         for index in 0..<Int.random(in: 0...400, using: &rng) {
             var record = RandomData.record(&rng, index: index)

@@ -31,8 +31,7 @@ enum InteractiveShell {
     static let prompt = "kquery> "
     static let continuationPrompt = "...> "
 
-    static func run() -> Int32 {
-        let session = ShellSession(color: Terminal.colorOnStandardOutput)
+    static func run(_ session: ShellSession) -> Int32 {
         let errorColor = Terminal.colorOnStandardError
         installInterruptHandler()
         cedit_set_completion(complete)

@@ -31,7 +31,18 @@ struct Shell: ParsableCommand {
     @Flag(name: .customLong("keep-going"), help: "In a script, keep running after an error (exit 1 at the end).")
     var keepGoing = false
 
+    @Option(help: ArgumentHelp("Open this database file first (as .open FILE).", valueName: "FILE"))
+    var db: String?
+
     func run() throws {
+        let session = ShellSession(color: false)
+        if let db {
+            let reply = session.open(db)
+            if reply.failed {
+                Terminal.writeAll(reply.error, to: 2)
+                throw ExitCode(2)
+            }
+        }
         if let file {
             guard let data = FileManager.default.contents(atPath: file) else {
                 Terminal.writeError("error: cannot read script '\(file)'")
@@ -41,19 +52,19 @@ struct Shell: ParsableCommand {
             var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
             if text.hasSuffix("\n") { lines.removeLast() }
             var iterator = lines.makeIterator()
-            throw ExitCode(ShellRunner.runScript(next: { iterator.next() }, keepGoing: keepGoing))
+            throw ExitCode(ShellRunner.runScript(session, next: { iterator.next() }, keepGoing: keepGoing))
         }
         if isatty(0) == 1 {
-            throw ExitCode(InteractiveShell.run())
+            session.color = Terminal.colorOnStandardOutput
+            throw ExitCode(InteractiveShell.run(session))
         }
-        throw ExitCode(ShellRunner.runScript(next: { readLine(strippingNewline: true) }, keepGoing: keepGoing))
+        throw ExitCode(ShellRunner.runScript(session, next: { readLine(strippingNewline: true) }, keepGoing: keepGoing))
     }
 }
 
 /// Non-interactive: no prompt, no colour; stops at the first error unless `keepGoing`.
 enum ShellRunner {
-    static func runScript(next: () -> String?, keepGoing: Bool) -> Int32 {
-        let session = ShellSession(color: false)
+    static func runScript(_ session: ShellSession, next: () -> String?, keepGoing: Bool) -> Int32 {
         var assembler = LineAssembler()
         var failed = false
         while true {

@@ -1,4 +1,5 @@
 import KQuery
+import KQueryStore
 
 /// `.database`, `.subscribe`, `.subscriptions`, `.unsubscribe`, `.save` and `.delete`: the session's
 /// subscriptions and the record changes that fire them.
@@ -156,11 +157,10 @@ extension ShellSession {
     private func perform(_ operation: RecordOperation) -> ShellReply {
         let change: RecordChange
         do {
-            change = try changeLog.apply(operation)
+            change = try store.save(operation)
         } catch {
             return .failure(error.message)
         }
-        mirror(change)
         let firings = subscriptions.apply(change, now: now)
         let context = pushContext
         var out = ""

@@ -1,4 +1,5 @@
 import KQuery
+import KQueryStore
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -36,8 +37,10 @@ final class ShellSession {
 
     /// Whether output may carry ANSI colour (a terminal without NO_COLOR).
     var color: Bool
-    private(set) var records: [Record] = []
-    private var index: [RecordID: Int] = [:]
+    /// Where records live: in memory until `.open` (or `--db`) opens a database file. Indexes are
+    /// built the first time a query can use one. `.load`, `.save` and `.delete` go through it, with
+    /// CloudKit's save rules.
+    private(set) var store = ShellSession.memoryStore()
     private(set) var profile: PredicateProfile = .cloudkit
     private(set) var variables: [String: (constant: Constant, json: String)] = [:]
     private(set) var mode: Mode = .table
@@ -53,12 +56,15 @@ final class ShellSession {
     var subscriptions = SubscriptionSet(database: .public)
     /// The canonical predicate text of each query subscription, by ID (for `.subscriptions`).
     var subscriptionPredicates: [String: String] = [:]
-    /// The same records as `records`, with CloudKit's save rules: `.save` and `.delete` go through it
-    /// and each change is mirrored into `records` (`mirror(_:)`); `.load` rebuilds it.
-    var changeLog = RecordChangeLog()
 
     init(color: Bool = false) {
         self.color = color
+    }
+
+    static func memoryStore() -> Database {
+        let store = Database(indexPolicy: .automatic)
+        store.createsMissingZones = true
+        return store
     }
 
     // MARK: - Commands
@@ -67,9 +73,6 @@ final class ShellSession {
         var name: String
         var arguments: String
         var summary: String
-        var available: Bool = true
-        /// Why an unavailable command is unavailable.
-        var missing: String = ""
     }
 
     static let commands: [CommandInfo] = [
@@ -87,8 +90,8 @@ final class ShellSession {
         CommandInfo(name: ".explain", arguments: "[TYPE WHERE] PREDICATE", summary: "canonical form, Web Services filterBy and plan"),
         CommandInfo(name: ".quit", arguments: "", summary: "leave the shell (also .exit, Ctrl-D)"),
         CommandInfo(name: ".exit", arguments: "", summary: "leave the shell"),
-        CommandInfo(name: ".open", arguments: "FILE", summary: "open a persistent database", available: false,
-                    missing: "the persistent store is not built"),
+        CommandInfo(name: ".open", arguments: "FILE", summary: "open (or create) a database file; later .load, .save and .delete write to it"),
+        CommandInfo(name: ".schema", arguments: "[FILE | NONE]", summary: "show the schema, declare one from a CloudKit Schema Language file, or drop it"),
         CommandInfo(name: ".database", arguments: "public|private|shared", summary: "the database subscriptions and pushes belong to (alone: show it; switching clears subscriptions)"),
         CommandInfo(name: ".save", arguments: "JSON", summary: "create or replace a record (Web Services JSON or shorthand) and print the pushes it fires"),
         CommandInfo(name: ".delete", arguments: "NAME [ZONE]", summary: "delete a record and print the pushes it fires"),
@@ -122,6 +125,8 @@ final class ShellSession {
         case ".help": return help()
         case ".quit", ".exit": return ShellReply(stop: true)
         case ".load": return load(argument)
+        case ".open": return open(argument)
+        case ".schema": return schema(argument)
         case ".types": return types()
         case ".fields": return fields(argument)
         case ".profile": return setProfile(argument)
@@ -139,9 +144,6 @@ final class ShellSession {
         case ".subscriptions": return listSubscriptions(argument)
         case ".unsubscribe": return unsubscribe(argument)
         default:
-            if let info = Self.commands.first(where: { $0.name == name && !$0.available }) {
-                return .failure("\(info.name) is not available yet: \(info.missing)")
-            }
             return .failure("unknown command '\(name)' (try .help)")
         }
     }
@@ -152,7 +154,7 @@ final class ShellSession {
         var out = ""
         for info in Self.commands {
             let usage = info.arguments.isEmpty ? info.name : info.name + " " + info.arguments
-            let summary = info.summary + (info.available ? "" : " (not available yet)")
+            let summary = info.summary
             if usage.count > width {
                 out += usage + "\n" + String(repeating: " ", count: width + 2) + summary + "\n"
             } else {
@@ -164,61 +166,77 @@ final class ShellSession {
     }
 
     private func load(_ argument: String) -> ShellReply {
-        var path = argument.unquoted
+        let path = Self.expandingHome(argument.unquoted)
         guard !path.isEmpty else { return .failure("usage: .load FILE") }
-        if path.hasPrefix("~/"), let home = ProcessInfo.processInfo.environment["HOME"] {
-            path = home + path.dropFirst()
-        }
         let loaded: [Record]
         do {
             loaded = try RecordFile.load(path: path)
         } catch {
             return .failure("\(error)")
         }
-        var replaced = 0
-        for record in loaded {
-            if let existing = index[record.recordID] {
-                records[existing] = record
-                replaced += 1
-            } else {
-                index[record.recordID] = records.count
-                records.append(record)
-            }
+        let replaced = Set(loaded.map(\.recordID)).filter { store.record($0) != nil }.count
+        do {
+            try store.importRecords(loaded)
+        } catch {
+            return .failure("\(path): \(error.message)\(error.operationIndex.map { " (record \($0 + 1))" } ?? ""); nothing was loaded")
         }
         let typeCount = Set(loaded.map(\.recordType)).count
         var message = "loaded \(loaded.count) record\(loaded.count == 1 ? "" : "s") (\(typeCount) type\(typeCount == 1 ? "" : "s"))"
         if replaced > 0 { message += ", \(replaced) replaced" }
-        changeLog = RecordChangeLog(records: records)
+        if let path = store.path { message += " into \(path)" }
         return ShellReply(output: message + "\n")
     }
 
-    /// Applies a change made through `changeLog` to `records`, keeping the two in step.
-    func mirror(_ change: RecordChange) {
-        switch change {
-        case .created(let record), .updated(_, let record):
-            if let existing = index[record.recordID] {
-                records[existing] = record
-            } else {
-                index[record.recordID] = records.count
-                records.append(record)
-            }
-        case .deleted(let record):
-            guard let existing = index[record.recordID] else { return }
-            records.remove(at: existing)
-            index = [:]
-            for (position, kept) in records.enumerated() { index[kept.recordID] = position }
-        }
+    private static func expandingHome(_ path: String) -> String {
+        if path.hasPrefix("~/"), let home = ProcessInfo.processInfo.environment["HOME"] { return home + path.dropFirst() }
+        return path
     }
 
-    /// Record types in first-seen order, with counts.
-    var typeCounts: [(type: String, count: Int)] {
-        var counts: [String: Int] = [:]
-        var order: [String] = []
-        for record in records {
-            if counts[record.recordType] == nil { order.append(record.recordType) }
-            counts[record.recordType, default: 0] += 1
+    /// Opens (or creates) a database file as the session's store.
+    func open(_ argument: String) -> ShellReply {
+        let path = Self.expandingHome(argument.unquoted)
+        guard !path.isEmpty else { return .failure("usage: .open FILE") }
+        do {
+            let opened = try Database(path: path, indexPolicy: .automatic)
+            opened.createsMissingZones = true
+            store = opened
+        } catch {
+            return .failure(error.message)
         }
-        return order.sorted().map { ($0, counts[$0] ?? 0) }
+        let types = store.recordTypeNames.count
+        var message = "opened \(path): \(store.recordCount) record\(store.recordCount == 1 ? "" : "s") (\(types) type\(types == 1 ? "" : "s"))"
+        if store.schema != nil { message += ", with a schema" }
+        return ShellReply(output: message + "\n")
+    }
+
+    private func schema(_ argument: String) -> ShellReply {
+        let path = Self.expandingHome(argument.unquoted)
+        if path.isEmpty {
+            guard let schema = store.schema else { return ShellReply(output: "no schema: every record and query is allowed\n") }
+            return ShellReply(output: schema.text)
+        }
+        var declared: Schema?
+        if path.uppercased() != "NONE" {
+            guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
+                return .failure("\(path): cannot read file")
+            }
+            do {
+                declared = try Schema(text: text)
+            } catch {
+                return .failure("\(path):\(error.line):\(error.column): \(error.message)")
+            }
+        }
+        do {
+            try store.setSchema(declared)
+        } catch {
+            return .failure(error.message)
+        }
+        return ShellReply(output: declared == nil ? "schema dropped\n" : "schema declared: \(declared?.recordTypes.count ?? 0) record types\n")
+    }
+
+    /// Record types with records, sorted, with counts.
+    var typeCounts: [(type: String, count: Int)] {
+        store.recordTypeNames.map { ($0, store.records(ofType: $0).count) }
     }
 
     private func types() -> ShellReply {
@@ -231,10 +249,12 @@ final class ShellSession {
     /// Field names of `type` (all types when nil), sorted, with the Web Services types seen.
     func observedFields(of type: String?) -> [(name: String, types: [String])] {
         var seen: [String: [String]] = [:]
-        for record in records where type == nil || record.recordType == type {
-            for (key, value) in record.fields {
-                let typeName = value.typeName
-                if !(seen[key.name]?.contains(typeName) ?? false) { seen[key.name, default: []].append(typeName) }
+        for recordType in type.map({ [$0] }) ?? store.recordTypeNames {
+            for record in store.records(ofType: recordType) {
+                for (key, value) in record.fields {
+                    let typeName = value.typeName
+                    if !(seen[key.name]?.contains(typeName) ?? false) { seen[key.name, default: []].append(typeName) }
+                }
             }
         }
         return seen.keys.sorted().map { ($0, seen[$0] ?? []) }
@@ -242,7 +262,14 @@ final class ShellSession {
 
     private func fields(_ argument: String) -> ShellReply {
         guard !argument.isEmpty, !argument.contains(" ") else { return .failure("usage: .fields TYPE") }
-        guard records.contains(where: { $0.recordType == argument }) else {
+        if let declared = store.schema?[argument] {
+            let width = declared.fields.map(\.field.name.count).max() ?? 0
+            return ShellReply(output: declared.fields.map { field in
+                let marks = FieldSchema.Indexes.keywords.filter { field.indexes.contains($0.index) }.map(\.keyword)
+                return field.field.name.padded(to: width) + "  " + ([field.type.description] + marks).joined(separator: " ") + "\n"
+            }.joined())
+        }
+        guard !store.records(ofType: argument).isEmpty else {
             return .failure("no records of type '\(argument)' are loaded")
         }
         let fields = observedFields(of: argument)
@@ -358,23 +385,49 @@ final class ShellSession {
         case .success(let validated): predicate = validated
         case .failure(let error): return ShellReply(error: error.message + "\n", failed: true)
         }
-        let query = KQuery.Query(recordType: parsed.recordType, predicate: predicate,
-                                 sortDescriptors: parsed.sort ?? defaultSort, resultsLimit: parsed.limit ?? defaultLimit)
+        if let error = schemaError(predicate, text: parsed.predicate, recordType: parsed.recordType, sort: parsed.sort ?? defaultSort) {
+            return ShellReply(error: error + "\n", failed: true)
+        }
+        let wanted = parsed.limit ?? defaultLimit
+        var query = KQuery.Query(recordType: parsed.recordType, predicate: predicate, sortDescriptors: parsed.sort ?? defaultSort)
         let clock = ContinuousClock()
         let start = clock.now
-        let result: QueryResult
-        do {
-            result = try query.perform(on: records, now: now)
-        } catch {
-            return .failure(error.message)
-        }
+        var records: [Record] = []
+        var cursor: QueryCursor?
+        // Pages of at most 200 (as from CloudKit), until the limit or the end.
+        repeat {
+            query.resultsLimit = min(Database.maximumResultsLimit, (wanted ?? Int.max) - records.count)
+            do {
+                let page = try store.perform(query, cursor: cursor, now: now)
+                records += page.records
+                cursor = page.cursor
+            } catch {
+                return .failure(error.message)
+            }
+        } while cursor != nil && records.count < (wanted ?? Int.max)
         let elapsed = clock.now - start
-        var reply = ShellReply(output: RecordPrinter(format: mode.printerFormat, color: color).render(result.records))
+        var reply = ShellReply(output: RecordPrinter(format: mode.printerFormat, color: color).render(records))
         if timer { reply.output += "Run Time: real \(Self.seconds(elapsed))\n" }
-        if !records.isEmpty, !records.contains(where: { $0.recordType == parsed.recordType }) {
+        if store.recordCount > 0, store.records(ofType: parsed.recordType).isEmpty {
             reply.error = "note: no records of type '\(parsed.recordType)' are loaded\n"
         }
         return reply
+    }
+
+    /// The schema's objection to a query (rendered with a caret when it is about the predicate).
+    private func schemaError(_ predicate: ValidatedPredicate, text: String, recordType: String, sort: [SortDescriptor]) -> String? {
+        guard let schema = store.schema else { return nil }
+        do {
+            try schema.check(predicate, recordType: recordType)
+        } catch {
+            return error.rendered(in: text, color: color)
+        }
+        do {
+            try schema.check(sortDescriptors: sort, recordType: recordType)
+        } catch {
+            return "error: SORT BY: \(error.message)"
+        }
+        return nil
     }
 
     /// `0.001234`: seconds with six decimals.
@@ -389,10 +442,11 @@ final class ShellSession {
         guard !argument.isEmpty else { return .failure("usage: .explain [TYPE WHERE] PREDICATE") }
         var recordType: String?
         var text = argument
-        if let parsed = try? QueryLine(argument),
-           parsed.hasWhere || records.contains(where: { $0.recordType == parsed.recordType }) {
+        var sort: [SortDescriptor] = defaultSort
+        if let parsed = try? QueryLine(argument), parsed.hasWhere || !store.records(ofType: parsed.recordType).isEmpty {
             recordType = parsed.recordType
             text = parsed.predicate
+            sort = parsed.sort ?? defaultSort
         }
         let predicate: ValidatedPredicate
         switch validate(text) {
@@ -405,11 +459,18 @@ final class ShellSession {
         } catch {
             out += "filterBy:  none (\(error.message))\n"
         }
-        if let recordType {
-            let count = records.reduce(0) { $0 + ($1.recordType == recordType ? 1 : 0) }
-            out += "plan:      full scan of \(count) \(recordType) record\(count == 1 ? "" : "s") (no indexes yet)\n"
-        } else {
-            out += "plan:      full scan of the records of the queried type (no indexes yet; \(records.count) loaded)\n"
+        guard let recordType else {
+            out += "plan:      give TYPE WHERE PREDICATE to see the plan\n"
+            return ShellReply(output: out)
+        }
+        if let error = schemaError(predicate, text: text, recordType: recordType, sort: sort) {
+            return ShellReply(output: out, error: error + "\n", failed: true)
+        }
+        do {
+            let plan = try store.plan(KQuery.Query(recordType: recordType, predicate: predicate, sortDescriptors: sort), now: now)
+            out += "plan:\n" + plan.description.split(separator: "\n").map { "  " + $0 + "\n" }.joined()
+        } catch {
+            return ShellReply(output: out, error: "error: \(error.message)\n", failed: true)
         }
         return ShellReply(output: out)
     }
