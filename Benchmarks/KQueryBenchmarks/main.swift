@@ -2,6 +2,7 @@ import Benchmark
 import GRDB
 import Foundation
 import KQuery
+import KQueryStore
 
 #if canImport(Glibc)
 import Glibc
@@ -35,12 +36,14 @@ var lcg = Lcg()
 let records: [KQuery.Record] = (0..<recordCount).map { i in
     let price = Int64(lcg.next() % 100_001)
     let artist = "artist\(lcg.next() % 100)"
-    let description = (0..<6).map { _ in words[Int(lcg.next() % UInt64(words.count))] }.joined(separator: " ")
+    // Six common words and one rare one (about 200 records each), for selective token searches.
+    let description = (0..<6).map { _ in words[Int(lcg.next() % UInt64(words.count))] }.joined(separator: " ") + " w\(lcg.next() % 5_000)"
     let latitude = 48.0 + Double(lcg.next() % 2_000_000) / 1_000_000
     let longitude = 2.0 + Double(lcg.next() % 2_000_000) / 1_000_000
     return Record(recordType: "Artwork", recordName: "art-\(i)", fields: [
         "price": .int64(price), "artist": .string(artist), "description": .string(description),
         "location": .location(Location(latitude: latitude, longitude: longitude)), "year": .int64(1900 + Int64(lcg.next() % 125)),
+        "collector": .string("collector\(lcg.next() % 2_000)"),
     ])
 }
 let bytesPerRecord = Double(residentBytes() - residentBefore) / Double(recordCount)
@@ -48,13 +51,18 @@ print("records: \(recordCount), memory (RSS) per loaded record: \(Int(bytesPerRe
 
 let database = try DatabaseQueue()
 try database.write { db in
-    try db.execute(sql: "CREATE TABLE artwork (recordName TEXT PRIMARY KEY, price INTEGER, artist TEXT, description TEXT, latitude REAL, longitude REAL, year INTEGER)")
-    let insert = try db.makeStatement(sql: "INSERT INTO artwork VALUES (?, ?, ?, ?, ?, ?, ?)")
+    try db.execute(sql: "CREATE TABLE artwork (recordName TEXT PRIMARY KEY, price INTEGER, artist TEXT, description TEXT, latitude REAL, longitude REAL, year INTEGER, collector TEXT)")
+    try insertRows(db)
+}
+
+/// The benchmark rows as SQL rows, as an application would store them.
+func insertRows(_ db: GRDB.Database) throws {
+    let insert = try db.makeStatement(sql: "INSERT INTO artwork VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
     for record in records {
         guard case .int64(let price)? = record["price"], case .string(let artist)? = record["artist"],
               case .string(let description)? = record["description"], case .location(let location)? = record["location"],
-              case .int64(let year)? = record["year"] else { continue }
-        try insert.execute(arguments: [record.recordID.recordName, price, artist, description, location.latitude, location.longitude, year])
+              case .int64(let year)? = record["year"], case .string(let collector)? = record["collector"] else { continue }
+        try insert.execute(arguments: [record.recordID.recordName, price, artist, description, location.latitude, location.longitude, year, collector])
     }
 }
 
@@ -98,15 +106,134 @@ let suite = BenchmarkSuite(name: "KQuery") { suite in
     }
 }
 
+// MARK: Store
+
+// The same rows in a KQuery database with its indexes declared, and in SQLite with the matching
+// indexes (B-tree on collector and price, an FTS5 table on description).
+nonisolated(unsafe) let store = KQueryStore.Database(indexPolicy: .declared)
+try store.importRecords(records)
+let indexStart = Date()
+for (field, index) in [("collector", FieldSchema.Indexes.queryable), ("price", .sortable), ("description", .searchable), ("location", .queryable)] {
+    try store.declareIndex(IndexDeclaration(recordType: "Artwork", field: .user(FieldKey(field)), index: index))
+}
+print("KQuery indexes (equality, range, token, spatial) built in \(String(format: "%.1f", Date().timeIntervalSince(indexStart))) s")
+try database.write { db in
+    try db.execute(sql: "CREATE INDEX artwork_collector ON artwork(collector)")
+    try db.execute(sql: "CREATE INDEX artwork_price ON artwork(price)")
+    try db.execute(sql: "CREATE VIRTUAL TABLE artwork_fts USING fts5(description)")
+    try db.execute(sql: "INSERT INTO artwork_fts(rowid, description) SELECT rowid, description FROM artwork")
+}
+
+struct ArtworkRow { var recordName: String; var price: Int64; var artist: String; var description: String; var latitude: Double; var longitude: Double; var year: Int64; var collector: String }
+/// Fetches whole rows, as `perform` returns whole records.
+func sqliteRows(_ sql: String, _ arguments: StatementArguments) throws -> [ArtworkRow] {
+    try database.read { db in
+        var rows: [ArtworkRow] = []
+        let cursor = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+        while let row = try cursor.next() {
+            rows.append(ArtworkRow(recordName: row[0], price: row[1], artist: row[2], description: row[3], latitude: row[4], longitude: row[5], year: row[6], collector: row[7]))
+        }
+        return rows
+    }
+}
+let columns = "a.recordName, a.price, a.artist, a.description, a.latitude, a.longitude, a.year, a.collector"
+
+/// Every match of `query`, page by page with cursors (200 a page), as a CloudKit client reads them.
+func allPages(_ query: KQuery.Query) throws -> [KQuery.Record] {
+    var paged = query
+    paged.resultsLimit = KQueryStore.Database.maximumResultsLimit
+    var records: [KQuery.Record] = []
+    var cursor: QueryCursor?
+    repeat {
+        let page = try store.perform(paged, cursor: cursor, now: 0)
+        records += page.records
+        cursor = page.cursor
+    } while cursor != nil
+    return records
+}
+
+let collectorQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("collector == 'collector123'"))
+let priceQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("price BETWEEN {50000, 50049}"))
+let tokenQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("ALL tokenize('harbour w123', 'Cdl') IN allTokens"))
+let radiusQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(location, location(49.0, 3.0)) < 3200"))
+let radiusScan = CompiledPredicate(radiusQuery.predicate.condition)
+
+// The two sides must agree before they are timed.
+let checks: [(String, Int, Int)] = [
+    ("equality", try allPages(collectorQuery).count, try sqliteRows("SELECT \(columns) FROM artwork a WHERE collector = ?", ["collector123"]).count),
+    ("range", try allPages(priceQuery).count, try sqliteRows("SELECT \(columns) FROM artwork a WHERE price BETWEEN ? AND ?", [50000, 50049]).count),
+    ("token", try allPages(tokenQuery).count, try sqliteRows("SELECT \(columns) FROM artwork_fts f JOIN artwork a ON a.rowid = f.rowid WHERE artwork_fts MATCH ?", ["harbour AND w123"]).count),
+    ("radius", try allPages(radiusQuery).count, count(radiusScan, in: records)),
+]
+for (name, kquery, other) in checks {
+    precondition(kquery == other, "\(name): KQuery found \(kquery), the reference \(other)")
+    print("\(name) query: \(kquery) results")
+}
+print(try store.plan(collectorQuery, now: 0))
+print(try store.plan(tokenQuery, now: 0))
+print(try store.plan(radiusQuery, now: 0))
+
+let storeSuite = BenchmarkSuite(name: "Store") { suite in
+    suite.benchmark("equality: KQuery collector == 'collector123', all pages", settings: TimeUnit(.us)) {
+        consume(try allPages(collectorQuery))
+    }
+    suite.benchmark("equality: SQLite indexed, same rows", settings: TimeUnit(.us)) {
+        consume(try sqliteRows("SELECT \(columns) FROM artwork a WHERE collector = ?", ["collector123"]))
+    }
+    suite.benchmark("range: KQuery price BETWEEN {50000, 50049}, all pages", settings: TimeUnit(.us)) {
+        consume(try allPages(priceQuery))
+    }
+    suite.benchmark("range: SQLite indexed, same rows", settings: TimeUnit(.us)) {
+        consume(try sqliteRows("SELECT \(columns) FROM artwork a WHERE price BETWEEN ? AND ?", [50000, 50049]))
+    }
+    suite.benchmark("token: KQuery ALL tokenize('harbour w123'), all pages", settings: TimeUnit(.us)) {
+        consume(try allPages(tokenQuery))
+    }
+    suite.benchmark("token: SQLite FTS5 'harbour AND w123', same rows", settings: TimeUnit(.us)) {
+        consume(try sqliteRows("SELECT \(columns) FROM artwork_fts f JOIN artwork a ON a.rowid = f.rowid WHERE artwork_fts MATCH ?", ["harbour AND w123"]))
+    }
+    suite.benchmark("radius: KQuery < 3.2 km with the spatial index, all pages", settings: TimeUnit(.us)) {
+        consume(try allPages(radiusQuery))
+    }
+    suite.benchmark("radius: KQuery full scan, same predicate", settings: TimeUnit(.ms)) {
+        consume(count(radiusScan, in: records))
+    }
+}
+
 // BENCH_FILTER (a regular expression over benchmark names) runs a subset, e.g. under a profiler.
 var settings: [any BenchmarkSetting] = [MinTime(seconds: 2), WarmupIterations(1), TimeUnit(.ms)]
 if let filter = getenv("BENCH_FILTER").flatMap({ String(validatingCString: $0) }) { settings.append(Filter(filter)) }
 // The record suite runs first, before a million subscriptions take gigabytes of memory and
 // disturb its caches; the subscription suite runs after they are built.
 var results: [BenchmarkResult] = []
-var recordRunner = BenchmarkRunner(suites: [suite], settings: settings)
+var recordRunner = BenchmarkRunner(suites: [suite, storeSuite], settings: settings)
 try recordRunner.run()
 results += recordRunner.results
+
+// MARK: Import into a file
+
+/// Seconds to run `body` once.
+func timeOnce(_ body: () throws -> Void) rethrows -> Double {
+    let start = Date()
+    try body()
+    return Date().timeIntervalSince(start)
+}
+let importDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-bench-\(getpid())")
+try FileManager.default.createDirectory(at: importDirectory, withIntermediateDirectories: true)
+let kqueryImportSeconds = try timeOnce {
+    let file = try KQueryStore.Database(path: importDirectory.appendingPathComponent("kquery.db").path)
+    try file.importRecords(records)
+}
+let sqliteImportSeconds = try timeOnce {
+    var configuration = Configuration()
+    configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+    let file = try DatabaseQueue(path: importDirectory.appendingPathComponent("sqlite.db").path, configuration: configuration)
+    try file.write { db in
+        try db.execute(sql: "CREATE TABLE artwork (recordName TEXT PRIMARY KEY, price INTEGER, artist TEXT, description TEXT, latitude REAL, longitude REAL, year INTEGER, collector TEXT)")
+        try insertRows(db)
+    }
+}
+try? FileManager.default.removeItem(at: importDirectory)
 
 // MARK: Subscriptions
 
@@ -203,6 +330,19 @@ print("scan \(recordCount) records: KQuery \(figure(kquery / 1e6)) ms, SQLite \(
 print("distance predicate: \(figure(median("scan: KQuery distance") / Double(recordCount))) ns/record")
 print("token predicate: \(figure(median("scan: KQuery ALL") / Double(recordCount))) ns/record")
 print("memory (RSS) per loaded record: \(Int(bytesPerRecord)) bytes")
+for (name, kqueryName, sqliteName) in [
+    ("equality (\(checks[0].1) results)", "equality: KQuery", "equality: SQLite"),
+    ("range (\(checks[1].1) results)", "range: KQuery", "range: SQLite"),
+    ("token (\(checks[2].1) results)", "token: KQuery", "token: SQLite"),
+] {
+    let ours = median(kqueryName)
+    let theirs = median(sqliteName)
+    print("\(name): KQuery \(figure(ours / 1000)) us, SQLite \(figure(theirs / 1000)) us, KQuery is \(figure(theirs / ours, "%.2f"))x faster")
+}
+let radiusIndexed = median("radius: KQuery < 3.2")
+let radiusFull = median("radius: KQuery full scan")
+print("radius (\(checks[3].1) results): spatial index \(figure(radiusIndexed / 1000)) us, full scan \(figure(radiusFull / 1e6)) ms, \(figure(radiusFull / radiusIndexed, "%.0f"))x faster")
+print("import \(recordCount) records into a file: KQuery \(figure(Double(recordCount) / kqueryImportSeconds, "%.0f")) records/s (\(figure(kqueryImportSeconds, "%.1f")) s), SQLite bulk insert \(figure(Double(recordCount) / sqliteImportSeconds, "%.0f")) rows/s (\(figure(sqliteImportSeconds, "%.1f")) s)")
 
 @MainActor func percentile(_ name: String, _ fraction: Double) -> Double {
     let values = (results.first { $0.benchmarkName.hasPrefix(name) }?.measurements ?? [.nan]).sorted()

@@ -26,8 +26,47 @@ extension Database {
         var paged = query
         paged.resultsLimit = min(max(query.resultsLimit ?? Self.defaultResultsLimit, 1), Self.maximumResultsLimit)
         let plan = makePlan(paged, now: now)
-        var hits = execute(plan, paged, cursor: cursor, now: now)
-        return paged.page(of: &hits)
+        guard let table = tables[paged.recordType] else { return QueryResult(records: [], cursor: nil) }
+        var hits = execute(plan, paged, in: table, cursor: cursor, now: now)
+        return page(of: &hits, paged, in: table)
+    }
+
+    /// A match: its sort values and where its record is in the table. Records are copied only for
+    /// the page returned.
+    struct Hit {
+        var values: [FieldValue?]
+        var position: Int
+    }
+
+    /// Sorts the matches, cuts the page, and copies out its records.
+    private func page(of hits: inout [Hit], _ query: Query, in table: RecordTable) -> QueryResult {
+        let descriptors = query.sortDescriptors
+        table.records.withUnsafeBufferPointer { records in
+            hits.sort { a, b in
+                SortOrder.compare(a.values, records[a.position].recordID, b.values, records[b.position].recordID, descriptors) < 0
+            }
+        }
+        let limit = query.resultsLimit ?? Self.defaultResultsLimit
+        var cursor: QueryCursor?
+        if hits.count > limit {
+            hits.removeSubrange(limit...)
+            let last = hits[limit - 1]
+            cursor = QueryCursor(fingerprint: query.fingerprint, position: SortKey(values: last.values, recordID: table.records[last.position].recordID))
+        }
+        var records = hits.map { table.records[$0.position] }
+        query.applyDesiredKeys(to: &records)
+        return QueryResult(records: records, cursor: cursor)
+    }
+
+    /// How many records match `query` (all of them, not one page), using the same plans as `perform`.
+    public func count(_ query: Query, now: Int64) throws(DatabaseError) -> Int {
+        try check(query)
+        var unsorted = query
+        unsorted.sortDescriptors = []
+        guard let table = tables[query.recordType] else { return 0 }
+        var matches = 0
+        _ = execute(makePlan(unsorted, now: now), unsorted, in: table, cursor: nil, now: now) { _ in matches += 1 }
+        return matches
     }
 
     /// The plan `perform` would use, without running it (it may build an index, under automatic
@@ -296,13 +335,27 @@ extension Database {
 
     // MARK: Execution
 
-    private func execute(_ plan: QueryPlan, _ query: Query, cursor: QueryCursor?, now: Int64) -> [(key: SortKey, record: Record)] {
-        guard let table = tables[query.recordType] else { return [] }
+    /// Runs a plan, collecting every match after the cursor with its sort key; with `counting`, hands
+    /// each match to it instead and collects nothing.
+    private func execute(
+        _ plan: QueryPlan, _ query: Query, in table: RecordTable, cursor: QueryCursor?, now: Int64,
+        counting: ((UnsafePointer<Record>) -> Void)? = nil
+    ) -> [Hit] {
+        table.records.withUnsafeBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { return [] }
+            return execute(plan, query, in: table, base: base, cursor: cursor, now: now, counting: counting)
+        }
+    }
+
+    private func execute(
+        _ plan: QueryPlan, _ query: Query, in table: RecordTable, base: UnsafePointer<Record>, cursor: QueryCursor?, now: Int64,
+        counting: ((UnsafePointer<Record>) -> Void)?
+    ) -> [Hit] {
         let residual = CompiledPredicate(plan.residual)
         let descriptors = query.sortDescriptors
         let searchable = table.searchableFields
         let zone = query.zoneID
-        var hits: [(key: SortKey, record: Record)] = []
+        var hits: [Hit] = []
 
         /// Adds the record if it is in scope, passes the residual test and lies after the cursor.
         @discardableResult
@@ -312,9 +365,15 @@ extension Database {
                 var context = EvaluationContext(now: now, searchableFields: searchable)
                 guard residual.matches(record, in: &context) else { return false }
             }
-            let key = SortKey(record.pointee, descriptors)
-            if let cursor, SortOrder.compare(key, cursor.position, descriptors) <= 0 { return false }
-            hits.append((key, record.pointee))
+            if let counting {
+                counting(record)
+                return true
+            }
+            let values = descriptors.isEmpty ? [] : descriptors.map { $0.sortValue(of: record.pointee) }
+            if let cursor, SortOrder.compare(values, record.pointee.recordID, cursor.position.values, cursor.position.recordID, descriptors) <= 0 {
+                return false
+            }
+            hits.append(Hit(values: values, position: record - base))
             return true
         }
 
@@ -322,9 +381,8 @@ extension Database {
         case .empty:
             break
         case .scan:
-            table.records.withUnsafeBufferPointer { buffer in
-                guard let base = buffer.baseAddress else { return }
-                residual.forEachMatch(in: buffer, now: now, searchableFields: searchable) { consider(base + $0, tested: true) }
+            residual.forEachMatch(in: UnsafeBufferPointer(start: base, count: table.count), now: now, searchableFields: searchable) {
+                consider(base + $0, tested: true)
             }
         case .probes(let probes):
             var rows = self.rows(of: probes[0], in: table)

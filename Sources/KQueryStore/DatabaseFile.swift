@@ -2,12 +2,18 @@ import KQuery
 
 import GRDB
 
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
 /// The SQLite file behind a persistent `Database`: the durable copy, written one transaction per
 /// save and read once at open.
 ///
 /// Tables: `kquery_meta` (format version, next change tag, schema text, declared indexes),
-/// `zones`, and `records`, one row per record with its CloudKit Web Services JSON, so the file is
-/// readable with any SQLite tool. The rollback journal makes each write all-or-nothing, and
+/// `zones`, and `records`, one row per record: its ID and type as columns, the record itself in
+/// `RecordCoding`'s binary form. The rollback journal makes each write all-or-nothing, and
 /// `synchronous = FULL` makes a committed save survive a power cut.
 final class DatabaseFile {
     static let formatVersion = "1"
@@ -41,7 +47,7 @@ final class DatabaseFile {
                     CREATE TABLE IF NOT EXISTS zones (zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, PRIMARY KEY (zoneName, ownerName));
                     CREATE TABLE IF NOT EXISTS records (
                         zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, recordName TEXT NOT NULL,
-                        recordType TEXT NOT NULL, body TEXT NOT NULL,
+                        recordType TEXT NOT NULL, body BLOB NOT NULL,
                         PRIMARY KEY (zoneName, ownerName, recordName)) WITHOUT ROWID;
                     INSERT OR IGNORE INTO kquery_meta (key, value) VALUES ('format', '\(Self.formatVersion)');
                     """)
@@ -81,10 +87,12 @@ final class DatabaseFile {
                 }
                 let cursor = try Row.fetchCursor(db, sql: "SELECT recordName, body FROM records")
                 while let row = try cursor.next() {
-                    let body: String = row["body"]
-                    do {
-                        contents.records.append(try KQuery.Record(json: JSON.parse(body)))
-                    } catch {
+                    let body = row.dataNoCopy(atIndex: 1) ?? Data()
+                    let decoded = body.withUnsafeBytes { bytes in Result { () throws(RecordDecodingError) in try RecordCoding.decode(bytes) } }
+                    switch decoded {
+                    case .success(let record):
+                        contents.records.append(record)
+                    case .failure(let error):
                         let name: String = row["recordName"]
                         throw DatabaseError(.storage, "\(path): record '\(name)' is corrupt: \(error)")
                     }
@@ -111,7 +119,7 @@ final class DatabaseFile {
                     switch change {
                     case .created(let record), .updated(_, let record):
                         let id = record.recordID
-                        try upsert.execute(arguments: [id.zoneID.zoneName, id.zoneID.ownerName, id.recordName, record.recordType, record.json().serialized])
+                        try upsert.execute(arguments: [id.zoneID.zoneName, id.zoneID.ownerName, id.recordName, record.recordType, Data(RecordCoding.encode(record))])
                     case .deleted(let record):
                         let id = record.recordID
                         try delete.execute(arguments: [id.zoneID.zoneName, id.zoneID.ownerName, id.recordName])

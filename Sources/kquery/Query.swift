@@ -106,6 +106,11 @@ struct Query: ParsableCommand {
                     print(try database.plan(query, now: nowMilliseconds))
                     return
                 }
+                if format == .count, resume == nil {
+                    // Every match, not one page's.
+                    print(try database.count(query, now: nowMilliseconds))
+                    return
+                }
                 result = try database.perform(query, cursor: resume, now: nowMilliseconds)
             } catch {
                 Terminal.writeError("error: \(error.message)")

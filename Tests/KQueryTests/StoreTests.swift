@@ -403,3 +403,59 @@ struct DatabaseQueryTests {
         #expect(!plan.description.contains("build"))
     }
 }
+
+@Suite("Database: record encoding")
+struct RecordCodingTests {
+    static func richRecord(_ rng: inout SplitMix, index: Int) -> Record {
+        var record = RandomData.record(&rng, index: index)
+        record.recordID.zoneID = ZoneID(zoneName: "Zone \(index % 3)", ownerName: "_owner\(index % 2)")
+        record["blob"] = .bytes((0..<Int.random(in: 0...40, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) })
+        record["asset"] = .assetID("asset-\(index)")
+        record["place"] = .location(Location(latitude: -33.9, longitude: 151.2, altitude: 12, horizontalAccuracy: 5, verticalAccuracy: nil,
+                                             course: 90, speed: nil, timestamp: Bool.random(using: &rng) ? 1_700_000_000_000 : nil))
+        record["owner"] = .reference(Reference(recordID: RecordID(recordName: "u\(index)", zoneID: ZoneID(zoneName: "Z")), action: .deleteSelf))
+        record["scores"] = .list(.double, [.double(1.5), .double(-0.0), .double(.infinity)])
+        record["empty"] = .list(.int64, [])
+        record["text"] = .string("naïve café 🎨 \u{0}")
+        if Bool.random(using: &rng) {
+            record.creationDate = 1_600_000_000_000
+            record.creatorUserRecordName = "_creator"
+        }
+        if Bool.random(using: &rng) { record.modificationDate = 1_700_000_000_000 }
+        if Bool.random(using: &rng) { record.lastModifiedUserRecordName = "_modifier" }
+        if Bool.random(using: &rng) { record.recordChangeTag = "kq\(index)" }
+        return record
+    }
+
+    @Test func recordsSurviveEncoding() throws {
+        var rng = SplitMix(seed: 7)
+        for index in 0..<500 {
+            let record = Self.richRecord(&rng, index: index)
+            let bytes = RecordCoding.encode(record)
+            let decoded = try bytes.withUnsafeBytes { try RecordCoding.decode($0) }
+            #expect(decoded == record)
+            // Reference equality ignores the action, so check it apart.
+            if case .reference(let reference)? = decoded["owner"] { #expect(reference.action == .deleteSelf) } else { Issue.record("no reference") }
+        }
+    }
+
+    @Test func corruptBytesAreErrorsNotCrashes() {
+        var rng = SplitMix(seed: 11)
+        var failures = 0
+        for index in 0..<2_000 {
+            var bytes = RecordCoding.encode(Self.richRecord(&rng, index: index))
+            switch index % 3 {
+            case 0: bytes.removeLast(Int.random(in: 1...bytes.count, using: &rng))
+            case 1: for _ in 0..<4 { bytes[Int.random(in: 0..<bytes.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng) }
+            default: bytes.append(contentsOf: [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01])
+            }
+            do {
+                _ = try bytes.withUnsafeBytes { try RecordCoding.decode($0) }
+            } catch {
+                failures += 1
+            }
+        }
+        // Truncation and trailing garbage always fail; random byte changes usually do.
+        #expect(failures > 1_333)
+    }
+}

@@ -59,6 +59,11 @@ public struct QueryResult: Sendable {
     public var records: [Record]
     /// nil when this page is the last.
     public var cursor: QueryCursor?
+
+    public init(records: [Record], cursor: QueryCursor?) {
+        self.records = records
+        self.cursor = cursor
+    }
 }
 
 /// A continuation marker: the position of the last record returned, in the query's order.
@@ -155,13 +160,17 @@ extension Query {
             records.removeSubrange(limit...)
             cursor = QueryCursor(fingerprint: fingerprint, position: matches[limit - 1].key)
         }
-        if let desiredKeys {
-            for index in records.indices {
-                var fields = Fields()
-                for name in desiredKeys { fields[name] = records[index].fields[name] }
-                records[index].fields = fields
-            }
-        }
+        applyDesiredKeys(to: &records)
         return QueryResult(records: records, cursor: cursor)
+    }
+
+    /// Keeps only the desired keys' fields (all of them when `desiredKeys` is nil).
+    package func applyDesiredKeys(to records: inout [Record]) {
+        guard let desiredKeys else { return }
+        for index in records.indices {
+            var fields = Fields()
+            for name in desiredKeys { fields[name] = records[index].fields[name] }
+            records[index].fields = fields
+        }
     }
 }

@@ -77,6 +77,14 @@ package enum SortOrder {
     /// Compares two sort keys under `descriptors`: missing values last in either direction, then
     /// the record ID, so every order is total and deterministic.
     package static func compare(_ a: SortKey, _ b: SortKey, _ descriptors: [SortDescriptor]) -> Int {
+        compare(a.values, a.recordID, b.values, b.recordID, descriptors)
+    }
+
+    /// `compare(_:_:_:)` on the parts of two keys, for callers that keep the record ID elsewhere.
+    package static func compare(
+        _ aValues: [FieldValue?], _ aID: RecordID, _ bValues: [FieldValue?], _ bID: RecordID, _ descriptors: [SortDescriptor]
+    ) -> Int {
+        let (a, b) = ((values: aValues, recordID: aID), (values: bValues, recordID: bID))
         for (index, descriptor) in descriptors.enumerated() {
             switch (a.values[index], b.values[index]) {
             case (nil, nil): continue
