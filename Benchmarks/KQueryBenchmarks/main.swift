@@ -224,6 +224,10 @@ let kqueryImportSeconds = try timeOnce {
     let file = try KQueryStore.Database(path: importDirectory.appendingPathComponent("kquery.db").path)
     try file.importRecords(records)
 }
+let kqueryOpenSeconds = try timeOnce {
+    let file = try KQueryStore.Database(path: importDirectory.appendingPathComponent("kquery.db").path)
+    precondition(file.recordCount == recordCount)
+}
 let sqliteImportSeconds = try timeOnce {
     var configuration = Configuration()
     configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
@@ -342,6 +346,7 @@ for (name, kqueryName, sqliteName) in [
 let radiusIndexed = median("radius: KQuery < 3.2")
 let radiusFull = median("radius: KQuery full scan")
 print("radius (\(checks[3].1) results): spatial index \(figure(radiusIndexed / 1000)) us, full scan \(figure(radiusFull / 1e6)) ms, \(figure(radiusFull / radiusIndexed, "%.0f"))x faster")
+print("open a file of \(recordCount) records (load them into memory): \(figure(kqueryOpenSeconds, "%.1f")) s")
 print("import \(recordCount) records into a file: KQuery \(figure(Double(recordCount) / kqueryImportSeconds, "%.0f")) records/s (\(figure(kqueryImportSeconds, "%.1f")) s), SQLite bulk insert \(figure(Double(recordCount) / sqliteImportSeconds, "%.0f")) rows/s (\(figure(sqliteImportSeconds, "%.1f")) s)")
 
 @MainActor func percentile(_ name: String, _ fraction: Double) -> Double {
