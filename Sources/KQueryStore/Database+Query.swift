@@ -25,10 +25,43 @@ extension Database {
         if let cursor, !query.accepts(cursor) { throw DatabaseError(.invalidQuery, "the cursor belongs to a different query") }
         var paged = query
         paged.resultsLimit = min(max(query.resultsLimit ?? Self.defaultResultsLimit, 1), Self.maximumResultsLimit)
+        let fingerprint = paged.fingerprint
+        if let cursor, let cache = pageCache, cache.fingerprint == fingerprint, cache.now == now, cache.generation == generation,
+           let table = tables[paged.recordType] {
+            // The next page of the query just run: a binary search in its sorted matches.
+            let start = table.records.withUnsafeBufferPointer { records in
+                var (low, high) = (0, cache.hits.count)
+                while low < high {
+                    let mid = (low + high) / 2
+                    let hit = cache.hits[mid]
+                    let order = SortOrder.compare(hit.values, records[hit.position].recordID, cursor.position.values, cursor.position.recordID, paged.sortDescriptors)
+                    if order <= 0 { low = mid + 1 } else { high = mid }
+                }
+                return low
+            }
+            var hits = Array(cache.hits[start...])
+            return page(of: &hits, paged, in: table, fingerprint: fingerprint)
+        }
+        // Planning may build an index: read the table after it.
         let plan = makePlan(paged, now: now)
         guard let table = tables[paged.recordType] else { return QueryResult(records: [], cursor: nil) }
         var hits = execute(plan, paged, in: table, cursor: cursor, now: now)
-        return page(of: &hits, paged, in: table)
+        sort(&hits, paged.sortDescriptors, in: table)
+        if hits.count > paged.resultsLimit ?? Self.defaultResultsLimit, case .sortedWalk = plan.access {
+            // A walk stops after one page: its matches are not all there is.
+        } else if hits.count > paged.resultsLimit ?? Self.defaultResultsLimit {
+            pageCache = PageCache(fingerprint: fingerprint, now: now, generation: generation, hits: hits)
+        }
+        return page(of: &hits, paged, in: table, fingerprint: fingerprint)
+    }
+
+    /// The sorted matches of the last query that filled more than one page, so the pages after the
+    /// first cost a binary search rather than a new evaluation. Any save makes it stale.
+    struct PageCache {
+        var fingerprint: UInt64
+        var now: Int64
+        var generation: Int
+        var hits: [Hit]
     }
 
     /// A match: its sort values and where its record is in the table. Records are copied only for
@@ -38,20 +71,22 @@ extension Database {
         var position: Int
     }
 
-    /// Sorts the matches, cuts the page, and copies out its records.
-    private func page(of hits: inout [Hit], _ query: Query, in table: RecordTable) -> QueryResult {
-        let descriptors = query.sortDescriptors
+    private func sort(_ hits: inout [Hit], _ descriptors: [SortDescriptor], in table: RecordTable) {
         table.records.withUnsafeBufferPointer { records in
             hits.sort { a, b in
                 SortOrder.compare(a.values, records[a.position].recordID, b.values, records[b.position].recordID, descriptors) < 0
             }
         }
+    }
+
+    /// Cuts the page from sorted matches and copies out its records.
+    private func page(of hits: inout [Hit], _ query: Query, in table: RecordTable, fingerprint: UInt64) -> QueryResult {
         let limit = query.resultsLimit ?? Self.defaultResultsLimit
         var cursor: QueryCursor?
         if hits.count > limit {
             hits.removeSubrange(limit...)
             let last = hits[limit - 1]
-            cursor = QueryCursor(fingerprint: query.fingerprint, position: SortKey(values: last.values, recordID: table.records[last.position].recordID))
+            cursor = QueryCursor(fingerprint: fingerprint, position: SortKey(values: last.values, recordID: table.records[last.position].recordID))
         }
         var records = hits.map { table.records[$0.position] }
         query.applyDesiredKeys(to: &records)
@@ -63,9 +98,10 @@ extension Database {
         try check(query)
         var unsorted = query
         unsorted.sortDescriptors = []
+        let plan = makePlan(unsorted, now: now)
         guard let table = tables[query.recordType] else { return 0 }
         var matches = 0
-        _ = execute(makePlan(unsorted, now: now), unsorted, in: table, cursor: nil, now: now) { _ in matches += 1 }
+        _ = execute(plan, unsorted, in: table, cursor: nil, now: now) { _ in matches += 1 }
         return matches
     }
 

@@ -43,6 +43,9 @@ public final class Database {
     public private(set) var declaredIndexes: [IndexDeclaration] = []
 
     var tables: [String: RecordTable] = [:]
+    /// Counts changes to the records, so caches of query results know when they are stale.
+    private(set) var generation = 0
+    var pageCache: PageCache?
     private var recordTypes: [RecordID: String] = [:]
     private var nextChangeTag: Int64 = 1
     private let file: DatabaseFile?
@@ -220,6 +223,7 @@ public final class Database {
     }
 
     private func apply(_ change: RecordChange) {
+        generation += 1
         switch change {
         case .created(let record):
             recordTypes[record.recordID] = record.recordType
@@ -279,6 +283,7 @@ public final class Database {
         }
         try file?.writeSchema(schema)
         self.schema = schema
+        generation += 1
         for type in Array(tables.keys) {
             tables[type]?.dropIndexes()
             tables[type]?.setSearchableFields(schema?[type]?.searchableFields)
