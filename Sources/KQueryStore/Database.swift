@@ -46,7 +46,6 @@ public final class Database {
     /// Counts changes to the records, so caches of query results know when they are stale.
     private(set) var generation = 0
     var pageCache: PageCache?
-    private var recordTypes: [RecordID: String] = [:]
     private var nextChangeTag: Int64 = 1
     private let file: DatabaseFile?
 
@@ -75,11 +74,14 @@ public final class Database {
 
     // MARK: Reading
 
-    public var recordCount: Int { recordTypes.count }
+    public var recordCount: Int { tables.values.reduce(0) { $0 + $1.count } }
 
     public func record(_ id: RecordID) -> Record? {
-        guard let type = recordTypes[id], let table = tables[type], let row = table.rowsByID[id] else { return nil }
-        return table.record(at: row)
+        // A record ID is unique across types; there are few types, so each is asked.
+        for table in tables.values {
+            if let row = table.rowsByID[id] { return table.record(at: row) }
+        }
+        return nil
     }
 
     /// Record types that have records, sorted.
@@ -226,18 +228,15 @@ public final class Database {
         generation += 1
         switch change {
         case .created(let record):
-            recordTypes[record.recordID] = record.recordType
             tables[record.recordType, default: makeTable(record.recordType)].insert(record)
         case .updated(_, let record):
             tables[record.recordType, default: makeTable(record.recordType)].replace(record)
         case .deleted(let record):
-            recordTypes[record.recordID] = nil
             tables[record.recordType]?.remove(record.recordID)
         }
     }
 
     private func insertLoaded(_ record: Record) {
-        recordTypes[record.recordID] = record.recordType
         tables[record.recordType, default: RecordTable(recordType: record.recordType, searchableFields: schema?[record.recordType]?.searchableFields)].insert(record)
     }
 
@@ -260,7 +259,7 @@ public final class Database {
     public func deleteZone(_ zone: ZoneID) throws(DatabaseError) {
         guard zone != .default else { throw DatabaseError(.invalidOperation, "the default zone cannot be deleted") }
         guard zones.contains(zone) else { throw DatabaseError(.zoneNotFound, "zone '\(zone.zoneName)' does not exist") }
-        let doomed = recordTypes.keys.filter { $0.zoneID == zone }.compactMap(record)
+        let doomed = tables.values.flatMap { $0.records.filter { $0.recordID.zoneID == zone } }
         try file?.deleteZone(zone, nextChangeTag: nextChangeTag)
         zones.remove(zone)
         for record in doomed { apply(.deleted(record)) }

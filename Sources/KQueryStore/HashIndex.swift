@@ -82,8 +82,11 @@ struct Postings: Sendable {
         return low
     }
 
-    /// Rows in both sorted lists.
+    /// Rows in both sorted lists. A short list against a long one searches the long one (galloping)
+    /// instead of walking it: a rare token with a common one costs the rare one's length.
     static func intersection(_ a: [RowID], _ b: [RowID]) -> [RowID] {
+        let (short, long) = a.count <= b.count ? (a, b) : (b, a)
+        if short.count * 16 < long.count { return gallopingIntersection(short, long) }
         var result: [RowID] = []
         result.reserveCapacity(min(a.count, b.count))
         var i = 0
@@ -91,6 +94,29 @@ struct Postings: Sendable {
         while i < a.count, j < b.count {
             let (x, y) = (a[i], b[j])
             if x == y { result.append(x); i += 1; j += 1 } else if x < y { i += 1 } else { j += 1 }
+        }
+        return result
+    }
+
+    private static func gallopingIntersection(_ short: [RowID], _ long: [RowID]) -> [RowID] {
+        var result: [RowID] = []
+        var low = 0
+        for row in short {
+            // Double the step until past `row`, then binary search in the last step.
+            var step = 1
+            var high = low
+            while high < long.count, long[high] < row {
+                low = high + 1
+                high += step
+                step *= 2
+            }
+            high = min(high, long.count)
+            while low < high {
+                let mid = (low + high) / 2
+                if long[mid] < row { low = mid + 1 } else { high = mid }
+            }
+            if low == long.count { break }
+            if long[low] == row { result.append(row) }
         }
         return result
     }

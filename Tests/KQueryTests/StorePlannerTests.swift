@@ -156,6 +156,19 @@ struct StorePlannerTests {
         }
     }
 
+    @Test func postingIntersectionsAndUnions() async {
+        await propertyCheck(count: 200, input: Gen.uint64()) { seed in
+            var rng = SplitMix(seed: seed)
+            func list() -> [RowID] {
+                let size = [0, 1, 3, 40, 2_000].randomElement(using: &rng) ?? 0
+                return Postings.sortedUnique((0..<size).map { _ in RowID.random(in: 0..<5_000, using: &rng) })
+            }
+            let (a, b) = (list(), list())
+            #expect(Postings.intersection(a, b) == Set(a).intersection(b).sorted())
+            #expect(Postings.union([a, b]) == Set(a).union(b).sorted())
+        }
+    }
+
     @Test func orderedIndexKeepsItsInvariants() async {
         await propertyCheck(count: 50, input: Gen.uint64()) { seed in
             var rng = SplitMix(seed: seed)

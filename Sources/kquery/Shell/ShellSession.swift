@@ -698,7 +698,7 @@ struct CompletionVocabulary: Sendable {
         let candidates: [String]
         if let command = previous.first, command.hasPrefix(".") {
             switch command {
-            case ".load", ".open": return nil
+            case ".load", ".open", ".schema": return nil
             case ".fields": candidates = previous.count == 1 ? types : []
             case ".mode": candidates = ShellSession.Mode.allCases.map(\.rawValue)
             case ".profile": candidates = PredicateProfile.allCases.map(\.rawValue)
