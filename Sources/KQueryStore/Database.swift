@@ -65,6 +65,13 @@ public final class Database {
         declaredIndexes = contents.indexes
         nextChangeTag = contents.nextChangeTag
         zones.formUnion(contents.zones)
+        var counts: [String: Int] = [:]
+        for record in contents.records { counts[record.recordType, default: 0] += 1 }
+        for (type, count) in counts {
+            var table = RecordTable(recordType: type, searchableFields: schema?[type]?.searchableFields)
+            table.reserveCapacity(count)
+            tables[type] = table
+        }
         for record in contents.records { insertLoaded(record) }
         for type in Array(tables.keys) { buildDeclaredIndexes(type) }
     }

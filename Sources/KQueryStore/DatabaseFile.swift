@@ -85,16 +85,23 @@ final class DatabaseFile {
                 contents.zones = try Row.fetchAll(db, sql: "SELECT zoneName, ownerName FROM zones").map { row in
                     ZoneID(zoneName: row["zoneName"], ownerName: row["ownerName"])
                 }
-                let cursor = try Row.fetchCursor(db, sql: "SELECT recordName, body FROM records")
+                let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM records") ?? 0
+                contents.records.reserveCapacity(count)
+                var names = RecordCoding.FieldNames()
+                let cursor = try Row.fetchCursor(db, sql: "SELECT recordName, body FROM records ORDER BY recordType")
                 while let row = try cursor.next() {
                     let body = row.dataNoCopy(atIndex: 1) ?? Data()
-                    let decoded = body.withUnsafeBytes { bytes in Result { () throws(RecordDecodingError) in try RecordCoding.decode(bytes) } }
-                    switch decoded {
-                    case .success(let record):
-                        contents.records.append(record)
-                    case .failure(let error):
+                    var failure: RecordDecodingError?
+                    body.withUnsafeBytes { bytes in
+                        do throws(RecordDecodingError) {
+                            contents.records.append(try RecordCoding.decode(bytes, names: &names))
+                        } catch {
+                            failure = error
+                        }
+                    }
+                    if let failure {
                         let name: String = row["recordName"]
-                        throw DatabaseError(.storage, "\(path): record '\(name)' is corrupt: \(error)")
+                        throw DatabaseError(.storage, "\(path): record '\(name)' is corrupt: \(failure)")
                     }
                 }
                 return contents

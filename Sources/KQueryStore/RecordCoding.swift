@@ -51,7 +51,18 @@ enum RecordCoding {
         return out
     }
 
+    /// Field keys of the record decoded last, by position: records of a type mostly repeat the same
+    /// field names in the same order, so a byte comparison replaces interning each name again.
+    struct FieldNames {
+        fileprivate var names: [(bytes: [UInt8], key: FieldKey)] = []
+    }
+
     static func decode(_ bytes: UnsafeRawBufferPointer) throws(RecordDecodingError) -> Record {
+        var names = FieldNames()
+        return try decode(bytes, names: &names)
+    }
+
+    static func decode(_ bytes: UnsafeRawBufferPointer, names: inout FieldNames) throws(RecordDecodingError) -> Record {
         var reader = Reader(bytes: bytes)
         guard try reader.byte() == version else { throw RecordDecodingError("unknown record encoding version") }
         let recordType = try reader.string()
@@ -66,9 +77,19 @@ enum RecordCoding {
         if presence & 16 != 0 { record.recordChangeTag = try reader.string() }
         let count = try reader.count()
         var fields = Fields()
-        for _ in 0..<count {
-            let name = try reader.string()
-            guard FieldKey.isValidName(name) else { throw RecordDecodingError("invalid field name '\(name)'") }
+        for position in 0..<count {
+            let nameBytes = try reader.rawBytes(try reader.count())
+            let key: FieldKey
+            if position < names.names.count, names.names[position].bytes.elementsEqual(nameBytes) {
+                key = names.names[position].key
+            } else {
+                guard let name = String(validating: nameBytes, as: UTF8.self), FieldKey.isValidName(name) else {
+                    throw RecordDecodingError("invalid field name '\(String(decoding: nameBytes, as: UTF8.self))'")
+                }
+                key = FieldKey(name)
+                let entry = (bytes: Array(nameBytes), key: key)
+                if position < names.names.count { names.names[position] = entry } else { names.names.append(entry) }
+            }
             let tag = try reader.byte()
             let type = try fieldType(tag & 0x7F)
             if tag & 0x80 != 0 {
@@ -76,9 +97,9 @@ enum RecordCoding {
                 var members: [FieldValue] = []
                 members.reserveCapacity(memberCount)
                 for _ in 0..<memberCount { members.append(try readPayload(type, from: &reader)) }
-                fields[name] = .list(type, members)
+                fields[key] = .list(type, members)
             } else {
-                fields[name] = try readPayload(type, from: &reader)
+                fields[key] = try readPayload(type, from: &reader)
             }
         }
         guard reader.isAtEnd else { throw RecordDecodingError("trailing bytes after the record") }
@@ -223,6 +244,13 @@ enum RecordCoding {
             guard bytes.count - offset >= count else { throw RecordDecodingError("the record ends early") }
             defer { offset += count }
             return Array(bytes[offset..<(offset + count)])
+        }
+
+        /// The next `count` bytes, in place.
+        mutating func rawBytes(_ count: Int) throws(RecordDecodingError) -> UnsafeRawBufferPointer {
+            guard bytes.count - offset >= count else { throw RecordDecodingError("the record ends early") }
+            defer { offset += count }
+            return UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)])
         }
 
         mutating func string() throws(RecordDecodingError) -> String {

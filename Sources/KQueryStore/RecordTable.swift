@@ -29,6 +29,13 @@ struct RecordTable: Sendable {
 
     var count: Int { records.count }
 
+    mutating func reserveCapacity(_ count: Int) {
+        records.reserveCapacity(count)
+        rowIDs.reserveCapacity(count)
+        positions.reserveCapacity(count)
+        rowsByID.reserveCapacity(count)
+    }
+
     func record(at row: RowID) -> Record? {
         guard Int(row) < positions.count else { return nil }
         let position = positions[Int(row)]
