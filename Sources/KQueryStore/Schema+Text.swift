@@ -82,6 +82,9 @@ struct SchemaTextReader {
                 try expectWord("TYPE")
                 let typeStart = offset
                 let typeName = try name("a record type name")
+                guard FieldKey.isValidName(typeName) else {
+                    throw error("invalid record type name '\(typeName)' (expected [a-zA-Z][0-9a-zA-Z_]*)", at: typeStart)
+                }
                 if schema[typeName] != nil { throw error("record type '\(typeName)' is defined twice", at: typeStart) }
                 schema[typeName] = try recordTypeBody(typeName)
             default:

@@ -196,6 +196,7 @@ struct DatabaseSchemaTests {
         ("DEFINE SCHEMA RECORD TYPE A (GRANT FLY TO x);", "1:36: expected READ, CREATE or WRITE after GRANT"),
         ("DEFINE SCHEMA RECORD TYPE A (\"x);", "1:30: unterminated quoted name"),
         ("DEFINE SCHEMA RECORD TYPE A (x INT64); RECORD TYPE A (y INT64);", "1:52: record type 'A' is defined twice"),
+        ("DEFINE SCHEMA RECORD TYPE \"a b\" (x INT64);", "1:27: invalid record type name 'a b'"),
     ])
     func badSchemasSayWhereAndWhat(text: String, expected: String) {
         #expect(throws: SchemaTextError.self) { try Schema(text: text) }
@@ -203,6 +204,28 @@ struct DatabaseSchemaTests {
             _ = try Schema(text: text)
         } catch {
             #expect(error.description.hasPrefix(expected), "\(error)")
+        }
+    }
+
+    @Test func mangledSchemaTextIsAnErrorNotACrash() {
+        var rng = SplitMix(seed: 3)
+        let bytes = Array(Self.schemaText.utf8)
+        let alphabet = Array("();,<>\"/-_ aZ9\n".utf8) + [0xC3, 0xA9, 0xFF]
+        for _ in 0..<3_000 {
+            var mangled = bytes
+            for _ in 0..<Int.random(in: 1...6, using: &rng) {
+                let at = Int.random(in: 0..<mangled.count, using: &rng)
+                switch Int.random(in: 0..<3, using: &rng) {
+                case 0: mangled.remove(at: at)
+                case 1: mangled.insert(alphabet.randomElement(using: &rng) ?? 0x20, at: at)
+                default: mangled[at] = alphabet.randomElement(using: &rng) ?? 0x20
+                }
+            }
+            let text = String(decoding: mangled, as: UTF8.self)
+            if let schema = try? Schema(text: text) {
+                // Whatever parses prints back to the same schema.
+                #expect((try? Schema(text: schema.text)) == schema)
+            }
         }
     }
 
