@@ -156,30 +156,26 @@ struct RecordTable: Sendable {
         tokenIndex = nil
     }
 
-    private mutating func addToIndexes(_ record: Record, row: RowID) {
-        for field in hashIndexes.keys {
-            if let value = record.value(of: field) { hashIndexes[field]?.insert(value, row: row) }
-        }
-        for field in orderedIndexes.keys {
-            if let value = record.value(of: field) { orderedIndexes[field]?.insert(value, row: row) }
-        }
-        for field in spatialIndexes.keys {
-            if let value = record.value(of: field) { spatialIndexes[field]?.insert(value, row: row) }
-        }
-        if tokenIndex != nil { tokenIndex?.insert(record.searchTokens(in: searchableFields), row: row) }
-    }
+    private mutating func addToIndexes(_ record: Record, row: RowID) { updateIndexes(record, row: row, adding: true) }
 
-    private mutating func removeFromIndexes(_ record: Record, row: RowID) {
+    private mutating func removeFromIndexes(_ record: Record, row: RowID) { updateIndexes(record, row: row, adding: false) }
+
+    private mutating func updateIndexes(_ record: Record, row: RowID, adding: Bool) {
         for field in hashIndexes.keys {
-            if let value = record.value(of: field) { hashIndexes[field]?.remove(value, row: row) }
+            guard let value = record.value(of: field) else { continue }
+            if adding { hashIndexes[field]?.insert(value, row: row) } else { hashIndexes[field]?.remove(value, row: row) }
         }
         for field in orderedIndexes.keys {
-            if let value = record.value(of: field) { orderedIndexes[field]?.remove(value, row: row) }
+            guard let value = record.value(of: field) else { continue }
+            if adding { orderedIndexes[field]?.insert(value, row: row) } else { orderedIndexes[field]?.remove(value, row: row) }
         }
         for field in spatialIndexes.keys {
-            if let value = record.value(of: field) { spatialIndexes[field]?.remove(value, row: row) }
+            guard let value = record.value(of: field) else { continue }
+            if adding { spatialIndexes[field]?.insert(value, row: row) } else { spatialIndexes[field]?.remove(value, row: row) }
         }
-        if tokenIndex != nil { tokenIndex?.remove(record.searchTokens(in: searchableFields), row: row) }
+        guard tokenIndex != nil else { return }
+        let tokens = record.searchTokens(in: searchableFields)
+        if adding { tokenIndex?.insert(tokens, row: row) } else { tokenIndex?.remove(tokens, row: row) }
     }
 }
 
