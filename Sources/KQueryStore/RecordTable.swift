@@ -65,12 +65,38 @@ struct RecordTable: Sendable {
         addToIndexes(record, row: row)
     }
 
+    /// Replaces a record in place; index entries change only where its indexed values did (a long
+    /// posting list, such as a common token's, is expensive to edit).
     mutating func replace(_ record: Record) {
         guard let row = rowsByID[record.recordID] else { return insert(record) }
         let position = Int(positions[Int(row)])
-        removeFromIndexes(records[position], row: row)
+        let old = records[position]
         records[position] = record
-        addToIndexes(record, row: row)
+        for field in Array(hashIndexes.keys) {
+            let (before, after) = (old.value(of: field), record.value(of: field))
+            guard !Self.identical(before, after) else { continue }
+            if let before { hashIndexes[field]?.remove(before, row: row) }
+            if let after { hashIndexes[field]?.insert(after, row: row) }
+        }
+        for field in Array(orderedIndexes.keys) {
+            let (before, after) = (old.value(of: field), record.value(of: field))
+            guard !Self.identical(before, after) else { continue }
+            if let before { orderedIndexes[field]?.remove(before, row: row) }
+            if let after { orderedIndexes[field]?.insert(after, row: row) }
+        }
+        for field in Array(spatialIndexes.keys) {
+            let (before, after) = (old.value(of: field), record.value(of: field))
+            guard !Self.identical(before, after) else { continue }
+            if let before { spatialIndexes[field]?.remove(before, row: row) }
+            if let after { spatialIndexes[field]?.insert(after, row: row) }
+        }
+        if tokenIndex != nil {
+            let (before, after) = (old.searchTokens(in: searchableFields), record.searchTokens(in: searchableFields))
+            if before != after {
+                tokenIndex?.remove(before.subtracting(after), row: row)
+                tokenIndex?.insert(after.subtracting(before), row: row)
+            }
+        }
     }
 
     mutating func remove(_ id: RecordID) {
@@ -87,6 +113,21 @@ struct RecordTable: Sendable {
         rowIDs.removeLast()
         positions[Int(row)] = -1
         freeRows.append(row)
+    }
+
+    /// Whether two values are the same to the byte: `==` on strings uses canonical equivalence,
+    /// but indexes key strings by their UTF-8 bytes.
+    static func identical(_ a: FieldValue?, _ b: FieldValue?) -> Bool {
+        switch (a, b) {
+        case (nil, nil): return true
+        case (.string(let x)?, .string(let y)?), (.assetID(let x)?, .assetID(let y)?): return x.utf8.elementsEqual(y.utf8)
+        case (.double(let x)?, .double(let y)?): return x.bitPattern == y.bitPattern
+        case (.reference(let x)?, .reference(let y)?):
+            return x.recordID.recordName.utf8.elementsEqual(y.recordID.recordName.utf8) && x.recordID.zoneID == y.recordID.zoneID
+        case (.list(let xType, let xs)?, .list(let yType, let ys)?):
+            return xType == yType && xs.count == ys.count && zip(xs, ys).allSatisfy { identical($0, $1) }
+        default: return a == b
+        }
     }
 
     // MARK: Indexes
@@ -160,16 +201,18 @@ struct RecordTable: Sendable {
 
     private mutating func removeFromIndexes(_ record: Record, row: RowID) { updateIndexes(record, row: row, adding: false) }
 
+    /// The loops run over copies of the key lists: iterating a dictionary's own `keys` while
+    /// mutating its values would share its storage and copy every index on each change.
     private mutating func updateIndexes(_ record: Record, row: RowID, adding: Bool) {
-        for field in hashIndexes.keys {
+        for field in Array(hashIndexes.keys) {
             guard let value = record.value(of: field) else { continue }
             if adding { hashIndexes[field]?.insert(value, row: row) } else { hashIndexes[field]?.remove(value, row: row) }
         }
-        for field in orderedIndexes.keys {
+        for field in Array(orderedIndexes.keys) {
             guard let value = record.value(of: field) else { continue }
             if adding { orderedIndexes[field]?.insert(value, row: row) } else { orderedIndexes[field]?.remove(value, row: row) }
         }
-        for field in spatialIndexes.keys {
+        for field in Array(spatialIndexes.keys) {
             guard let value = record.value(of: field) else { continue }
             if adding { spatialIndexes[field]?.insert(value, row: row) } else { spatialIndexes[field]?.remove(value, row: row) }
         }

@@ -419,6 +419,24 @@ struct DatabaseQueryTests {
         #expect(try database.perform(query, now: 0).records.map(\.recordID) == Array(database.performByScan(query, now: 0).prefix(100)).map(\.recordID))
     }
 
+    @Test func replacingAStringWithACanonicallyEquivalentOneReindexesIt() throws {
+        let database = Database(indexPolicy: .declared)
+        // Enough other records that the index, not a scan, answers.
+        try database.importRecords([Record(recordType: "T", recordName: "a", fields: ["s": .string("caf\u{E9}")])]
+            + (0..<30).map { Record(recordType: "T", recordName: "x\($0)", fields: ["s": .string("other \($0)")]) })
+        try database.declareIndex(IndexDeclaration(recordType: "T", field: .user(FieldKey("s")), index: [.queryable, .sortable]))
+        try database.save(RecordOperation(kind: .forceReplace, record: Record(recordType: "T", recordName: "a", fields: ["s": .string("cafe\u{301}")])))
+        func names(_ predicate: String) throws -> [String] {
+            try database.perform(KQuery.Query(recordType: "T", predicate: try ValidatedPredicate(predicate)), now: 0).records.map(\.recordID.recordName)
+        }
+        // Strings compare by code point: the decomposed form is a different value now.
+        let plan = try database.plan(KQuery.Query(recordType: "T", predicate: try ValidatedPredicate("s == 'other 1'")), now: 0)
+        #expect(plan.description.contains("search the equality index on s"))
+        #expect(try names("s == 'caf\\u00e9'") == [])
+        #expect(try names("s == 'cafe\\u0301'") == ["a"])
+        #expect(try names("s BEGINSWITH 'cafe'") == ["a"])
+    }
+
     @Test func declaredPolicyBuildsNothingOnDemand() throws {
         let database = try Self.catalogue(500, policy: .declared)
         let plan = try database.plan(KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("artist == 'artist7'")), now: 0)
