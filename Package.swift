@@ -38,7 +38,10 @@ let package = Package(
         ),
         .testTarget(
             name: "KQueryTests",
-            dependencies: ["KQuery", "KQueryStore", "kquery", .product(name: "PropertyBased", package: "swift-property-based")],
+            dependencies: [
+                "KQuery", "KQueryStore", "kquery", .product(name: "PropertyBased", package: "swift-property-based"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             resources: [.copy("Fixtures")]
         ),
     ]

@@ -67,9 +67,11 @@ final class DatabaseFile {
         do {
             return try queue.read { db in
                 var contents = Contents()
-                let meta = try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT key, value FROM kquery_meta").map { row -> (String, String) in
-                    (row["key"], row["value"])
-                })
+                var meta: [String: String] = [:]
+                for row in try Row.fetchAll(db, sql: "SELECT key, value FROM kquery_meta") {
+                    guard let key = Self.text(row, 0), let value = Self.text(row, 1) else { throw DatabaseError(.storage, "\(path): corrupt kquery_meta table") }
+                    meta[key] = value
+                }
                 if let tag = meta["nextChangeTag"] {
                     guard let value = Int64(tag) else { throw DatabaseError(.storage, "\(path): corrupt nextChangeTag '\(tag)'") }
                     contents.nextChangeTag = value
@@ -82,8 +84,9 @@ final class DatabaseFile {
                     }
                 }
                 if let text = meta["indexes"] { contents.indexes = try Self.indexes(from: text, path: path) }
-                contents.zones = try Row.fetchAll(db, sql: "SELECT zoneName, ownerName FROM zones").map { row in
-                    ZoneID(zoneName: row["zoneName"], ownerName: row["ownerName"])
+                for row in try Row.fetchAll(db, sql: "SELECT zoneName, ownerName FROM zones") {
+                    guard let zoneName = Self.text(row, 0), let ownerName = Self.text(row, 1) else { throw DatabaseError(.storage, "\(path): corrupt zones table") }
+                    contents.zones.append(ZoneID(zoneName: zoneName, ownerName: ownerName))
                 }
                 let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM records") ?? 0
                 contents.records.reserveCapacity(count)
@@ -100,8 +103,7 @@ final class DatabaseFile {
                         }
                     }
                     if let failure {
-                        let name: String = row["recordName"]
-                        throw DatabaseError(.storage, "\(path): record '\(name)' is corrupt: \(failure)")
+                        throw DatabaseError(.storage, "\(path): record '\(Self.text(row, 0) ?? "?")' is corrupt: \(failure)")
                     }
                 }
                 return contents
@@ -186,6 +188,11 @@ final class DatabaseFile {
             result.append(IndexDeclaration(recordType: parts[0], field: FieldReference(webServicesName: parts[1]), index: FieldSchema.Indexes(rawValue: raw)))
         }
         return result
+    }
+
+    /// A text column, or nil for NULL or any other type (GRDB's typed subscripts trap on those).
+    private static func text(_ row: Row, _ index: Int) -> String? {
+        String.fromDatabaseValue(row[index] as DatabaseValue)
     }
 
     private static func setMeta(_ db: GRDB.Database, _ key: String, _ value: String) throws {
