@@ -29,6 +29,22 @@ struct Lexer {
         return shapes
     }()
 
+    /// The reserved words as upper-case bytes packed into two words, compared without building a string.
+    private static let packedKeywords: [(low: UInt64, high: UInt64, keyword: Keyword)] = Keyword.allCases.map { keyword in
+        let (low, high) = pack(keyword.rawValue.utf8)
+        return (low, high, keyword)
+    }
+
+    /// Up to 16 bytes, upper-cased (for letters), little-endian in two words.
+    private static func pack<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> (low: UInt64, high: UInt64) {
+        var (low, high): (UInt64, UInt64) = (0, 0)
+        for (offset, byte) in bytes.enumerated() where offset < 16 {
+            let upper = UInt64(byte & 0xDF)
+            if offset < 8 { low |= upper << (offset * 8) } else { high |= upper << ((offset - 8) * 8) }
+        }
+        return (low, high)
+    }
+
     init(_ text: String) { bytes = Array(text.utf8) }
 
     /// The tokens of a text, with what they refer to.
@@ -108,8 +124,8 @@ struct Lexer {
             skipSelectorOrWord()
             return Token(kind: .word(escaped: false), span: span(from: start), keyword: Lexer.keyword(bytes[start..<position]))
         default:
-            if let symbol = symbol() {
-                position += symbol.rawValue.utf8.count
+            if let (symbol, length) = symbol() {
+                position += length
                 return Token(kind: .symbol(symbol), span: span(from: start))
             }
             let character = String(decoding: bytes[start..<min(bytes.count, start + Lexer.scalarLength(byte))], as: UTF8.self)
@@ -117,55 +133,55 @@ struct Lexer {
         }
     }
 
-    /// The symbol at the current position, longest match first (`<=` before `<`).
-    private func symbol() -> Symbol? {
+    /// The symbol at the current position and its length in bytes, longest match first (`<=` before `<`).
+    private func symbol() -> (Symbol, Int)? {
         guard let byte = peek() else { return nil }
         let next = peek(1)
         switch (byte, next) {
-        case (UInt8(ascii: "="), UInt8(ascii: "=")): return .equalEqual
-        case (UInt8(ascii: "="), UInt8(ascii: "<")): return .equalLess
-        case (UInt8(ascii: "="), UInt8(ascii: ">")): return .equalGreater
-        case (UInt8(ascii: "!"), UInt8(ascii: "=")): return .notEqual
-        case (UInt8(ascii: "<"), UInt8(ascii: ">")): return .lessGreater
-        case (UInt8(ascii: "<"), UInt8(ascii: "=")): return .lessEqual
-        case (UInt8(ascii: ">"), UInt8(ascii: "=")): return .greaterEqual
-        case (UInt8(ascii: "&"), UInt8(ascii: "&")): return .andAnd
-        case (UInt8(ascii: "|"), UInt8(ascii: "|")): return .orOr
+        case (UInt8(ascii: "="), UInt8(ascii: "=")): return (.equalEqual, 2)
+        case (UInt8(ascii: "="), UInt8(ascii: "<")): return (.equalLess, 2)
+        case (UInt8(ascii: "="), UInt8(ascii: ">")): return (.equalGreater, 2)
+        case (UInt8(ascii: "!"), UInt8(ascii: "=")): return (.notEqual, 2)
+        case (UInt8(ascii: "<"), UInt8(ascii: ">")): return (.lessGreater, 2)
+        case (UInt8(ascii: "<"), UInt8(ascii: "=")): return (.lessEqual, 2)
+        case (UInt8(ascii: ">"), UInt8(ascii: "=")): return (.greaterEqual, 2)
+        case (UInt8(ascii: "&"), UInt8(ascii: "&")): return (.andAnd, 2)
+        case (UInt8(ascii: "|"), UInt8(ascii: "|")): return (.orOr, 2)
         default: break
         }
+        let symbol: Symbol
         switch byte {
-        case UInt8(ascii: "="): return .equal
-        case UInt8(ascii: "<"): return .less
-        case UInt8(ascii: ">"): return .greater
-        case UInt8(ascii: "!"): return .bang
-        case UInt8(ascii: "("): return .openParen
-        case UInt8(ascii: ")"): return .closeParen
-        case UInt8(ascii: "{"): return .openBrace
-        case UInt8(ascii: "}"): return .closeBrace
-        case UInt8(ascii: "["): return .openBracket
-        case UInt8(ascii: "]"): return .closeBracket
-        case UInt8(ascii: ","): return .comma
-        case UInt8(ascii: "-"): return .minus
-        case UInt8(ascii: "+"): return .plus
-        case UInt8(ascii: "*"): return .star
-        case UInt8(ascii: "/"): return .slash
-        case UInt8(ascii: ":"): return .colon
+        case UInt8(ascii: "="): symbol = .equal
+        case UInt8(ascii: "<"): symbol = .less
+        case UInt8(ascii: ">"): symbol = .greater
+        case UInt8(ascii: "!"): symbol = .bang
+        case UInt8(ascii: "("): symbol = .openParen
+        case UInt8(ascii: ")"): symbol = .closeParen
+        case UInt8(ascii: "{"): symbol = .openBrace
+        case UInt8(ascii: "}"): symbol = .closeBrace
+        case UInt8(ascii: "["): symbol = .openBracket
+        case UInt8(ascii: "]"): symbol = .closeBracket
+        case UInt8(ascii: ","): symbol = .comma
+        case UInt8(ascii: "-"): symbol = .minus
+        case UInt8(ascii: "+"): symbol = .plus
+        case UInt8(ascii: "*"): symbol = .star
+        case UInt8(ascii: "/"): symbol = .slash
+        case UInt8(ascii: ":"): symbol = .colon
         default: return nil
         }
+        return (symbol, 1)
     }
 
-    /// The upper-cased word when `word` is a reserved word. Reserved words are 2 to 14 ASCII
-    /// letters, so the candidate is built as a small string, without a heap allocation.
+    /// The reserved word `word` spells, in any case. Reserved words are 2 to 14 ASCII letters, so
+    /// the word is packed into two integers and compared with the packed reserved words.
     private static func keyword(_ word: ArraySlice<UInt8>) -> Keyword? {
         guard (2...14).contains(word.count), let first = word.first, first.isASCIILetter,
               keywordShapes[Int((first & 0xDF) - UInt8(ascii: "A"))] & (1 << word.count) != 0,
               word.allSatisfy({ $0.isASCIILetter })
         else { return nil }
-        let upper = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 14) { buffer in
-            for (offset, byte) in word.enumerated() { buffer[offset] = byte & 0xDF }
-            return String(decoding: UnsafeBufferPointer(rebasing: buffer[0..<word.count]), as: UTF8.self)
-        }
-        return Keyword.byUppercase[upper]
+        let (low, high) = pack(word)
+        for candidate in packedKeywords where candidate.low == low && candidate.high == high { return candidate.keyword }
+        return nil
     }
 
     private static func scalarLength(_ lead: UInt8) -> Int {
@@ -202,6 +218,13 @@ struct Lexer {
 
     private mutating func readString(quote: UInt8) throws(InvalidPredicateError) -> String {
         let start = position
+        // Most strings have no escapes: they are their bytes, decoded without a buffer.
+        var end = start + 1
+        while end < bytes.count, bytes[end] != quote, bytes[end] != UInt8(ascii: "\\") { end += 1 }
+        if end < bytes.count, bytes[end] == quote {
+            position = end + 1
+            return String(decoding: bytes[(start + 1)..<end], as: UTF8.self)
+        }
         position += 1
         var out: [UInt8] = []
         while let byte = peek() {
@@ -262,7 +285,7 @@ struct Lexer {
 
     private mutating func readNumber() throws(InvalidPredicateError) -> Token.Kind {
         let start = position
-        if peek() == UInt8(ascii: "0"), let radixByte = peek(1), let radix = [UInt8(ascii: "x"): 16, UInt8(ascii: "o"): 8, UInt8(ascii: "b"): 2][radixByte | 0x20] {
+        if peek() == UInt8(ascii: "0"), let radixByte = peek(1), let radix = Lexer.radix(radixByte) {
             position += 2
             let digitsStart = position
             while let byte = peek(), byte.isASCIILetter || byte.isASCIIDigit { position += 1 }
@@ -273,7 +296,15 @@ struct Lexer {
             return .integer(value)
         }
         var isInteger = true
-        while let byte = peek(), byte.isASCIIDigit { position += 1 }
+        // Decimal integers are read as they are scanned; `overflow` defers to the error path below.
+        var magnitude: UInt64 = 0
+        var overflow = false
+        while let byte = peek(), byte.isASCIIDigit {
+            let (times10, carry) = magnitude.multipliedReportingOverflow(by: 10)
+            let (sum, carry2) = times10.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
+            (magnitude, overflow) = (sum, overflow || carry || carry2)
+            position += 1
+        }
         if peek() == UInt8(ascii: "."), peek(1)?.isASCIIDigit ?? false {
             isInteger = false
             position += 1
@@ -291,6 +322,7 @@ struct Lexer {
         if let byte = peek(), byte.isASCIILetter || byte == UInt8(ascii: "_") {
             throw InvalidPredicateError("invalid number", at: SourceSpan(start: start, end: position + 1))
         }
+        if isInteger, !overflow { return .integer(magnitude) }
         let text = String(decoding: bytes[start..<position], as: UTF8.self)
         if isInteger {
             guard let value = UInt64(text) else {
@@ -302,6 +334,16 @@ struct Lexer {
             throw InvalidPredicateError("number \(text) is out of range", at: span(from: start))
         }
         return .double(value)
+    }
+
+    /// The radix a `0x`, `0o` or `0b` prefix letter names, in either case.
+    private static func radix(_ letter: UInt8) -> Int? {
+        switch letter | 0x20 {
+        case UInt8(ascii: "x"): 16
+        case UInt8(ascii: "o"): 8
+        case UInt8(ascii: "b"): 2
+        default: nil
+        }
     }
 
     private mutating func readFormat() throws(InvalidPredicateError) -> FormatArgument {

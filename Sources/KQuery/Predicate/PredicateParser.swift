@@ -69,23 +69,37 @@ public struct PredicateParser {
     // predicate := and-predicate { ("OR" | "||") and-predicate }
     private mutating func parseOr() throws(InvalidPredicateError) -> PredicateSyntax {
         let first = try parseAnd()
-        var operands = [first]
-        while current.keyword == .or || current.isSymbol(.orOr) {
+        guard isOr(current) else { return first }
+        var operands = PredicateParser.operands(first)
+        while isOr(current) {
             advance()
             operands.append(try parseAnd())
         }
-        return operands.count == 1 ? first : .or(operands, first.span.through(operands[operands.count - 1].span))
+        return .or(operands, operands[0].span.through(operands[operands.count - 1].span))
+    }
+
+    private func isOr(_ token: Token) -> Bool { token.keyword == .or || token.isSymbol(.orOr) }
+    private func isAnd(_ token: Token) -> Bool { token.keyword == .and || token.isSymbol(.andAnd) }
+
+    /// The operand list of an AND or OR, with room for a few more: growing it one by one
+    /// reallocated it for the second and third operand of every typical predicate.
+    private static func operands(_ first: PredicateSyntax) -> [PredicateSyntax] {
+        var operands: [PredicateSyntax] = []
+        operands.reserveCapacity(4)
+        operands.append(first)
+        return operands
     }
 
     // and-predicate := unary { ("AND" | "&&") unary }
     private mutating func parseAnd() throws(InvalidPredicateError) -> PredicateSyntax {
         let first = try parseUnary()
-        var operands = [first]
-        while current.keyword == .and || current.isSymbol(.andAnd) {
+        guard isAnd(current) else { return first }
+        var operands = PredicateParser.operands(first)
+        while isAnd(current) {
             advance()
             operands.append(try parseUnary())
         }
-        return operands.count == 1 ? first : .and(operands, first.span.through(operands[operands.count - 1].span))
+        return .and(operands, operands[0].span.through(operands[operands.count - 1].span))
     }
 
     // unary := ("NOT" | "!") unary | "(" predicate ")" | TRUEPREDICATE | FALSEPREDICATE | comparison

@@ -43,10 +43,12 @@ enum Symbol: String, Hashable, CaseIterable {
     case minus = "-", plus = "+", star = "*", slash = "/", colon = ":", dot = "."
 
     /// The comparison operator this symbol spells, from `ComparisonOperator.table`.
-    var comparisonOperator: ComparisonOperator? { Symbol.operators[self] ?? nil }
+    var comparisonOperator: ComparisonOperator? { Symbol.operators.first { $0.symbol == self }?.op }
 
-    private static let operators: [Symbol: ComparisonOperator?] = Dictionary(
-        uniqueKeysWithValues: allCases.map { ($0, ComparisonOperator.bySymbol[$0.rawValue]) })
+    /// The symbols that spell operators: a handful, searched faster than a dictionary is hashed.
+    private static let operators: [(symbol: Symbol, op: ComparisonOperator)] = allCases.compactMap { symbol in
+        ComparisonOperator.bySymbol[symbol.rawValue].map { (symbol, $0) }
+    }
 
     var isArithmetic: Bool { self == .plus || self == .minus || self == .star || self == .slash }
 }
@@ -61,10 +63,9 @@ enum Keyword: String, Hashable, CaseIterable {
     case like = "LIKE", matches = "MATCHES", tokenMatches = "TOKENMATCHES"
 
     /// The comparison operator this keyword spells, from `ComparisonOperator.table`.
-    var comparisonOperator: ComparisonOperator? { Keyword.operators[self] ?? nil }
+    var comparisonOperator: ComparisonOperator? { Keyword.operators.first { $0.keyword == self }?.op }
 
-    private static let operators: [Keyword: ComparisonOperator?] = Dictionary(
-        uniqueKeysWithValues: allCases.map { ($0, ComparisonOperator.byKeyword[$0.rawValue]) })
-
-    static let byUppercase: [String: Keyword] = Dictionary(uniqueKeysWithValues: allCases.map { ($0.rawValue, $0) })
+    private static let operators: [(keyword: Keyword, op: ComparisonOperator)] = allCases.compactMap { keyword in
+        ComparisonOperator.byKeyword[keyword.rawValue].map { (keyword, $0) }
+    }
 }
