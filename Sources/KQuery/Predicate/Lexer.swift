@@ -1,11 +1,12 @@
 /// Splits predicate text into tokens.
 ///
-/// Works on UTF-8 bytes; spans are byte offsets. Errors name the offending character and its place.
+/// Works on the text's UTF-8 bytes in place, for the duration of one parse; spans are byte offsets.
+/// Every read goes through `peek` or a range already scanned, so it stays inside the buffer.
+/// Errors name the offending character and its place.
 struct Lexer {
-    private let bytes: [UInt8]
-    private var position = 0
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private var position: Int
     private var sequentialArguments = 0
-    private var strings: [String] = []
     private var formats: [FormatArgument] = []
 
     /// The reserved words, upper-cased.
@@ -45,15 +46,16 @@ struct Lexer {
         return (low, high)
     }
 
-    init(_ text: String) { bytes = Array(text.utf8) }
+    init(_ bytes: UnsafeBufferPointer<UInt8>, at position: Int = 0) {
+        self.bytes = bytes
+        self.position = position
+    }
 
-    /// The tokens of a text, with what they refer to.
+    /// The tokens of a text, with what they refer to. Valid only while the text's bytes are.
     struct Output {
         var tokens: [Token]
-        /// The source text's UTF-8 bytes; word tokens are ranges of it.
-        var bytes: [UInt8]
-        /// Decoded string literals, by `Token.Kind.string(index:)`.
-        var strings: [String]
+        /// The source text's UTF-8 bytes; word and string tokens are ranges of it.
+        var bytes: UnsafeBufferPointer<UInt8>
         /// Format specifiers, by `Token.Kind.format(index:)`.
         var formats: [FormatArgument]
 
@@ -63,6 +65,16 @@ struct Lexer {
             if case .word(escaped: true) = token.kind { start += 1 }
             if case .variable = token.kind { start += 1 }
             return String(decoding: bytes[start..<token.span.end], as: UTF8.self)
+        }
+
+        /// The decoded text of a string token. Strings are decoded when the parser reads them, not
+        /// when lexed: most have no escapes and are their bytes between the quotes.
+        func string(_ token: Token) throws(InvalidPredicateError) -> String {
+            guard case .string(escaped: true) = token.kind else {
+                return String(decoding: bytes[(token.span.start + 1)..<(token.span.end - 1)], as: UTF8.self)
+            }
+            var lexer = Lexer(bytes, at: token.span.start)
+            return try lexer.readString(quote: bytes[token.span.start])
         }
 
         /// How a token reads in an error message.
@@ -78,14 +90,14 @@ struct Lexer {
         }
     }
 
-    static func tokenize(_ text: String) throws(InvalidPredicateError) -> Output {
-        var lexer = Lexer(text)
+    static func tokenize(_ bytes: UnsafeBufferPointer<UInt8>) throws(InvalidPredicateError) -> Output {
+        var lexer = Lexer(bytes)
         var tokens: [Token] = []
-        tokens.reserveCapacity(text.utf8.count / 4 + 2)
+        tokens.reserveCapacity(bytes.count / 4 + 2)
         while true {
             let token = try lexer.next()
             tokens.append(token)
-            if token.kind == .end { return Output(tokens: tokens, bytes: lexer.bytes, strings: lexer.strings, formats: lexer.formats) }
+            if token.kind == .end { return Output(tokens: tokens, bytes: bytes, formats: lexer.formats) }
         }
     }
 
@@ -101,8 +113,8 @@ struct Lexer {
         guard let byte = peek() else { return Token(kind: .end, span: span(from: start)) }
         switch byte {
         case UInt8(ascii: "'"), UInt8(ascii: "\""):
-            strings.append(try readString(quote: byte))
-            return Token(kind: .string(index: strings.count - 1), span: span(from: start))
+            let escaped = try skipString(quote: byte)
+            return Token(kind: .string(escaped: escaped), span: span(from: start))
         case UInt8(ascii: "0")...UInt8(ascii: "9"):
             return Token(kind: try readNumber(), span: span(from: start))
         case UInt8(ascii: "."):
@@ -122,7 +134,7 @@ struct Lexer {
             return Token(kind: .word(escaped: true), span: span(from: start))
         case _ where byte.isASCIILetter || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "@"):
             skipSelectorOrWord()
-            return Token(kind: .word(escaped: false), span: span(from: start), keyword: Lexer.keyword(bytes[start..<position]))
+            return Token(kind: .word(escaped: false), span: span(from: start), keyword: Lexer.keyword(bytes, start, position))
         default:
             if let (symbol, length) = symbol() {
                 position += length
@@ -174,12 +186,17 @@ struct Lexer {
 
     /// The reserved word `word` spells, in any case. Reserved words are 2 to 14 ASCII letters, so
     /// the word is packed into two integers and compared with the packed reserved words.
-    private static func keyword(_ word: ArraySlice<UInt8>) -> Keyword? {
-        guard (2...14).contains(word.count), let first = word.first, first.isASCIILetter,
-              keywordShapes[Int((first & 0xDF) - UInt8(ascii: "A"))] & (1 << word.count) != 0,
-              word.allSatisfy({ $0.isASCIILetter })
+    private static func keyword(_ bytes: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int) -> Keyword? {
+        let count = end - start
+        guard (2...14).contains(count), end <= bytes.count, bytes[start].isASCIILetter,
+              keywordShapes[Int((bytes[start] & 0xDF) - UInt8(ascii: "A"))] & (1 << count) != 0
         else { return nil }
-        let (low, high) = pack(word)
+        var (low, high): (UInt64, UInt64) = (0, 0)
+        for offset in 0..<count {
+            let byte = bytes[start + offset]
+            guard byte.isASCIILetter else { return nil }
+            if offset < 8 { low |= UInt64(byte & 0xDF) << (offset * 8) } else { high |= UInt64(byte & 0xDF) << ((offset - 8) * 8) }
+        }
         for candidate in packedKeywords where candidate.low == low && candidate.high == high { return candidate.keyword }
         return nil
     }
@@ -216,15 +233,20 @@ struct Lexer {
         }
     }
 
-    private mutating func readString(quote: UInt8) throws(InvalidPredicateError) -> String {
-        let start = position
-        // Most strings have no escapes: they are their bytes, decoded without a buffer.
-        var end = start + 1
+    /// Skips a string literal, checking its escapes; true when it has some (and needs decoding).
+    private mutating func skipString(quote: UInt8) throws(InvalidPredicateError) -> Bool {
+        var end = position + 1
         while end < bytes.count, bytes[end] != quote, bytes[end] != UInt8(ascii: "\\") { end += 1 }
         if end < bytes.count, bytes[end] == quote {
             position = end + 1
-            return String(decoding: bytes[(start + 1)..<end], as: UTF8.self)
+            return false
         }
+        _ = try readString(quote: quote)
+        return true
+    }
+
+    private mutating func readString(quote: UInt8) throws(InvalidPredicateError) -> String {
+        let start = position
         position += 1
         var out: [UInt8] = []
         while let byte = peek() {

@@ -27,13 +27,24 @@ public struct PredicateParser {
                 "predicate is \(text.utf8.count) bytes long; the limit is \(limits.maximumLength)",
                 at: SourceSpan(start: limits.maximumLength, end: limits.maximumLength + 1))
         }
-        var parser = PredicateParser(lexed: try Lexer.tokenize(text), limits: limits)
-        if parser.current.kind == .end { throw InvalidPredicateError("empty predicate", at: parser.current.span) }
-        let predicate = try parser.parseOr()
-        guard parser.current.kind == .end else {
-            throw InvalidPredicateError("unexpected \(parser.lexed.shown(parser.current)) after the predicate", at: parser.current.span)
+        // The text is lexed and parsed in place, without copying its bytes out.
+        let parsed = text.utf8.withContiguousStorageIfAvailable { parse($0, limits: limits) }
+            ?? Array(text.utf8).withUnsafeBufferPointer { parse($0, limits: limits) }
+        return try parsed.get()
+    }
+
+    private static func parse(_ bytes: UnsafeBufferPointer<UInt8>, limits: Limits) -> Result<PredicateSyntax, InvalidPredicateError> {
+        do throws(InvalidPredicateError) {
+            var parser = PredicateParser(lexed: try Lexer.tokenize(bytes), limits: limits)
+            if parser.current.kind == .end { throw InvalidPredicateError("empty predicate", at: parser.current.span) }
+            let predicate = try parser.parseOr()
+            guard parser.current.kind == .end else {
+                throw InvalidPredicateError("unexpected \(parser.lexed.shown(parser.current)) after the predicate", at: parser.current.span)
+            }
+            return .success(predicate)
+        } catch {
+            return .failure(error)
         }
-        return predicate
     }
 
     private init(lexed: Lexer.Output, limits: Limits) {
@@ -209,9 +220,9 @@ public struct PredicateParser {
     private mutating func parsePrimaryExpression() throws(InvalidPredicateError) -> ExpressionSyntax {
         let token = current
         switch token.kind {
-        case .string(let index):
+        case .string:
             advance()
-            return .constant(.value(.string(lexed.strings[index])), token.span)
+            return .constant(.value(.string(try lexed.string(token))), token.span)
         case .integer, .double:
             return .constant(try parseNumber(), token.span)
         case .symbol(.minus):

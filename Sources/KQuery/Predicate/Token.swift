@@ -1,14 +1,14 @@
 /// A lexical token of the format-string syntax.
 ///
 /// Tokens are plain data (a kind, a byte range and small ids), so the parser copies them for free;
-/// a word's text is read from the source only when the parser builds a node from it, and decoded
-/// string literals and format specifiers live in side tables of `Lexer.Output`.
+/// a word's or a string's text is read from the source only when the parser builds a node from it,
+/// and format specifiers live in a side table of `Lexer.Output`.
 struct Token: Hashable {
     enum Kind: Hashable {
         /// A word: a key path component, keyword or function name; `escaped` for `#word`.
         case word(escaped: Bool)
-        /// A string literal; its decoded text is `strings[index]`.
-        case string(index: Int)
+        /// A string literal (with its quotes); `escaped` when it has escapes to decode.
+        case string(escaped: Bool)
         /// An integer literal's magnitude (the sign is a separate `-` token).
         case integer(UInt64)
         case double(Double)
