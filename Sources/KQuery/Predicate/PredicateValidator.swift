@@ -153,7 +153,7 @@ public struct PredicateValidator {
     /// A key path as a field; nil for anything else. Dotted key paths are errors (CloudKit has none).
     private func fieldReference(_ expression: ExpressionSyntax) throws(InvalidPredicateError) -> FieldReference? {
         guard case .keyPath(let path, let span) = expression else { return nil }
-        guard FieldKey.isValidName(path) else {
+        guard let hash = FieldKey.validNameHash(path) else {
             if path.utf8.contains(UInt8(ascii: ".")) {
                 throw InvalidPredicateError("Invalid key path '\(path)': CloudKit fields have no key paths", at: span)
             }
@@ -161,7 +161,7 @@ public struct PredicateValidator {
         }
         let length = path.utf8.count
         if length == 9, path == "allTokens" { return nil }
-        return PredicateValidator.systemNameLengths & (1 << length) == 0 ? .user(FieldKey(path)) : FieldReference(name: path)
+        return PredicateValidator.systemNameLengths & (1 << length) == 0 ? .user(FieldKey(path, hash: hash)) : FieldReference(name: path)
     }
 
     /// The lengths of the system field names, as bits: a name of another length is a user field,

@@ -9,7 +9,11 @@ public struct FieldKey: Hashable, Sendable, Comparable, CustomStringConvertible 
 
     /// Interns `name` (creating its key on first use).
     public init(_ name: String) {
-        let hash = _ASCIINameTable.hash(name)
+        self.init(name, hash: _ASCIINameTable.hash(name))
+    }
+
+    /// Interns `name` whose hash (`_ASCIINameTable.hash`, or `validNameHash`) is known.
+    init(_ name: String, hash: UInt64?) {
         rawValue = FieldKey._registry.withLock { $0.intern(name, hash: hash) }
     }
 
@@ -57,6 +61,22 @@ public struct FieldKey: Hashable, Sendable, Comparable, CustomStringConvertible 
 
     private static let _registry = Mutex(_Registry())
 
+    /// `isValidName(name)` and the name's hash for `init(_:hash:)`, in one pass over its bytes:
+    /// the hash when the name is valid, nil when it is not.
+    static func validNameHash(_ name: String) -> UInt64? {
+        guard name.utf8.count <= 255 else { return nil }
+        let hash: UInt64?? = name.utf8.withContiguousStorageIfAvailable { bytes in
+            guard let first = bytes.first, first.isASCIILetter else { return nil }
+            var hash = _ASCIINameTable.start(bytes.count)
+            for byte in bytes {
+                guard byte.isASCIILetter || byte.isASCIIDigit || byte == UInt8(ascii: "_") else { return nil }
+                hash = _ASCIINameTable.combine(hash, byte)
+            }
+            return _ASCIINameTable.finish(hash)
+        }
+        return hash ?? (isValidName(name) ? _ASCIINameTable.hash(name) : nil)
+    }
+
     /// Whether `name` is a valid CloudKit field name: `[a-zA-Z][0-9a-zA-Z_]*`.
     public static func isValidName(_ name: String) -> Bool {
         var bytes = name.utf8.makeIterator()
@@ -89,19 +109,26 @@ struct _ASCIINameTable {
     /// The hash of an ASCII name (seeded per process), or nil when the name is not ASCII.
     static func hash(_ name: String) -> UInt64? {
         let hash: UInt64?? = name.utf8.withContiguousStorageIfAvailable { bytes in
-            var hash = seed ^ UInt64(bytes.count)
+            var hash = start(bytes.count)
             var high: UInt8 = 0
             for byte in bytes {
                 high |= byte
-                hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3
+                hash = combine(hash, byte)
             }
-            guard high < 0x80 else { return nil }
-            // murmur3's finalizer, so every bit of the hash depends on every byte.
-            hash = (hash ^ (hash >> 33)) &* 0xFF51_AFD7_ED55_8CCD
-            hash = (hash ^ (hash >> 33)) &* 0xC4CE_B9FE_1A85_EC53
-            return (hash ^ (hash >> 33)) | 1
+            return high < 0x80 ? finish(hash) : nil
         }
         return hash ?? nil
+    }
+
+    /// FNV-1a over the bytes, from a per-process seed.
+    @inline(__always) static func start(_ count: Int) -> UInt64 { seed ^ UInt64(count) }
+    @inline(__always) static func combine(_ hash: UInt64, _ byte: UInt8) -> UInt64 { (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
+
+    /// murmur3's finalizer, so every bit of the hash depends on every byte; odd, never 0.
+    @inline(__always) static func finish(_ hash: UInt64) -> UInt64 {
+        var hash = (hash ^ (hash >> 33)) &* 0xFF51_AFD7_ED55_8CCD
+        hash = (hash ^ (hash >> 33)) &* 0xC4CE_B9FE_1A85_EC53
+        return (hash ^ (hash >> 33)) | 1
     }
 
     func id(of name: String, hash: UInt64) -> UInt32? {
