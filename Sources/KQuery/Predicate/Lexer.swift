@@ -8,6 +8,8 @@ struct Lexer {
     private var position: Int
     private var sequentialArguments = 0
     private var formats: [FormatArgument] = []
+    /// Whether a lexical error was thrown (the position is then inside the bad token).
+    private var failed = false
 
     /// The reserved words, upper-cased.
     static let reservedWords: Set<String> = Set(Keyword.allCases.map(\.rawValue))
@@ -30,11 +32,17 @@ struct Lexer {
         return shapes
     }()
 
-    /// The reserved words as upper-case bytes packed into two words, compared without building a string.
-    private static let packedKeywords: [(low: UInt64, high: UInt64, keyword: Keyword)] = Keyword.allCases.map { keyword in
-        let (low, high) = pack(keyword.rawValue.utf8)
-        return (low, high, keyword)
-    }
+    /// The reserved words as upper-case bytes packed into two words, compared without building a
+    /// string; bucketed by first letter A...Z, so a word is compared with at most a few.
+    private static let packedKeywords: [[(low: UInt64, high: UInt64, keyword: Keyword)]] = {
+        var buckets = [[(low: UInt64, high: UInt64, keyword: Keyword)]](repeating: [], count: 26)
+        for keyword in Keyword.allCases {
+            guard let first = keyword.rawValue.utf8.first, first >= UInt8(ascii: "A"), first <= UInt8(ascii: "Z") else { continue }
+            let (low, high) = pack(keyword.rawValue.utf8)
+            buckets[Int(first - UInt8(ascii: "A"))].append((low, high, keyword))
+        }
+        return buckets
+    }()
 
     /// Up to 16 bytes, upper-cased (for letters), little-endian in two words.
     private static func pack<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> (low: UInt64, high: UInt64) {
@@ -51,54 +59,44 @@ struct Lexer {
         self.position = position
     }
 
-    /// The tokens of a text, with what they refer to. Valid only while the text's bytes are.
-    struct Output {
-        var tokens: [Token]
-        /// The source text's UTF-8 bytes; word and string tokens are ranges of it.
-        var bytes: UnsafeBufferPointer<UInt8>
-        /// Format specifiers, by `Token.Kind.format(index:)`.
-        var formats: [FormatArgument]
+    /// The source text of a token (a word's name, without a leading `#` or `$`).
+    func text(of token: Token) -> String {
+        var start = token.span.start
+        if case .word(escaped: true) = token.kind { start += 1 }
+        if case .variable = token.kind { start += 1 }
+        return String(decoding: bytes[start..<token.span.end], as: UTF8.self)
+    }
 
-        /// The source text of a token (a word's name, without a leading `#` or `$`).
-        func text(of token: Token) -> String {
-            var start = token.span.start
-            if case .word(escaped: true) = token.kind { start += 1 }
-            if case .variable = token.kind { start += 1 }
-            return String(decoding: bytes[start..<token.span.end], as: UTF8.self)
+    /// The decoded text of a string token. Strings are decoded when the parser reads them, not
+    /// when lexed: most have no escapes and are their bytes between the quotes.
+    func string(_ token: Token) throws(InvalidPredicateError) -> String {
+        guard case .string(escaped: true) = token.kind else {
+            return String(decoding: bytes[(token.span.start + 1)..<(token.span.end - 1)], as: UTF8.self)
         }
+        var lexer = Lexer(bytes, at: token.span.start)
+        return try lexer.readString(quote: bytes[token.span.start])
+    }
 
-        /// The decoded text of a string token. Strings are decoded when the parser reads them, not
-        /// when lexed: most have no escapes and are their bytes between the quotes.
-        func string(_ token: Token) throws(InvalidPredicateError) -> String {
-            guard case .string(escaped: true) = token.kind else {
-                return String(decoding: bytes[(token.span.start + 1)..<(token.span.end - 1)], as: UTF8.self)
-            }
-            var lexer = Lexer(bytes, at: token.span.start)
-            return try lexer.readString(quote: bytes[token.span.start])
-        }
+    /// The format specifier of a `.format` token.
+    func format(_ index: Int) -> FormatArgument { formats[index] }
 
-        /// How a token reads in an error message.
-        func shown(_ token: Token) -> String {
-            switch token.kind {
-            case .word, .variable: "'\(String(decoding: bytes[token.span.start..<token.span.end], as: UTF8.self))'"
-            case .string: "string"
-            case .integer, .double: "number"
-            case .format(let index): "'\(formats[index].spelling)'"
-            case .symbol(let symbol): "'\(symbol.rawValue)'"
-            case .end: "end of input"
-            }
+    /// How a token reads in an error message.
+    func shown(_ token: Token) -> String {
+        switch token.kind {
+        case .word, .variable: "'\(String(decoding: bytes[token.span.start..<token.span.end], as: UTF8.self))'"
+        case .string: "string"
+        case .integer, .double: "number"
+        case .format(let index): "'\(formats[index].spelling)'"
+        case .symbol(let symbol): "'\(symbol.rawValue)'"
+        case .end: "end of input"
         }
     }
 
-    static func tokenize(_ bytes: UnsafeBufferPointer<UInt8>) throws(InvalidPredicateError) -> Output {
-        var lexer = Lexer(bytes)
-        var tokens: [Token] = []
-        tokens.reserveCapacity(bytes.count / 4 + 2)
-        while true {
-            let token = try lexer.next()
-            tokens.append(token)
-            if token.kind == .end { return Output(tokens: tokens, bytes: bytes, formats: lexer.formats) }
-        }
+    /// Lexes the rest of the text after a syntax error, so that a lexical error anywhere in the
+    /// text is the one reported, as if the whole text had been lexed before it was parsed.
+    mutating func drain() throws(InvalidPredicateError) {
+        guard !failed else { return }
+        while try !next().isEnd {}
     }
 
     private func peek(_ offset: Int = 0) -> UInt8? {
@@ -107,7 +105,17 @@ struct Lexer {
 
     private func span(from start: Int) -> SourceSpan { SourceSpan(start: start, end: position) }
 
+    /// The next token; `.end` (again and again) at the end of the text.
     mutating func next() throws(InvalidPredicateError) -> Token {
+        do {
+            return try lex()
+        } catch {
+            failed = true
+            throw error
+        }
+    }
+
+    private mutating func lex() throws(InvalidPredicateError) -> Token {
         while let byte = peek(), byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D { position += 1 }
         let start = position
         guard let byte = peek() else { return Token(kind: .end, span: span(from: start)) }
@@ -188,16 +196,16 @@ struct Lexer {
     /// the word is packed into two integers and compared with the packed reserved words.
     private static func keyword(_ bytes: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int) -> Keyword? {
         let count = end - start
-        guard (2...14).contains(count), end <= bytes.count, bytes[start].isASCIILetter,
-              keywordShapes[Int((bytes[start] & 0xDF) - UInt8(ascii: "A"))] & (1 << count) != 0
-        else { return nil }
+        guard (2...14).contains(count), end <= bytes.count, bytes[start].isASCIILetter else { return nil }
+        let letter = Int((bytes[start] & 0xDF) - UInt8(ascii: "A"))
+        guard keywordShapes[letter] & (1 << count) != 0 else { return nil }
         var (low, high): (UInt64, UInt64) = (0, 0)
         for offset in 0..<count {
             let byte = bytes[start + offset]
             guard byte.isASCIILetter else { return nil }
             if offset < 8 { low |= UInt64(byte & 0xDF) << (offset * 8) } else { high |= UInt64(byte & 0xDF) << ((offset - 8) * 8) }
         }
-        for candidate in packedKeywords where candidate.low == low && candidate.high == high { return candidate.keyword }
+        for candidate in packedKeywords[letter] where candidate.low == low && candidate.high == high { return candidate.keyword }
         return nil
     }
 

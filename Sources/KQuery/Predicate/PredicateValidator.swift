@@ -74,8 +74,12 @@ public struct PredicateValidator {
         try checkBound(comparison.left)
         try checkBound(comparison.right)
         try checkOptions(comparison)
-        if let condition = try lowerTokenSearch(comparison) { return condition }
-        if let condition = try lowerDistance(comparison) { return condition }
+        // Token searches and distances have TOKENMATCHES, SELF or a function call; most comparisons
+        // have none, and skip both without building an optional Condition.
+        if op == .tokenMatches || comparison.left.isEvaluatedObject || comparison.left.isFunctionCall || comparison.right.isFunctionCall {
+            if let condition = try lowerTokenSearch(comparison) { return condition }
+            if let condition = try lowerDistance(comparison) { return condition }
+        }
         if op == .tokenMatches {
             throw InvalidPredicateError("TOKENMATCHES compares allTokens with a string, as in allTokens TOKENMATCHES[cdl] 'words'", at: comparison.operatorSpan)
         }
@@ -325,9 +329,6 @@ public struct PredicateValidator {
 
     /// `ALL/ANY tokenize(s, 'Cdl') IN allTokens`, `ANY allTokens IN tokenize(...)`, TOKENMATCHES, `SELF CONTAINS`.
     private func lowerTokenSearch(_ comparison: Comparison) throws(InvalidPredicateError) -> Condition? {
-        guard comparison.op == .tokenMatches || comparison.left.isEvaluatedObject || comparison.left.isFunctionCall
-            || comparison.right.isFunctionCall
-        else { return nil }
         let (left, right) = (comparison.left, comparison.right)
         if case .evaluatedObject = left, comparison.op == .contains, comparison.modifier == .direct {
             return .tokens(.any, text: try tokenText(right, context: "SELF CONTAINS"))

@@ -31,7 +31,15 @@ struct Token: Hashable {
         self.keyword = keyword
     }
 
-    func isSymbol(_ symbol: Symbol) -> Bool { kind == .symbol(symbol) }
+    func isSymbol(_ symbol: Symbol) -> Bool {
+        if case .symbol(let own) = kind { return own == symbol }
+        return false
+    }
+
+    var isEnd: Bool {
+        if case .end = kind { return true }
+        return false
+    }
 }
 
 /// The punctuation of the syntax.
