@@ -40,6 +40,11 @@ public enum ComparisonOperator: String, Hashable, Sendable, CaseIterable {
 
     public var info: Info { ComparisonOperator.infos[ordinal] }
 
+    /// `info.cloudKit` and `info.mirrored`, read in place: the validator asks them for every
+    /// comparison, and copying `Info` out retains its strings and arrays.
+    var isCloudKitOperator: Bool { ComparisonOperator.infos[ordinal].cloudKit }
+    var mirroredOperator: ComparisonOperator? { ComparisonOperator.infos[ordinal].mirrored }
+
     /// `table` as an array in `allCases` order, read on every comparison the validator lowers.
     /// The table covers every case; the test suite checks it.
     private static let infos: [Info] = allCases.map { table[$0] ?? Info(canonical: $0.rawValue, spellings: [], cloudKit: false) }

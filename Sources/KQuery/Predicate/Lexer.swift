@@ -1,12 +1,15 @@
 /// Splits predicate text into tokens.
 ///
-/// Works on UTF-8 bytes; spans are byte offsets. Errors name the offending character and its place.
+/// Works on the text's UTF-8 bytes in place, for the duration of one parse; spans are byte offsets.
+/// Every read goes through `peek` or a range already scanned, so it stays inside the buffer.
+/// Errors name the offending character and its place.
 struct Lexer {
-    private let bytes: [UInt8]
-    private var position = 0
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private var position: Int
     private var sequentialArguments = 0
-    private var strings: [String] = []
     private var formats: [FormatArgument] = []
+    /// Whether a lexical error was thrown (the position is then inside the bad token).
+    private var failed = false
 
     /// The reserved words, upper-cased.
     static let reservedWords: Set<String> = Set(Keyword.allCases.map(\.rawValue))
@@ -29,48 +32,80 @@ struct Lexer {
         return shapes
     }()
 
-    init(_ text: String) { bytes = Array(text.utf8) }
-
-    /// The tokens of a text, with what they refer to.
-    struct Output {
-        var tokens: [Token]
-        /// The source text's UTF-8 bytes; word tokens are ranges of it.
-        var bytes: [UInt8]
-        /// Decoded string literals, by `Token.Kind.string(index:)`.
-        var strings: [String]
-        /// Format specifiers, by `Token.Kind.format(index:)`.
-        var formats: [FormatArgument]
-
-        /// The source text of a token (a word's name, without a leading `#` or `$`).
-        func text(of token: Token) -> String {
-            var start = token.span.start
-            if case .word(escaped: true) = token.kind { start += 1 }
-            if case .variable = token.kind { start += 1 }
-            return String(decoding: bytes[start..<token.span.end], as: UTF8.self)
+    /// The reserved words as upper-case bytes packed into two words, compared without building a
+    /// string; bucketed by first letter A...Z, so a word is compared with at most a few.
+    private static let packedKeywords: [[(low: UInt64, high: UInt64, keyword: Keyword)]] = {
+        var buckets = [[(low: UInt64, high: UInt64, keyword: Keyword)]](repeating: [], count: 26)
+        for keyword in Keyword.allCases {
+            guard let first = keyword.rawValue.utf8.first, first >= UInt8(ascii: "A"), first <= UInt8(ascii: "Z") else { continue }
+            let (low, high) = pack(keyword.rawValue.utf8)
+            buckets[Int(first - UInt8(ascii: "A"))].append((low, high, keyword))
         }
+        return buckets
+    }()
 
-        /// How a token reads in an error message.
-        func shown(_ token: Token) -> String {
-            switch token.kind {
-            case .word, .variable: "'\(String(decoding: bytes[token.span.start..<token.span.end], as: UTF8.self))'"
-            case .string: "string"
-            case .integer, .double: "number"
-            case .format(let index): "'\(formats[index].spelling)'"
-            case .symbol(let symbol): "'\(symbol.rawValue)'"
-            case .end: "end of input"
-            }
+    /// Up to 16 bytes, upper-cased (for letters), little-endian in two words.
+    private static func pack<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> (low: UInt64, high: UInt64) {
+        var (low, high): (UInt64, UInt64) = (0, 0)
+        for (offset, byte) in bytes.enumerated() where offset < 16 {
+            let upper = UInt64(byte & 0xDF)
+            if offset < 8 { low |= upper << (offset * 8) } else { high |= upper << ((offset - 8) * 8) }
+        }
+        return (low, high)
+    }
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>, at position: Int = 0) {
+        self.bytes = bytes
+        self.position = position
+    }
+
+    /// The source text of a token (a word's name, without a leading `#` or `$`).
+    func text(of token: Token) -> String {
+        var start = token.span.start
+        if case .word(escaped: true) = token.kind { start += 1 }
+        if case .variable = token.kind { start += 1 }
+        return text(start..<token.span.end)
+    }
+
+    /// The text of `range`, which lies inside the bytes and splits no character (its ends are at
+    /// ASCII delimiters). Measured faster than `String(decoding:as:)` for the short names of key paths.
+    private func text(_ range: Range<Int>) -> String {
+        String(unsafeUninitializedCapacity: range.count) { buffer in
+            _ = buffer.initialize(from: bytes[range])
+            return range.count
         }
     }
 
-    static func tokenize(_ text: String) throws(InvalidPredicateError) -> Output {
-        var lexer = Lexer(text)
-        var tokens: [Token] = []
-        tokens.reserveCapacity(text.utf8.count / 4 + 2)
-        while true {
-            let token = try lexer.next()
-            tokens.append(token)
-            if token.kind == .end { return Output(tokens: tokens, bytes: lexer.bytes, strings: lexer.strings, formats: lexer.formats) }
+    /// The decoded text of a string token. Strings are decoded when the parser reads them, not
+    /// when lexed: most have no escapes and are their bytes between the quotes.
+    func string(_ token: Token) throws(InvalidPredicateError) -> String {
+        guard case .string(escaped: true) = token.kind else {
+            return text((token.span.start + 1)..<(token.span.end - 1))
         }
+        var lexer = Lexer(bytes, at: token.span.start)
+        return try lexer.readString(quote: bytes[token.span.start])
+    }
+
+    /// The format specifier of a `.format` token.
+    func format(_ index: Int) -> FormatArgument { formats[index] }
+
+    /// How a token reads in an error message.
+    func shown(_ token: Token) -> String {
+        switch token.kind {
+        case .word, .variable: "'\(String(decoding: bytes[token.span.start..<token.span.end], as: UTF8.self))'"
+        case .string: "string"
+        case .integer, .double: "number"
+        case .format(let index): "'\(formats[index].spelling)'"
+        case .symbol(let symbol): "'\(symbol.rawValue)'"
+        case .end: "end of input"
+        }
+    }
+
+    /// Lexes the rest of the text after a syntax error, so that a lexical error anywhere in the
+    /// text is the one reported, as if the whole text had been lexed before it was parsed.
+    mutating func drain() throws(InvalidPredicateError) {
+        guard !failed else { return }
+        while try !next().isEnd {}
     }
 
     private func peek(_ offset: Int = 0) -> UInt8? {
@@ -79,14 +114,26 @@ struct Lexer {
 
     private func span(from start: Int) -> SourceSpan { SourceSpan(start: start, end: position) }
 
+    /// The next token; `.end` (again and again) at the end of the text.
     mutating func next() throws(InvalidPredicateError) -> Token {
-        while let byte = peek(), byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D { position += 1 }
+        do {
+            return try lex()
+        } catch {
+            failed = true
+            throw error
+        }
+    }
+
+    private mutating func lex() throws(InvalidPredicateError) -> Token {
+        while position < bytes.count, bytes[position] == 0x20 || bytes[position] == 0x09 || bytes[position] == 0x0A || bytes[position] == 0x0D {
+            position += 1
+        }
         let start = position
         guard let byte = peek() else { return Token(kind: .end, span: span(from: start)) }
         switch byte {
         case UInt8(ascii: "'"), UInt8(ascii: "\""):
-            strings.append(try readString(quote: byte))
-            return Token(kind: .string(index: strings.count - 1), span: span(from: start))
+            let escaped = try skipString(quote: byte)
+            return Token(kind: .string(escaped: escaped), span: span(from: start))
         case UInt8(ascii: "0")...UInt8(ascii: "9"):
             return Token(kind: try readNumber(), span: span(from: start))
         case UInt8(ascii: "."):
@@ -106,10 +153,10 @@ struct Lexer {
             return Token(kind: .word(escaped: true), span: span(from: start))
         case _ where byte.isASCIILetter || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "@"):
             skipSelectorOrWord()
-            return Token(kind: .word(escaped: false), span: span(from: start), keyword: Lexer.keyword(bytes[start..<position]))
+            return Token(kind: .word(escaped: false), span: span(from: start), keyword: Lexer.keyword(bytes, start, position))
         default:
-            if let symbol = symbol() {
-                position += symbol.rawValue.utf8.count
+            if let (symbol, length) = symbol() {
+                position += length
                 return Token(kind: .symbol(symbol), span: span(from: start))
             }
             let character = String(decoding: bytes[start..<min(bytes.count, start + Lexer.scalarLength(byte))], as: UTF8.self)
@@ -117,55 +164,60 @@ struct Lexer {
         }
     }
 
-    /// The symbol at the current position, longest match first (`<=` before `<`).
-    private func symbol() -> Symbol? {
+    /// The symbol at the current position and its length in bytes, longest match first (`<=` before `<`).
+    private func symbol() -> (Symbol, Int)? {
         guard let byte = peek() else { return nil }
         let next = peek(1)
         switch (byte, next) {
-        case (UInt8(ascii: "="), UInt8(ascii: "=")): return .equalEqual
-        case (UInt8(ascii: "="), UInt8(ascii: "<")): return .equalLess
-        case (UInt8(ascii: "="), UInt8(ascii: ">")): return .equalGreater
-        case (UInt8(ascii: "!"), UInt8(ascii: "=")): return .notEqual
-        case (UInt8(ascii: "<"), UInt8(ascii: ">")): return .lessGreater
-        case (UInt8(ascii: "<"), UInt8(ascii: "=")): return .lessEqual
-        case (UInt8(ascii: ">"), UInt8(ascii: "=")): return .greaterEqual
-        case (UInt8(ascii: "&"), UInt8(ascii: "&")): return .andAnd
-        case (UInt8(ascii: "|"), UInt8(ascii: "|")): return .orOr
+        case (UInt8(ascii: "="), UInt8(ascii: "=")): return (.equalEqual, 2)
+        case (UInt8(ascii: "="), UInt8(ascii: "<")): return (.equalLess, 2)
+        case (UInt8(ascii: "="), UInt8(ascii: ">")): return (.equalGreater, 2)
+        case (UInt8(ascii: "!"), UInt8(ascii: "=")): return (.notEqual, 2)
+        case (UInt8(ascii: "<"), UInt8(ascii: ">")): return (.lessGreater, 2)
+        case (UInt8(ascii: "<"), UInt8(ascii: "=")): return (.lessEqual, 2)
+        case (UInt8(ascii: ">"), UInt8(ascii: "=")): return (.greaterEqual, 2)
+        case (UInt8(ascii: "&"), UInt8(ascii: "&")): return (.andAnd, 2)
+        case (UInt8(ascii: "|"), UInt8(ascii: "|")): return (.orOr, 2)
         default: break
         }
+        let symbol: Symbol
         switch byte {
-        case UInt8(ascii: "="): return .equal
-        case UInt8(ascii: "<"): return .less
-        case UInt8(ascii: ">"): return .greater
-        case UInt8(ascii: "!"): return .bang
-        case UInt8(ascii: "("): return .openParen
-        case UInt8(ascii: ")"): return .closeParen
-        case UInt8(ascii: "{"): return .openBrace
-        case UInt8(ascii: "}"): return .closeBrace
-        case UInt8(ascii: "["): return .openBracket
-        case UInt8(ascii: "]"): return .closeBracket
-        case UInt8(ascii: ","): return .comma
-        case UInt8(ascii: "-"): return .minus
-        case UInt8(ascii: "+"): return .plus
-        case UInt8(ascii: "*"): return .star
-        case UInt8(ascii: "/"): return .slash
-        case UInt8(ascii: ":"): return .colon
+        case UInt8(ascii: "="): symbol = .equal
+        case UInt8(ascii: "<"): symbol = .less
+        case UInt8(ascii: ">"): symbol = .greater
+        case UInt8(ascii: "!"): symbol = .bang
+        case UInt8(ascii: "("): symbol = .openParen
+        case UInt8(ascii: ")"): symbol = .closeParen
+        case UInt8(ascii: "{"): symbol = .openBrace
+        case UInt8(ascii: "}"): symbol = .closeBrace
+        case UInt8(ascii: "["): symbol = .openBracket
+        case UInt8(ascii: "]"): symbol = .closeBracket
+        case UInt8(ascii: ","): symbol = .comma
+        case UInt8(ascii: "-"): symbol = .minus
+        case UInt8(ascii: "+"): symbol = .plus
+        case UInt8(ascii: "*"): symbol = .star
+        case UInt8(ascii: "/"): symbol = .slash
+        case UInt8(ascii: ":"): symbol = .colon
         default: return nil
         }
+        return (symbol, 1)
     }
 
-    /// The upper-cased word when `word` is a reserved word. Reserved words are 2 to 14 ASCII
-    /// letters, so the candidate is built as a small string, without a heap allocation.
-    private static func keyword(_ word: ArraySlice<UInt8>) -> Keyword? {
-        guard (2...14).contains(word.count), let first = word.first, first.isASCIILetter,
-              keywordShapes[Int((first & 0xDF) - UInt8(ascii: "A"))] & (1 << word.count) != 0,
-              word.allSatisfy({ $0.isASCIILetter })
-        else { return nil }
-        let upper = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 14) { buffer in
-            for (offset, byte) in word.enumerated() { buffer[offset] = byte & 0xDF }
-            return String(decoding: UnsafeBufferPointer(rebasing: buffer[0..<word.count]), as: UTF8.self)
+    /// The reserved word `word` spells, in any case. Reserved words are 2 to 14 ASCII letters, so
+    /// the word is packed into two integers and compared with the packed reserved words.
+    private static func keyword(_ bytes: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int) -> Keyword? {
+        let count = end - start
+        guard (2...14).contains(count), end <= bytes.count, bytes[start].isASCIILetter else { return nil }
+        let letter = Int((bytes[start] & 0xDF) - UInt8(ascii: "A"))
+        guard keywordShapes[letter] & (1 << count) != 0 else { return nil }
+        var (low, high): (UInt64, UInt64) = (0, 0)
+        for offset in 0..<count {
+            let byte = bytes[start + offset]
+            guard byte.isASCIILetter else { return nil }
+            if offset < 8 { low |= UInt64(byte & 0xDF) << (offset * 8) } else { high |= UInt64(byte & 0xDF) << ((offset - 8) * 8) }
         }
-        return Keyword.byUppercase[upper]
+        for candidate in packedKeywords[letter] where candidate.low == low && candidate.high == high { return candidate.keyword }
+        return nil
     }
 
     private static func scalarLength(_ lead: UInt8) -> Int {
@@ -180,7 +232,9 @@ struct Lexer {
     /// Skips a run of word characters; false when there was none.
     private mutating func skipWord() -> Bool {
         let start = position
-        while let byte = peek(), byte.isASCIILetter || byte.isASCIIDigit || byte == UInt8(ascii: "_") { position += 1 }
+        var end = position
+        while end < bytes.count, bytes[end].isASCIILetter || bytes[end].isASCIIDigit || bytes[end] == UInt8(ascii: "_") { end += 1 }
+        position = end
         return position > start
     }
 
@@ -198,6 +252,18 @@ struct Lexer {
                 break
             }
         }
+    }
+
+    /// Skips a string literal, checking its escapes; true when it has some (and needs decoding).
+    private mutating func skipString(quote: UInt8) throws(InvalidPredicateError) -> Bool {
+        var end = position + 1
+        while end < bytes.count, bytes[end] != quote, bytes[end] != UInt8(ascii: "\\") { end += 1 }
+        if end < bytes.count, bytes[end] == quote {
+            position = end + 1
+            return false
+        }
+        _ = try readString(quote: quote)
+        return true
     }
 
     private mutating func readString(quote: UInt8) throws(InvalidPredicateError) -> String {
@@ -262,7 +328,7 @@ struct Lexer {
 
     private mutating func readNumber() throws(InvalidPredicateError) -> Token.Kind {
         let start = position
-        if peek() == UInt8(ascii: "0"), let radixByte = peek(1), let radix = [UInt8(ascii: "x"): 16, UInt8(ascii: "o"): 8, UInt8(ascii: "b"): 2][radixByte | 0x20] {
+        if peek() == UInt8(ascii: "0"), let radixByte = peek(1), let radix = Lexer.radix(radixByte) {
             position += 2
             let digitsStart = position
             while let byte = peek(), byte.isASCIILetter || byte.isASCIIDigit { position += 1 }
@@ -273,7 +339,15 @@ struct Lexer {
             return .integer(value)
         }
         var isInteger = true
-        while let byte = peek(), byte.isASCIIDigit { position += 1 }
+        // Decimal integers are read as they are scanned; `overflow` defers to the error path below.
+        var magnitude: UInt64 = 0
+        var overflow = false
+        while let byte = peek(), byte.isASCIIDigit {
+            let (times10, carry) = magnitude.multipliedReportingOverflow(by: 10)
+            let (sum, carry2) = times10.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
+            (magnitude, overflow) = (sum, overflow || carry || carry2)
+            position += 1
+        }
         if peek() == UInt8(ascii: "."), peek(1)?.isASCIIDigit ?? false {
             isInteger = false
             position += 1
@@ -291,6 +365,7 @@ struct Lexer {
         if let byte = peek(), byte.isASCIILetter || byte == UInt8(ascii: "_") {
             throw InvalidPredicateError("invalid number", at: SourceSpan(start: start, end: position + 1))
         }
+        if isInteger, !overflow { return .integer(magnitude) }
         let text = String(decoding: bytes[start..<position], as: UTF8.self)
         if isInteger {
             guard let value = UInt64(text) else {
@@ -302,6 +377,16 @@ struct Lexer {
             throw InvalidPredicateError("number \(text) is out of range", at: span(from: start))
         }
         return .double(value)
+    }
+
+    /// The radix a `0x`, `0o` or `0b` prefix letter names, in either case.
+    private static func radix(_ letter: UInt8) -> Int? {
+        switch letter | 0x20 {
+        case UInt8(ascii: "x"): 16
+        case UInt8(ascii: "o"): 8
+        case UInt8(ascii: "b"): 2
+        default: nil
+        }
     }
 
     private mutating func readFormat() throws(InvalidPredicateError) -> FormatArgument {

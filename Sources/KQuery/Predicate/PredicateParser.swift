@@ -15,8 +15,11 @@ public struct PredicateParser {
         public static let `default` = Limits()
     }
 
-    private let lexed: Lexer.Output
-    private var index = 0
+    /// Tokens are lexed as the parser reads them, one ahead of `current`.
+    private var lexer: Lexer
+    private var current: Token
+    /// The token after `current`: it tells `name(` from a key path and `- 1` from arithmetic.
+    private var following: Token
     private var depth = 0
     private let limits: Limits
 
@@ -27,36 +30,58 @@ public struct PredicateParser {
                 "predicate is \(text.utf8.count) bytes long; the limit is \(limits.maximumLength)",
                 at: SourceSpan(start: limits.maximumLength, end: limits.maximumLength + 1))
         }
-        var parser = PredicateParser(lexed: try Lexer.tokenize(text), limits: limits)
-        if parser.current.kind == .end { throw InvalidPredicateError("empty predicate", at: parser.current.span) }
-        let predicate = try parser.parseOr()
-        guard parser.current.kind == .end else {
-            throw InvalidPredicateError("unexpected \(parser.lexed.shown(parser.current)) after the predicate", at: parser.current.span)
+        // The text is lexed and parsed in place, without copying its bytes out.
+        let parsed = text.utf8.withContiguousStorageIfAvailable { parse($0, limits: limits) }
+            ?? Array(text.utf8).withUnsafeBufferPointer { parse($0, limits: limits) }
+        return try parsed.get()
+    }
+
+    private static func parse(_ bytes: UnsafeBufferPointer<UInt8>, limits: Limits) -> Result<PredicateSyntax, InvalidPredicateError> {
+        do throws(InvalidPredicateError) {
+            var parser = try PredicateParser(Lexer(bytes), limits: limits)
+            do throws(InvalidPredicateError) {
+                return .success(try parser.parsePredicate())
+            } catch {
+                try parser.lexer.drain()
+                return .failure(error)
+            }
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    private init(_ lexer: Lexer, limits: Limits) throws(InvalidPredicateError) {
+        self.lexer = lexer
+        self.limits = limits
+        current = try self.lexer.next()
+        following = try self.lexer.next()
+    }
+
+    private mutating func parsePredicate() throws(InvalidPredicateError) -> PredicateSyntax {
+        if current.isEnd { throw InvalidPredicateError("empty predicate", at: current.span) }
+        let predicate = try parseOr()
+        guard current.isEnd else {
+            throw InvalidPredicateError("unexpected \(lexer.shown(current)) after the predicate", at: current.span)
         }
         return predicate
     }
 
-    private init(lexed: Lexer.Output, limits: Limits) {
-        self.lexed = lexed
-        self.limits = limits
-    }
-
-    private var current: Token { lexed.tokens[index] }
-    private var following: Token { lexed.tokens[min(index + 1, lexed.tokens.count - 1)] }
-
     @discardableResult
-    private mutating func advance() -> Token {
-        let token = lexed.tokens[index]
-        if index < lexed.tokens.count - 1 { index += 1 }
+    private mutating func advance() throws(InvalidPredicateError) -> Token {
+        let token = current
+        if !current.isEnd {
+            current = following
+            following = try lexer.next()
+        }
         return token
     }
 
     @discardableResult
     private mutating func expect(_ symbol: Symbol, _ context: String) throws(InvalidPredicateError) -> Token {
         guard current.isSymbol(symbol) else {
-            throw InvalidPredicateError("expected '\(symbol.rawValue)' \(context), found \(lexed.shown(current))", at: current.span)
+            throw InvalidPredicateError("expected '\(symbol.rawValue)' \(context), found \(lexer.shown(current))", at: current.span)
         }
-        return advance()
+        return try advance()
     }
 
     private mutating func enter(_ span: SourceSpan) throws(InvalidPredicateError) {
@@ -69,23 +94,37 @@ public struct PredicateParser {
     // predicate := and-predicate { ("OR" | "||") and-predicate }
     private mutating func parseOr() throws(InvalidPredicateError) -> PredicateSyntax {
         let first = try parseAnd()
-        var operands = [first]
-        while current.keyword == .or || current.isSymbol(.orOr) {
-            advance()
+        guard isOr(current) else { return first }
+        var operands = PredicateParser.operands(first)
+        while isOr(current) {
+            try advance()
             operands.append(try parseAnd())
         }
-        return operands.count == 1 ? first : .or(operands, first.span.through(operands[operands.count - 1].span))
+        return .or(operands, operands[0].span.through(operands[operands.count - 1].span))
+    }
+
+    private func isOr(_ token: Token) -> Bool { token.keyword == .or || token.isSymbol(.orOr) }
+    private func isAnd(_ token: Token) -> Bool { token.keyword == .and || token.isSymbol(.andAnd) }
+
+    /// The operand list of an AND or OR, with room for a few more: growing it one by one
+    /// reallocated it for the second and third operand of every typical predicate.
+    private static func operands(_ first: PredicateSyntax) -> [PredicateSyntax] {
+        var operands: [PredicateSyntax] = []
+        operands.reserveCapacity(4)
+        operands.append(first)
+        return operands
     }
 
     // and-predicate := unary { ("AND" | "&&") unary }
     private mutating func parseAnd() throws(InvalidPredicateError) -> PredicateSyntax {
         let first = try parseUnary()
-        var operands = [first]
-        while current.keyword == .and || current.isSymbol(.andAnd) {
-            advance()
+        guard isAnd(current) else { return first }
+        var operands = PredicateParser.operands(first)
+        while isAnd(current) {
+            try advance()
             operands.append(try parseUnary())
         }
-        return operands.count == 1 ? first : .and(operands, first.span.through(operands[operands.count - 1].span))
+        return .and(operands, operands[0].span.through(operands[operands.count - 1].span))
     }
 
     // unary := ("NOT" | "!") unary | "(" predicate ")" | TRUEPREDICATE | FALSEPREDICATE | comparison
@@ -94,7 +133,7 @@ public struct PredicateParser {
         if token.keyword == .not || token.isSymbol(.bang) {
             try enter(token.span)
             defer { depth -= 1 }
-            advance()
+            try advance()
             // `NOT (x)` is one level, not two, so the printer's `NOT (...)` form never needs more
             // depth than the text it was parsed from.
             let operand = current.isSymbol(.openParen) ? try parseParenthesized() : try parseUnary()
@@ -107,10 +146,10 @@ public struct PredicateParser {
         }
         switch token.keyword {
         case .truePredicate?:
-            advance()
+            try advance()
             return .constant(true, token.span)
         case .falsePredicate?:
-            advance()
+            try advance()
             return .constant(false, token.span)
         default:
             return .comparison(try parseComparison())
@@ -118,7 +157,7 @@ public struct PredicateParser {
     }
 
     private mutating func parseParenthesized() throws(InvalidPredicateError) -> PredicateSyntax {
-        let open = advance()
+        let open = try advance()
         let inner = try parseOr()
         try expect(.closeParen, "to close the '(' at column \(open.span.start + 1)")
         return inner
@@ -134,7 +173,7 @@ public struct PredicateParser {
         case Keyword.none?: modifier = .none
         default: break
         }
-        if modifier != .direct { advance() }
+        if modifier != .direct { try advance() }
         let left = try parseExpression()
         let operatorToken = current
         let op: ComparisonOperator
@@ -142,33 +181,33 @@ public struct PredicateParser {
             op = symbolOperator
         } else if let keywordOperator = operatorToken.keyword?.comparisonOperator {
             op = keywordOperator
-        } else if operatorToken.kind == .end {
+        } else if operatorToken.isEnd {
             throw InvalidPredicateError("expected a comparison operator after the expression, found end of input", at: operatorToken.span)
         } else if case .symbol(let symbol) = operatorToken.kind, symbol.isArithmetic {
             throw InvalidPredicateError("arithmetic is not supported", at: operatorToken.span)
         } else {
-            throw InvalidPredicateError("expected a comparison operator, found \(lexed.shown(operatorToken))", at: operatorToken.span)
+            throw InvalidPredicateError("expected a comparison operator, found \(lexer.shown(operatorToken))", at: operatorToken.span)
         }
-        advance()
+        try advance()
         var options: ComparisonOptions = []
         var operatorSpan = operatorToken.span
         if current.isSymbol(.openBracket) {
-            let open = advance()
+            let open = try advance()
             guard case .word(escaped: false) = current.kind else {
                 throw InvalidPredicateError("expected comparison options such as [cd]", at: current.span)
             }
-            for letter in lexed.text(of: current) {
+            for letter in lexer.text(of: current) {
                 guard let option = ComparisonOptions.letters.first(where: { $0.0 == letter })?.1 else {
                     throw InvalidPredicateError("unknown comparison option '\(letter)' (expected c, d, l or n)", at: current.span)
                 }
                 options.insert(option)
             }
-            advance()
+            try advance()
             let close = try expect(.closeBracket, "after comparison options")
             operatorSpan = operatorToken.span.through(close.span)
             _ = open
         }
-        guard current.kind != .end else {
+        guard !current.isEnd else {
             throw InvalidPredicateError("expected an expression after '\(op.info.canonical)', found end of input", at: current.span)
         }
         let right = try parseExpression()
@@ -195,56 +234,56 @@ public struct PredicateParser {
     private mutating func parsePrimaryExpression() throws(InvalidPredicateError) -> ExpressionSyntax {
         let token = current
         switch token.kind {
-        case .string(let index):
-            advance()
-            return .constant(.value(.string(lexed.strings[index])), token.span)
+        case .string:
+            try advance()
+            return .constant(.value(.string(try lexer.string(token))), token.span)
         case .integer, .double:
-            return .constant(try parseNumber(), token.span)
+            return .constant(try parseNumber().constant, token.span)
         case .symbol(.minus):
             guard isNegativeNumberAhead else { throw InvalidPredicateError("arithmetic is not supported", at: token.span) }
-            let constant = try parseNumber()
-            return .constant(constant, token.span.through(lexed.tokens[index - 1].span))
+            let (constant, number) = try parseNumber()
+            return .constant(constant, token.span.through(number))
         case .symbol(.openBrace):
             return try parseAggregate()
         case .format(let index):
-            advance()
-            return .argument(lexed.formats[index], token.span)
+            try advance()
+            return .argument(lexer.format(index), token.span)
         case .variable:
-            advance()
-            return .variable(lexed.text(of: token), token.span)
+            try advance()
+            return .variable(lexer.text(of: token), token.span)
         case .word(let escaped):
             if !escaped, let keyword = token.keyword {
                 switch keyword {
                 case .nil_, .null:
-                    advance()
+                    try advance()
                     return .constant(.null, token.span)
                 case .true_, .yes:
-                    advance()
+                    try advance()
                     return .constant(.bool(true), token.span)
                 case .false_, .no:
-                    advance()
+                    try advance()
                     return .constant(.bool(false), token.span)
                 case .self_:
-                    advance()
+                    try advance()
                     return .evaluatedObject(token.span)
                 case .subquery, .function:
                     throw InvalidPredicateError("Unsupported expression: \(keyword.rawValue)", at: token.span)
                 default:
-                    throw InvalidPredicateError("expected an expression, found keyword \(lexed.shown(token)) (escape a field name with '#')", at: token.span)
+                    throw InvalidPredicateError("expected an expression, found keyword \(lexer.shown(token)) (escape a field name with '#')", at: token.span)
                 }
             }
-            let word = lexed.text(of: token)
+            let word = lexer.text(of: token)
             if !escaped, following.isSymbol(.openParen) { return try parseFunction(name: word, nameToken: token) }
-            advance()
+            try advance()
             var path = word
             var span = token.span
             while current.isSymbol(.dot) {
-                advance()
+                try advance()
                 guard case .word = current.kind else {
                     throw InvalidPredicateError("expected a key after '.'", at: current.span)
                 }
-                path += "." + lexed.text(of: current)
-                span = span.through(advance().span)
+                path += "." + lexer.text(of: current)
+                span = span.through(try advance().span)
             }
             if current.isSymbol(.openBracket) {
                 throw InvalidPredicateError("indexed key paths are not supported", at: current.span)
@@ -253,32 +292,33 @@ public struct PredicateParser {
         case .end:
             throw InvalidPredicateError("expected an expression, found end of input", at: token.span)
         default:
-            throw InvalidPredicateError("expected an expression, found \(lexed.shown(token))", at: token.span)
+            throw InvalidPredicateError("expected an expression, found \(lexer.shown(token))", at: token.span)
         }
     }
 
-    private mutating func parseNumber() throws(InvalidPredicateError) -> Constant {
+    /// A number with its sign, and the number token's span.
+    private mutating func parseNumber() throws(InvalidPredicateError) -> (constant: Constant, span: SourceSpan) {
         var negative = false
         let start = current.span
         if current.isSymbol(.minus) {
             negative = true
-            advance()
+            try advance()
         }
-        let token = advance()
+        let token = try advance()
         switch token.kind {
         case .integer(let magnitude):
             if negative {
                 guard magnitude <= UInt64(Int64.max) + 1 else {
                     throw InvalidPredicateError("integer is outside the INT64 range", at: start.through(token.span))
                 }
-                return .value(.int64(magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude)))
+                return (.value(.int64(magnitude == UInt64(Int64.max) + 1 ? Int64.min : -Int64(magnitude))), token.span)
             }
             guard magnitude <= UInt64(Int64.max) else {
                 throw InvalidPredicateError("integer is outside the INT64 range", at: token.span)
             }
-            return .value(.int64(Int64(magnitude)))
+            return (.value(.int64(Int64(magnitude))), token.span)
         case .double(let value):
-            return .value(.double(negative ? -value : value))
+            return (.value(.double(negative ? -value : value)), token.span)
         default:
             throw InvalidPredicateError("expected a number", at: token.span)
         }
@@ -286,7 +326,7 @@ public struct PredicateParser {
 
     // aggregate := "{" [ expression { "," expression } ] "}"
     private mutating func parseAggregate() throws(InvalidPredicateError) -> ExpressionSyntax {
-        let open = advance()
+        let open = try advance()
         try enter(open.span)
         defer { depth -= 1 }
         var elements: [ExpressionSyntax] = []
@@ -297,7 +337,7 @@ public struct PredicateParser {
                     throw InvalidPredicateError("aggregate has more than \(limits.maximumAggregateCount) elements", at: open.span)
                 }
                 if current.isSymbol(.comma) {
-                    advance()
+                    try advance()
                     continue
                 }
                 break
@@ -309,8 +349,8 @@ public struct PredicateParser {
 
     // function-call := name "(" [ expression { "," expression } ] ")"
     private mutating func parseFunction(name: String, nameToken: Token) throws(InvalidPredicateError) -> ExpressionSyntax {
-        advance()
-        let open = advance()
+        try advance()
+        let open = try advance()
         try enter(open.span)
         defer { depth -= 1 }
         var arguments: [ExpressionSyntax] = []
@@ -319,7 +359,7 @@ public struct PredicateParser {
                 arguments.append(try parseExpression())
                 if arguments.count > 16 { throw InvalidPredicateError("too many function arguments", at: current.span) }
                 if current.isSymbol(.comma) {
-                    advance()
+                    try advance()
                     continue
                 }
                 break

@@ -5,7 +5,7 @@
 public enum PredicateSyntax: Hashable, Sendable {
     /// TRUEPREDICATE or FALSEPREDICATE.
     case constant(Bool, SourceSpan)
-    case comparison(Comparison)
+    indirect case comparison(Comparison)
     case and([PredicateSyntax], SourceSpan)
     case or([PredicateSyntax], SourceSpan)
     indirect case not(PredicateSyntax, SourceSpan)
@@ -57,7 +57,7 @@ public enum ExpressionSyntax: Hashable, Sendable {
     /// `name(args)`, including selector-style names such as `distanceToLocation:fromLocation:`.
     case function(String, [ExpressionSyntax], SourceSpan)
     /// A format argument (`%@`, `%K`, `%d`, `%1$@`, ...) not yet bound.
-    case argument(FormatArgument, SourceSpan)
+    indirect case argument(FormatArgument, SourceSpan)
     /// A substitution variable `$name` not yet bound.
     case variable(String, SourceSpan)
 

@@ -68,46 +68,43 @@ public struct PredicateValidator {
 
     private func lower(_ comparison: Comparison) throws(InvalidPredicateError) -> Condition {
         let op = comparison.op
-        if isCloudKit, !op.info.cloudKit {
+        if isCloudKit, !op.isCloudKitOperator {
             throw InvalidPredicateError("Unsupported operator: \(op.info.canonical)", at: comparison.operatorSpan)
         }
         try checkBound(comparison.left)
         try checkBound(comparison.right)
         try checkOptions(comparison)
-        if let condition = try lowerTokenSearch(comparison) { return condition }
-        if let condition = try lowerDistance(comparison) { return condition }
+        // Token searches and distances have TOKENMATCHES, SELF or a function call; most comparisons
+        // have none, and skip both without building an optional Condition.
+        if op == .tokenMatches || comparison.left.isEvaluatedObject || comparison.left.isFunctionCall || comparison.right.isFunctionCall {
+            if let condition = try lowerTokenSearch(comparison) { return condition }
+            if let condition = try lowerDistance(comparison) { return condition }
+        }
         if op == .tokenMatches {
             throw InvalidPredicateError("TOKENMATCHES compares allTokens with a string, as in allTokens TOKENMATCHES[cdl] 'words'", at: comparison.operatorSpan)
         }
         try checkPlainOperand(comparison.left)
         try checkPlainOperand(comparison.right)
 
-        // Normalize to: field on the left, value on the right.
-        let fieldModifier: ComparisonModifier
-        let valueModifier: ComparisonModifier
-        let fieldSpan: SourceSpan
-        let field: FieldReference
-        let normalizedOp: ComparisonOperator
-        let value: ExpressionSyntax
-        if let leftField = try fieldReference(comparison.left) {
+        // Normalize to: field on the left, value on the right. The value side is passed in place,
+        // not copied out: copying expressions was a large part of validation's time.
+        if let field = try fieldReference(comparison.left) {
             if try fieldReference(comparison.right) != nil {
                 throw InvalidPredicateError("comparing two fields is not supported: one side must be a constant", at: comparison.right.span)
             }
-            (field, fieldSpan, normalizedOp, value) = (leftField, comparison.left.span, op, comparison.right)
-            (fieldModifier, valueModifier) = (comparison.modifier, .direct)
-        } else if let rightField = try fieldReference(comparison.right) {
-            guard let mirrored = op.info.mirrored else {
+            let test = try lowerTest(
+                comparison, field: field, op: op, value: comparison.right, fieldModifier: comparison.modifier, valueModifier: .direct)
+            return .field(field, test)
+        }
+        if let field = try fieldReference(comparison.right) {
+            guard let mirrored = op.mirroredOperator else {
                 throw InvalidPredicateError("the field must be on the left of \(op.info.canonical)", at: comparison.right.span)
             }
-            (field, fieldSpan, normalizedOp, value) = (rightField, comparison.right.span, mirrored, comparison.left)
-            (fieldModifier, valueModifier) = (.direct, comparison.modifier)
-        } else {
-            throw InvalidPredicateError("<\(comparison.canonicalText)> is not a comparison predicate: one side must be a field", at: comparison.span)
+            let test = try lowerTest(
+                comparison, field: field, op: mirrored, value: comparison.left, fieldModifier: .direct, valueModifier: comparison.modifier)
+            return .field(field, test)
         }
-        let test = try lowerTest(
-            comparison, field: field, fieldSpan: fieldSpan, op: normalizedOp, value: value,
-            fieldModifier: fieldModifier, valueModifier: valueModifier)
-        return .field(field, test)
+        throw InvalidPredicateError("<\(comparison.canonicalText)> is not a comparison predicate: one side must be a field", at: comparison.span)
     }
 
     /// Format arguments and variables must be bound before validation (see `PredicateSyntax.binding`).
@@ -126,7 +123,7 @@ public struct PredicateValidator {
 
     /// allTokens and SELF only appear in the token-search shapes, handled before this.
     private func checkPlainOperand(_ side: ExpressionSyntax) throws(InvalidPredicateError) {
-        if case .keyPath("allTokens", _) = side {
+        if side.isAllTokens {
             throw InvalidPredicateError("allTokens can only be used with tokenize(...) or TOKENMATCHES", at: side.span)
         }
         if case .evaluatedObject(let span) = side {
@@ -160,18 +157,23 @@ public struct PredicateValidator {
     /// A key path as a field; nil for anything else. Dotted key paths are errors (CloudKit has none).
     private func fieldReference(_ expression: ExpressionSyntax) throws(InvalidPredicateError) -> FieldReference? {
         guard case .keyPath(let path, let span) = expression else { return nil }
-        if path.utf8.contains(UInt8(ascii: ".")) {
-            throw InvalidPredicateError("Invalid key path '\(path)': CloudKit fields have no key paths", at: span)
-        }
-        if path == "allTokens" { return nil }
-        guard FieldKey.isValidName(path) else {
+        guard let hash = FieldKey.validNameHash(path) else {
+            if path.utf8.contains(UInt8(ascii: ".")) {
+                throw InvalidPredicateError("Invalid key path '\(path)': CloudKit fields have no key paths", at: span)
+            }
             throw InvalidPredicateError("Invalid field name '\(path)' (expected [a-zA-Z][0-9a-zA-Z_]*)", at: span)
         }
-        return FieldReference(name: path)
+        let length = path.utf8.count
+        if length == 9, path == "allTokens" { return nil }
+        return PredicateValidator.systemNameLengths & (1 << length) == 0 ? .user(FieldKey(path, hash: hash)) : FieldReference(name: path)
     }
 
+    /// The lengths of the system field names, as bits: a name of another length is a user field,
+    /// found without comparing it with each system name.
+    private static let systemNameLengths: UInt64 = FieldReference.systemFields.reduce(0) { $0 | 1 << $1.name.utf8.count }
+
     private func lowerTest(
-        _ comparison: Comparison, field: FieldReference, fieldSpan: SourceSpan, op: ComparisonOperator, value: ExpressionSyntax,
+        _ comparison: Comparison, field: FieldReference, op: ComparisonOperator, value: ExpressionSyntax,
         fieldModifier: ComparisonModifier, valueModifier: ComparisonModifier
     ) throws(InvalidPredicateError) -> FieldTest {
         let options = comparison.options.intersection([.caseInsensitive, .diacriticInsensitive])
@@ -386,10 +388,12 @@ public struct PredicateValidator {
     private func lowerDistance(_ comparison: Comparison) throws(InvalidPredicateError) -> Condition? {
         let distanceOnLeft: Bool
         let call: ExpressionSyntax
-        switch (comparison.left, comparison.right) {
-        case (.function(Functions.distance, _, _), _): (distanceOnLeft, call) = (true, comparison.left)
-        case (_, .function(Functions.distance, _, _)): (distanceOnLeft, call) = (false, comparison.right)
-        default: return nil
+        if comparison.left.isDistanceCall {
+            (distanceOnLeft, call) = (true, comparison.left)
+        } else if comparison.right.isDistanceCall {
+            (distanceOnLeft, call) = (false, comparison.right)
+        } else {
+            return nil
         }
         guard case .function(_, let arguments, let span) = call, arguments.count == 2 else {
             throw InvalidPredicateError("distanceToLocation:fromLocation: takes a field and a location", at: call.span)
@@ -457,16 +461,29 @@ extension Comparison {
     }
 }
 
+/// Cheap tests of an operand's shape: they look at the case (and a name's length) before comparing
+/// strings, because every comparison the validator lowers asks them.
 extension ExpressionSyntax {
-    var isTokenOperand: Bool {
-        switch self {
-        case .keyPath("allTokens", _), .function(Functions.tokenize, _, _): true
-        default: false
-        }
+    var isTokenOperand: Bool { isAllTokens || isCall(Functions.tokenize) }
+    var isDistanceCall: Bool { isCall(Functions.distance) }
+
+    var isAllTokens: Bool {
+        if case .keyPath(let path, _) = self { return path.utf8.count == 9 && path == "allTokens" }
+        return false
     }
 
-    var isDistanceCall: Bool {
-        if case .function(Functions.distance, _, _) = self { return true }
+    var isEvaluatedObject: Bool {
+        if case .evaluatedObject = self { return true }
+        return false
+    }
+
+    var isFunctionCall: Bool {
+        if case .function = self { return true }
+        return false
+    }
+
+    func isCall(_ function: String) -> Bool {
+        if case .function(let name, _, _) = self { return name == function }
         return false
     }
 }

@@ -1,14 +1,14 @@
 /// A lexical token of the format-string syntax.
 ///
 /// Tokens are plain data (a kind, a byte range and small ids), so the parser copies them for free;
-/// a word's text is read from the source only when the parser builds a node from it, and decoded
-/// string literals and format specifiers live in side tables of `Lexer.Output`.
+/// a word's or a string's text is read from the source only when the parser builds a node from it,
+/// and format specifiers live in a side table of `Lexer.Output`.
 struct Token: Hashable {
     enum Kind: Hashable {
         /// A word: a key path component, keyword or function name; `escaped` for `#word`.
         case word(escaped: Bool)
-        /// A string literal; its decoded text is `strings[index]`.
-        case string(index: Int)
+        /// A string literal (with its quotes); `escaped` when it has escapes to decode.
+        case string(escaped: Bool)
         /// An integer literal's magnitude (the sign is a separate `-` token).
         case integer(UInt64)
         case double(Double)
@@ -31,7 +31,15 @@ struct Token: Hashable {
         self.keyword = keyword
     }
 
-    func isSymbol(_ symbol: Symbol) -> Bool { kind == .symbol(symbol) }
+    func isSymbol(_ symbol: Symbol) -> Bool {
+        if case .symbol(let own) = kind { return own == symbol }
+        return false
+    }
+
+    var isEnd: Bool {
+        if case .end = kind { return true }
+        return false
+    }
 }
 
 /// The punctuation of the syntax.
@@ -43,10 +51,12 @@ enum Symbol: String, Hashable, CaseIterable {
     case minus = "-", plus = "+", star = "*", slash = "/", colon = ":", dot = "."
 
     /// The comparison operator this symbol spells, from `ComparisonOperator.table`.
-    var comparisonOperator: ComparisonOperator? { Symbol.operators[self] ?? nil }
+    var comparisonOperator: ComparisonOperator? { Symbol.operators.first { $0.symbol == self }?.op }
 
-    private static let operators: [Symbol: ComparisonOperator?] = Dictionary(
-        uniqueKeysWithValues: allCases.map { ($0, ComparisonOperator.bySymbol[$0.rawValue]) })
+    /// The symbols that spell operators: a handful, searched faster than a dictionary is hashed.
+    private static let operators: [(symbol: Symbol, op: ComparisonOperator)] = allCases.compactMap { symbol in
+        ComparisonOperator.bySymbol[symbol.rawValue].map { (symbol, $0) }
+    }
 
     var isArithmetic: Bool { self == .plus || self == .minus || self == .star || self == .slash }
 }
@@ -61,10 +71,9 @@ enum Keyword: String, Hashable, CaseIterable {
     case like = "LIKE", matches = "MATCHES", tokenMatches = "TOKENMATCHES"
 
     /// The comparison operator this keyword spells, from `ComparisonOperator.table`.
-    var comparisonOperator: ComparisonOperator? { Keyword.operators[self] ?? nil }
+    var comparisonOperator: ComparisonOperator? { Keyword.operators.first { $0.keyword == self }?.op }
 
-    private static let operators: [Keyword: ComparisonOperator?] = Dictionary(
-        uniqueKeysWithValues: allCases.map { ($0, ComparisonOperator.byKeyword[$0.rawValue]) })
-
-    static let byUppercase: [String: Keyword] = Dictionary(uniqueKeysWithValues: allCases.map { ($0.rawValue, $0) })
+    private static let operators: [(keyword: Keyword, op: ComparisonOperator)] = allCases.compactMap { keyword in
+        ComparisonOperator.byKeyword[keyword.rawValue].map { (keyword, $0) }
+    }
 }
