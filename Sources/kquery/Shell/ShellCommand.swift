@@ -17,7 +17,7 @@ import Darwin
 /// for piped input and `-f FILE`.
 struct Shell: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "An interactive shell over loaded records (the default when no subcommand is given).",
+        abstract: "An interactive shell over loaded records or a database file (the default when no subcommand is given).",
         discussion: """
             Type .help for the commands. Queries are `TYPE [WHERE PREDICATE] [SORT BY FIELD [ASC|DESC], ...] [LIMIT N]`.
             With piped input or -f, commands run without a prompt and the first error stops with status 1 \
