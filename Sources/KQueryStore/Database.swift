@@ -60,19 +60,17 @@ public final class Database {
         self.indexPolicy = indexPolicy
         let file = try DatabaseFile(path: path)
         self.file = file
-        let contents = try file.load()
-        schema = contents.schema
-        declaredIndexes = contents.indexes
-        nextChangeTag = contents.nextChangeTag
-        zones.formUnion(contents.zones)
-        var counts: [String: Int] = [:]
-        for record in contents.records { counts[record.recordType, default: 0] += 1 }
-        for (type, count) in counts {
-            var table = RecordTable(recordType: type, searchableFields: schema?[type]?.searchableFields)
-            table.reserveCapacity(count)
-            tables[type] = table
-        }
-        for record in contents.records { insertLoaded(record) }
+        try file.load({ contents in
+            schema = contents.schema
+            declaredIndexes = contents.indexes
+            nextChangeTag = contents.nextChangeTag
+            zones.formUnion(contents.zones)
+            for (type, count) in contents.recordCounts {
+                var table = RecordTable(recordType: type, searchableFields: contents.schema?[type]?.searchableFields)
+                table.reserveCapacity(count)
+                tables[type] = table
+            }
+        }, record: { insertLoaded($0) })
         for type in Array(tables.keys) { buildDeclaredIndexes(type) }
     }
 

@@ -22,7 +22,8 @@ final class DatabaseFile {
     private let queue: DatabaseQueue
 
     struct Contents {
-        var records: [KQuery.Record] = []
+        /// How many records each type has (to size tables before `load` hands them over).
+        var recordCounts: [String: Int] = [:]
         var zones: [ZoneID] = []
         var schema: Schema?
         var indexes: [IndexDeclaration] = []
@@ -63,9 +64,11 @@ final class DatabaseFile {
         }
     }
 
-    func load() throws(DatabaseError) -> Contents {
+    /// Reads everything but the records, which go to `record` one at a time as they are decoded
+    /// (after `contents` has been handed over, so tables can be sized first).
+    func load(_ handOver: (Contents) -> Void, record: (KQuery.Record) -> Void) throws(DatabaseError) {
         do {
-            return try queue.read { db in
+            try queue.read { db in
                 var contents = Contents()
                 var meta: [String: String] = [:]
                 for row in try Row.fetchAll(db, sql: "SELECT key, value FROM kquery_meta") {
@@ -88,8 +91,13 @@ final class DatabaseFile {
                     guard let zoneName = Self.text(row, 0), let ownerName = Self.text(row, 1) else { throw DatabaseError(.storage, "\(path): corrupt zones table") }
                     contents.zones.append(ZoneID(zoneName: zoneName, ownerName: ownerName))
                 }
-                let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM records") ?? 0
-                contents.records.reserveCapacity(count)
+                for row in try Row.fetchAll(db, sql: "SELECT recordType, count(*) FROM records GROUP BY recordType") {
+                    guard let type = Self.text(row, 0), let count = Int.fromDatabaseValue(row[1] as DatabaseValue) else {
+                        throw DatabaseError(.storage, "\(path): corrupt records table")
+                    }
+                    contents.recordCounts[type] = count
+                }
+                handOver(contents)
                 var names = RecordCoding.FieldNames()
                 let cursor = try Row.fetchCursor(db, sql: "SELECT recordName, body FROM records ORDER BY recordType")
                 while let row = try cursor.next() {
@@ -97,7 +105,7 @@ final class DatabaseFile {
                     var failure: RecordDecodingError?
                     body.withUnsafeBytes { bytes in
                         do throws(RecordDecodingError) {
-                            contents.records.append(try RecordCoding.decode(bytes, names: &names))
+                            record(try RecordCoding.decode(bytes, names: &names))
                         } catch {
                             failure = error
                         }
@@ -106,7 +114,6 @@ final class DatabaseFile {
                         throw DatabaseError(.storage, "\(path): record '\(Self.text(row, 0) ?? "?")' is corrupt: \(failure)")
                     }
                 }
-                return contents
             }
         } catch let error as DatabaseError {
             throw error
