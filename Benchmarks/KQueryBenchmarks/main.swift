@@ -213,6 +213,12 @@ let storeSuite = BenchmarkSuite(name: "Store") { suite in
     suite.benchmark("radius: KQuery full scan, same predicate", settings: TimeUnit(.ms)) {
         consume(count(radiusScan, in: records))
     }
+    suite.benchmark("save: delete one record and create it again, four indexes", settings: TimeUnit(.us)) {
+        saveCounter += 1
+        let record = records[saveCounter % records.count]
+        try store.save(RecordOperation(kind: .forceDelete, record: record))
+        try store.save(RecordOperation(kind: .create, record: record))
+    }
     suite.benchmark("save: replace one record, four indexes kept up to date", settings: TimeUnit(.us)) {
         saveCounter += 1
         var record = records[saveCounter % records.count]
@@ -363,7 +369,7 @@ for (name, kqueryName, sqliteName) in [
 let radiusIndexed = median("radius: KQuery < 3.2")
 let radiusFull = median("radius: KQuery full scan")
 print("radius (\(checks[3].1) results): spatial index \(figure(radiusIndexed / 1000)) us, full scan \(figure(radiusFull / 1e6)) ms, \(figure(radiusFull / radiusIndexed, "%.0f"))x faster")
-print("save (replace) one record with four indexes: \(figure(median("save: replace") / 1000)) us")
+print("save (replace) one record with four indexes: \(figure(median("save: replace") / 1000)) us; delete and create one: \(figure(median("save: delete") / 1000)) us")
 print("open a file of \(recordCount) records (load them into memory): \(figure(kqueryOpenSeconds, "%.1f")) s")
 print("import \(recordCount) records into a file: KQuery \(figure(Double(recordCount) / kqueryImportSeconds, "%.0f")) records/s (\(figure(kqueryImportSeconds, "%.1f")) s), SQLite bulk insert \(figure(Double(recordCount) / sqliteImportSeconds, "%.0f")) rows/s (\(figure(sqliteImportSeconds, "%.1f")) s)")
 

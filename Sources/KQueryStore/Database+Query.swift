@@ -423,7 +423,7 @@ extension Database {
         case .probes(let probes):
             var rows = self.rows(of: probes[0], in: table)
             for probe in probes.dropFirst() { rows = Postings.intersection(rows, self.rows(of: probe, in: table)) }
-            for row in rows { _ = table.withRecord(at: row) { consider($0) } }
+            for row in rows where table.isLive(row) { _ = table.withRecord(at: row) { consider($0) } }
         case .sortedWalk(let field):
             walk(table, field: field, ascending: descriptors.first?.ascending ?? true, cursor: cursor,
                  pageSize: (query.resultsLimit ?? Self.defaultResultsLimit) + 1, consider: { consider($0) })

@@ -32,6 +32,9 @@ public final class Database {
     /// Under automatic indexing, the fewest records a type needs before a query builds an index for
     /// it: below this a scan costs less than building.
     public var automaticIndexThreshold = 1_000
+    /// The fewest deleted records that make a table compact its indexes (see `RecordTable`); tests
+    /// lower it to exercise compaction.
+    var minimumDeadRows = 64
     /// Whether saving into a zone that does not exist creates it (otherwise it is an error).
     public var createsMissingZones = false
     /// The time saves stamp as `creationDate` and `modificationDate` (milliseconds since 1970).
@@ -247,6 +250,7 @@ public final class Database {
 
     private func makeTable(_ type: String) -> RecordTable {
         var table = RecordTable(recordType: type, searchableFields: schema?[type]?.searchableFields)
+        table.minimumDeadRows = minimumDeadRows
         for declaration in indexDeclarations(for: type) { table.build(declaration) }
         return table
     }

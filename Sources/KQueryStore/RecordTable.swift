@@ -4,15 +4,24 @@ import KQuery
 ///
 /// Records live in one dense array, so a full scan reads them in place (`CompiledPredicate`'s
 /// `forEachMatch`). Indexes refer to rows, whose IDs stay put while records move: deleting swaps the
-/// last record into the hole and updates `positions`. Freed row IDs are reused.
+/// last record into the hole and updates `positions`.
+///
+/// Deleting leaves the record's row in the equality and token postings (a common token's list
+/// holds a large share of all rows, and editing it moves them all); readers skip dead rows
+/// (`isLive`), row IDs are never reused, and once dead rows pass a quarter of the live ones the
+/// table renumbers its rows and rebuilds its indexes. Range and spatial indexes, cheap to edit,
+/// drop a deleted row at once.
 struct RecordTable: Sendable {
     let recordType: String
     private(set) var records: [Record] = []
     /// Dense position → row.
     private(set) var rowIDs: [RowID] = []
-    /// Row → dense position, or -1 for a free row.
+    /// Row → dense position, or -1 for a deleted row.
     private var positions: [Int32] = []
-    private var freeRows: [RowID] = []
+    /// Deleted rows since the last compaction (some still named in equality or token postings).
+    private(set) var deadRows = 0
+    /// The fewest dead rows that trigger a compaction (small in tests, to exercise it).
+    var minimumDeadRows = 64
     private(set) var rowsByID: [RecordID: RowID] = [:]
 
     private(set) var hashIndexes: [FieldReference: HashIndex] = [:]
@@ -42,7 +51,11 @@ struct RecordTable: Sendable {
         return position < 0 ? nil : records[Int(position)]
     }
 
-    /// Calls `body` with the record of `row` in place (no copy).
+    /// Whether `row` holds a record (postings may name deleted rows).
+    @inline(__always)
+    func isLive(_ row: RowID) -> Bool { Int(row) < positions.count && positions[Int(row)] >= 0 }
+
+    /// Calls `body` with the record of `row`, which must be live, in place (no copy).
     @inline(__always)
     func withRecord<T>(at row: RowID, _ body: (UnsafePointer<Record>) -> T) -> T {
         records.withUnsafeBufferPointer { body($0.baseAddress! + Int(positions[Int(row)])) }
@@ -51,14 +64,8 @@ struct RecordTable: Sendable {
     // MARK: Changes
 
     mutating func insert(_ record: Record) {
-        let row: RowID
-        if let free = freeRows.popLast() {
-            row = free
-            positions[Int(row)] = Int32(records.count)
-        } else {
-            row = RowID(positions.count)
-            positions.append(Int32(records.count))
-        }
+        let row = RowID(positions.count)
+        positions.append(Int32(records.count))
         records.append(record)
         rowIDs.append(row)
         rowsByID[record.recordID] = row
@@ -102,7 +109,13 @@ struct RecordTable: Sendable {
     mutating func remove(_ id: RecordID) {
         guard let row = rowsByID.removeValue(forKey: id) else { return }
         let position = Int(positions[Int(row)])
-        removeFromIndexes(records[position], row: row)
+        let record = records[position]
+        for field in Array(orderedIndexes.keys) {
+            if let value = record.value(of: field) { orderedIndexes[field]?.remove(value, row: row) }
+        }
+        for field in Array(spatialIndexes.keys) {
+            if let value = record.value(of: field) { spatialIndexes[field]?.remove(value, row: row) }
+        }
         let last = records.count - 1
         if position != last {
             records.swapAt(position, last)
@@ -112,7 +125,24 @@ struct RecordTable: Sendable {
         records.removeLast()
         rowIDs.removeLast()
         positions[Int(row)] = -1
-        freeRows.append(row)
+        deadRows += 1
+        if deadRows > max(minimumDeadRows, records.count / 4) { compact() }
+    }
+
+    /// Renumbers the rows densely and rebuilds every index, dropping dead rows from postings.
+    mutating func compact() {
+        positions = Array(0..<Int32(records.count))
+        rowIDs = Array(0..<RowID(records.count))
+        rowsByID = [:]
+        rowsByID.reserveCapacity(records.count)
+        for (position, record) in records.enumerated() { rowsByID[record.recordID] = RowID(position) }
+        let (hash, ordered, spatial, tokens) = (Array(hashIndexes.keys), Array(orderedIndexes.keys), Array(spatialIndexes.keys), tokenIndex != nil)
+        dropIndexes()
+        for field in hash { buildHashIndex(on: field) }
+        for field in ordered { buildOrderedIndex(on: field) }
+        for field in spatial { buildSpatialIndex(on: field) }
+        if tokens { buildTokenIndex() }
+        deadRows = 0
     }
 
     /// Whether two values are the same to the byte: `==` on strings uses canonical equivalence,
@@ -197,28 +227,19 @@ struct RecordTable: Sendable {
         tokenIndex = nil
     }
 
-    private mutating func addToIndexes(_ record: Record, row: RowID) { updateIndexes(record, row: row, adding: true) }
-
-    private mutating func removeFromIndexes(_ record: Record, row: RowID) { updateIndexes(record, row: row, adding: false) }
-
     /// The loops run over copies of the key lists: iterating a dictionary's own `keys` while
     /// mutating its values would share its storage and copy every index on each change.
-    private mutating func updateIndexes(_ record: Record, row: RowID, adding: Bool) {
+    private mutating func addToIndexes(_ record: Record, row: RowID) {
         for field in Array(hashIndexes.keys) {
-            guard let value = record.value(of: field) else { continue }
-            if adding { hashIndexes[field]?.insert(value, row: row) } else { hashIndexes[field]?.remove(value, row: row) }
+            if let value = record.value(of: field) { hashIndexes[field]?.insert(value, row: row) }
         }
         for field in Array(orderedIndexes.keys) {
-            guard let value = record.value(of: field) else { continue }
-            if adding { orderedIndexes[field]?.insert(value, row: row) } else { orderedIndexes[field]?.remove(value, row: row) }
+            if let value = record.value(of: field) { orderedIndexes[field]?.insert(value, row: row) }
         }
         for field in Array(spatialIndexes.keys) {
-            guard let value = record.value(of: field) else { continue }
-            if adding { spatialIndexes[field]?.insert(value, row: row) } else { spatialIndexes[field]?.remove(value, row: row) }
+            if let value = record.value(of: field) { spatialIndexes[field]?.insert(value, row: row) }
         }
-        guard tokenIndex != nil else { return }
-        let tokens = record.searchTokens(in: searchableFields)
-        if adding { tokenIndex?.insert(tokens, row: row) } else { tokenIndex?.remove(tokens, row: row) }
+        if tokenIndex != nil { tokenIndex?.insert(record.searchTokens(in: searchableFields), row: row) }
     }
 }
 

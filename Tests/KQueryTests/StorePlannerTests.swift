@@ -36,6 +36,8 @@ struct StorePlannerTests {
         let database = Database(indexPolicy: policy)
         database.createsMissingZones = true
         database.automaticIndexThreshold = 0
+        // Compact after a few deletions, so deleted rows both linger in postings and get compacted.
+        database.minimumDeadRows = Int.random(in: 2...40, using: &rng)
         var records: [Record] = []
         for index in 0..<Int.random(in: 0...400, using: &rng) {
             var record = RandomData.record(&rng, index: index)
