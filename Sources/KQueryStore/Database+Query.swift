@@ -71,12 +71,24 @@ extension Database {
         var position: Int
     }
 
+    /// Sorts in the query's order. Record IDs are compared in place, without copying them out of
+    /// the table (a copy retains their strings).
     private func sort(_ hits: inout [Hit], _ descriptors: [SortDescriptor], in table: RecordTable) {
         table.records.withUnsafeBufferPointer { records in
             hits.sort { a, b in
-                SortOrder.compare(a.values, records[a.position].recordID, b.values, records[b.position].recordID, descriptors) < 0
+                let order = descriptors.isEmpty ? 0 : SortOrder.compareValues(a.values, b.values, descriptors)
+                if order != 0 { return order < 0 }
+                return Self.precedes(records, a.position, b.position)
             }
         }
+    }
+
+    /// Whether the record at `a` comes before the one at `b` by record ID.
+    @inline(__always)
+    private static func precedes(_ records: UnsafeBufferPointer<Record>, _ a: Int, _ b: Int) -> Bool {
+        let order = ValueOrder.compareBytes(records[a].recordID.recordName, records[b].recordID.recordName)
+        if order != 0 { return order < 0 }
+        return records[a].recordID.zoneID < records[b].recordID.zoneID
     }
 
     /// Cuts the page from sorted matches and copies out its records.

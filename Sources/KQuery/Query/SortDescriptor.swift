@@ -84,18 +84,25 @@ package enum SortOrder {
     package static func compare(
         _ aValues: [FieldValue?], _ aID: RecordID, _ bValues: [FieldValue?], _ bID: RecordID, _ descriptors: [SortDescriptor]
     ) -> Int {
-        let (a, b) = ((values: aValues, recordID: aID), (values: bValues, recordID: bID))
-        for (index, descriptor) in descriptors.enumerated() {
-            switch (a.values[index], b.values[index]) {
+        let order = compareValues(aValues, bValues, descriptors)
+        if order != 0 { return order }
+        return aID < bID ? -1 : (aID == bID ? 0 : 1)
+    }
+
+    /// The sort values alone, missing values last in either direction; 0 leaves the tie to the
+    /// record IDs.
+    package static func compareValues(_ a: [FieldValue?], _ b: [FieldValue?], _ descriptors: [SortDescriptor]) -> Int {
+        for index in descriptors.indices {
+            switch (a[index], b[index]) {
             case (nil, nil): continue
             case (nil, _): return 1
             case (_, nil): return -1
             case (let x?, let y?):
                 let order = compare(x, y)
-                if order != 0 { return descriptor.ascending ? order : -order }
+                if order != 0 { return descriptors[index].ascending ? order : -order }
             }
         }
-        return a.recordID < b.recordID ? -1 : (a.recordID == b.recordID ? 0 : 1)
+        return 0
     }
 }
 

@@ -15,8 +15,9 @@ public struct ZoneID: Hashable, Sendable, Comparable {
     public var isDefaultZone: Bool { zoneName == ZoneID.defaultZoneName }
 
     public static func < (lhs: ZoneID, rhs: ZoneID) -> Bool {
-        if lhs.zoneName != rhs.zoneName { return lhs.zoneName.utf8.lexicographicallyPrecedes(rhs.zoneName.utf8) }
-        return lhs.ownerName.utf8.lexicographicallyPrecedes(rhs.ownerName.utf8)
+        let zone = ValueOrder.compareBytes(lhs.zoneName, rhs.zoneName)
+        if zone != 0 { return zone < 0 }
+        return ValueOrder.compareBytes(lhs.ownerName, rhs.ownerName) < 0
     }
 }
 
@@ -32,9 +33,9 @@ public struct RecordID: Hashable, Sendable, Comparable, CustomStringConvertible 
 
     /// Record IDs order by recordName (UTF-8 byte order), then zone: the tie-break of every sort.
     public static func < (lhs: RecordID, rhs: RecordID) -> Bool {
-        if lhs.recordName != rhs.recordName {
-            return lhs.recordName.utf8.lexicographicallyPrecedes(rhs.recordName.utf8)
-        }
+        // memcmp on the UTF-8 bytes: the sort of every query ends here.
+        let name = ValueOrder.compareBytes(lhs.recordName, rhs.recordName)
+        if name != 0 { return name < 0 }
         return lhs.zoneID < rhs.zoneID
     }
 
