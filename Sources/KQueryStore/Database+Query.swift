@@ -73,14 +73,21 @@ extension Database {
 
     /// Sorts in the query's order. Record IDs are compared in place, without copying them out of
     /// the table (a copy retains their strings).
+    /// The sort moves plain indexes, not the hits (moving a hit retains and releases its values).
     private func sort(_ hits: inout [Hit], _ descriptors: [SortDescriptor], in table: RecordTable) {
-        table.records.withUnsafeBufferPointer { records in
-            hits.sort { a, b in
-                let order = descriptors.isEmpty ? 0 : SortOrder.compareValues(a.values, b.values, descriptors)
-                if order != 0 { return order < 0 }
-                return Self.precedes(records, a.position, b.position)
+        var order = Array(0..<hits.count)
+        hits.withUnsafeBufferPointer { hits in
+            table.records.withUnsafeBufferPointer { records in
+                order.sort { a, b in
+                    if !descriptors.isEmpty {
+                        let byValues = SortOrder.compareValues(hits[a].values, hits[b].values, descriptors)
+                        if byValues != 0 { return byValues < 0 }
+                    }
+                    return Self.precedes(records, hits[a].position, hits[b].position)
+                }
             }
         }
+        hits = order.map { hits[$0] }
     }
 
     /// Whether the record at `a` comes before the one at `b` by record ID.
