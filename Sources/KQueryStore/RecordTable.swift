@@ -6,11 +6,12 @@ import KQuery
 /// `forEachMatch`). Indexes refer to rows, whose IDs stay put while records move: deleting swaps the
 /// last record into the hole and updates `positions`.
 ///
-/// Deleting leaves the record's row in the equality and token postings (a common token's list
-/// holds a large share of all rows, and editing it moves them all); readers skip dead rows
-/// (`isLive`), row IDs are never reused, and once dead rows pass a quarter of the live ones the
-/// table renumbers its rows and rebuilds its indexes. Range and spatial indexes, cheap to edit,
-/// drop a deleted row at once.
+/// Deleting leaves the record's row in the equality, token and spatial postings (a common token's
+/// list, or a coarse spatial cell's, holds a large share of all rows, and editing it moves them
+/// all); readers skip dead rows (`isLive`), row IDs are never reused, and once dead rows pass a
+/// quarter of the live ones the table renumbers its rows and rebuilds its indexes. A moved
+/// location likewise leaves its old cells stale until then (spatial probes are re-checked
+/// exactly). The range index, cheap to edit, drops a deleted row at once.
 struct RecordTable: Sendable {
     let recordType: String
     private(set) var records: [Record] = []
@@ -18,7 +19,7 @@ struct RecordTable: Sendable {
     private(set) var rowIDs: [RowID] = []
     /// Row → dense position, or -1 for a deleted row.
     private var positions: [Int32] = []
-    /// Deleted rows since the last compaction (some still named in equality or token postings).
+    /// Deleted rows and moved locations since the last compaction (stale entries in postings).
     private(set) var deadRows = 0
     /// The fewest dead rows that trigger a compaction (small in tests, to exercise it).
     var minimumDeadRows = 64
@@ -94,8 +95,10 @@ struct RecordTable: Sendable {
         for field in Array(spatialIndexes.keys) {
             let (before, after) = (old.value(of: field), record.value(of: field))
             guard !Self.identical(before, after) else { continue }
-            if let before { spatialIndexes[field]?.remove(before, row: row) }
+            // The old cells keep the row until the next compaction: a spatial probe is always
+            // followed by the exact distance test, and a coarse cell's list is too long to edit.
             if let after { spatialIndexes[field]?.insert(after, row: row) }
+            deadRows += 1
         }
         if tokenIndex != nil {
             let (before, after) = (old.searchTokens(in: searchableFields), record.searchTokens(in: searchableFields))
@@ -112,9 +115,6 @@ struct RecordTable: Sendable {
         let record = records[position]
         for field in Array(orderedIndexes.keys) {
             if let value = record.value(of: field) { orderedIndexes[field]?.remove(value, row: row) }
-        }
-        for field in Array(spatialIndexes.keys) {
-            if let value = record.value(of: field) { spatialIndexes[field]?.remove(value, row: row) }
         }
         let last = records.count - 1
         if position != last {

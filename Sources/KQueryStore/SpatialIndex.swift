@@ -18,15 +18,6 @@ struct SpatialIndex: Sendable {
         for level in levels.indices { levels[level][Self.cell(point, level: level), default: Postings()].insert(row) }
     }
 
-    mutating func remove(_ value: FieldValue, row: RowID) {
-        guard case .location(let location) = value, let point = Self.point(location) else { return }
-        for level in levels.indices {
-            let cell = Self.cell(point, level: level)
-            levels[level][cell]?.remove(row)
-            if levels[level][cell]?.isEmpty == true { levels[level][cell] = nil }
-        }
-    }
-
     /// The cells to read for a circle: its level and cell keys; nil when the circle covers too much
     /// of the globe for any level (a scan is then as good).
     static func cells(center: Location, radius: Double) -> (level: Int, cells: [UInt64])? {
