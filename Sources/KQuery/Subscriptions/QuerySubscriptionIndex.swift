@@ -184,10 +184,9 @@ struct QuerySubscriptionIndex: Sendable {
     // MARK: Probing
 
     /// Appends to `candidates` the entries of record type `type` that `record` could match (an
-    /// entry may come more than once). When token postings are probed, `context` receives the
-    /// record's token set, so evaluation does not compute it again.
-    func candidates(type: UInt32, record: Record, context: inout EvaluationContext, into candidates: inout [UInt32]) {
-        types[Int(type)].candidates(record: record, context: &context, into: &candidates)
+    /// entry may come more than once).
+    func candidates(type: UInt32, record: Record, into candidates: inout [UInt32]) {
+        types[Int(type)].candidates(record: record, into: &candidates)
     }
 
     /// Whether probing the record of type `type` could find other entries once `changes` are made.
@@ -398,7 +397,7 @@ struct EqualityKey: Hashable, Sendable {
 extension QuerySubscriptionIndex.TypeIndex {
     typealias RangeKey = QuerySubscriptionIndex.RangeKey
 
-    func candidates(record: Record, context: inout EvaluationContext, into candidates: inout [UInt32]) {
+    func candidates(record: Record, into candidates: inout [UInt32]) {
         candidates.append(contentsOf: unanchored)
         for (key, value) in record.fields {
             probe(field: .user(key), value: value, into: &candidates)
@@ -407,20 +406,33 @@ extension QuerySubscriptionIndex.TypeIndex {
             if let value = record.value(of: field) { probe(field: field, value: value, into: &candidates) }
         }
         guard !tokens.isEmpty else { return }
-        let recordTokens = record.searchTokens
-        context = EvaluationContext(now: context.now, tokens: recordTokens)
-        var present: [UInt32] = []
-        var lists: [[QuerySubscriptionIndex.TokenPosting]] = []
-        for token in recordTokens {
-            guard let postings = tokens[token] else { continue }
-            present.append(postings.id)
-            if !postings.postings.isEmpty { lists.append(postings.postings) }
-        }
-        present.sort()
-        for list in lists {
-            for posting in list where posting.requires == .max || Self.contains(present, posting.requires) {
-                candidates.append(posting.entry)
+        // The record's tokens are looked up as the tokenizer finds them, without building the
+        // token set: evaluation builds it only if a token search survives the second-token check.
+        var probe = TokenProbe(tokens: tokens)
+        for (_, value) in record.fields {
+            switch value {
+            case .string(let text): Tokenizer.scan(text, into: &probe)
+            case .list(.string, let members):
+                for case .string(let text) in members { Tokenizer.scan(text, into: &probe) }
+            default: break
             }
+        }
+        probe.present.sort()
+        for posting in probe.postings where posting.requires == .max || Self.contains(probe.present, posting.requires) {
+            candidates.append(posting.entry)
+        }
+    }
+
+    /// Collects, for each record token with postings, its number and its postings (once each).
+    private struct TokenProbe: Tokenizer.TokenSink {
+        let tokens: [String: QuerySubscriptionIndex.TokenPostings]
+        var present: [UInt32] = []
+        var postings: [QuerySubscriptionIndex.TokenPosting] = []
+
+        mutating func add(_ token: String, fingerprint: UInt64) {
+            guard let entry = tokens[token], !present.contains(entry.id) else { return }
+            present.append(entry.id)
+            postings.append(contentsOf: entry.postings)
         }
     }
 
@@ -537,17 +549,25 @@ struct SortedBounds: Sendable {
 /// Intervals are grouped by width class (the power of two at or above their width) and kept
 /// sorted by lower bound within a class. An interval of class w that contains x has its lower
 /// bound in [x - 2^w, x], so a probe scans only that window of each class: the cost follows the
-/// answer, not the number of intervals.
+/// answer, not the number of intervals. The lower bounds are an array of their own, dense for the
+/// binary searches (a million subscriptions' bounds stay in cache), and the classes an array, so a
+/// probe copies nothing.
 struct IntervalIndex: Sendable {
-    /// One width class: lower bounds sorted, with each interval's upper bound and entry alongside.
-    private struct WidthClass: Sendable {
-        var width: Double
-        var lows: [Double] = []
-        var highs: [Double] = []
-        var ids: [UInt32] = []
+    private struct Tail: Sendable {
+        var high: Double
+        var id: UInt32
     }
 
-    private var classes: [Int: WidthClass] = [:]
+    private struct WidthClass: Sendable {
+        var key: Int
+        var width: Double
+        var lows: [Double] = []
+        /// The upper bound and entry of the interval at the same position in `lows`.
+        var tails: [Tail] = []
+    }
+
+    /// Ordered by key.
+    private var classes: [WidthClass] = []
 
     var isEmpty: Bool { classes.isEmpty }
 
@@ -555,39 +575,61 @@ struct IntervalIndex: Sendable {
         width <= 0 ? Int.min : Int(width.exponent) + 1
     }
 
-    // Mutated in place through the dictionary (a copy written back would duplicate the arrays).
+    /// The first position whose lower bound is at least `x`. Branch-free (the comparisons of a
+    /// binary search are unpredictable, and a probe makes one per class).
+    private static func firstIndex(_ lows: UnsafeBufferPointer<Double>, notBelow x: Double) -> Int {
+        guard var base = lows.baseAddress, !lows.isEmpty else { return 0 }
+        let start = base
+        var count = lows.count
+        while count > 1 {
+            let half = count / 2
+            base = base[half] < x ? base + half : base
+            count -= half
+        }
+        return base - start + (base.pointee < x ? 1 : 0)
+    }
+
     mutating func insert(_ low: Double, _ high: Double, _ id: UInt32) {
         let key = Self.widthClass(high - low)
-        let width = key == Int.min ? 0 : Double(sign: .plus, exponent: key, significand: 1)
-        let position = SortedBounds.firstIndex(in: classes[key]?.lows ?? [], notBelow: low)
-        classes[key, default: WidthClass(width: width)].lows.insert(low, at: position)
-        classes[key, default: WidthClass(width: width)].highs.insert(high, at: position)
-        classes[key, default: WidthClass(width: width)].ids.insert(id, at: position)
+        let position = classes.firstIndex { $0.key >= key } ?? classes.count
+        if position == classes.count || classes[position].key != key {
+            let width = key == Int.min ? 0 : Double(sign: .plus, exponent: key, significand: 1)
+            classes.insert(WidthClass(key: key, width: width), at: position)
+        }
+        let at = classes[position].lows.withUnsafeBufferPointer { Self.firstIndex($0, notBelow: low) }
+        classes[position].lows.insert(low, at: at)
+        classes[position].tails.insert(Tail(high: high, id: id), at: at)
     }
 
     mutating func remove(_ low: Double, _ high: Double, _ id: UInt32) {
         let key = Self.widthClass(high - low)
-        guard let lows = classes[key]?.lows else { return }
-        var position = SortedBounds.firstIndex(in: lows, notBelow: low)
-        while position < lows.count, lows[position] == low {
-            if classes[key]?.ids[position] == id {
-                classes[key]?.lows.remove(at: position)
-                classes[key]?.highs.remove(at: position)
-                classes[key]?.ids.remove(at: position)
-                if classes[key]?.ids.isEmpty ?? false { classes[key] = nil }
+        guard let position = classes.firstIndex(where: { $0.key == key }) else { return }
+        var at = classes[position].lows.withUnsafeBufferPointer { Self.firstIndex($0, notBelow: low) }
+        while at < classes[position].lows.count, classes[position].lows[at] == low {
+            if classes[position].tails[at].id == id {
+                classes[position].lows.remove(at: at)
+                classes[position].tails.remove(at: at)
+                if classes[position].lows.isEmpty { classes.remove(at: position) }
                 return
             }
-            position += 1
+            at += 1
         }
     }
 
     func forEach(containing x: Double, slack: Double, _ body: (UInt32) -> Void) {
-        for entry in classes.values {
-            var position = SortedBounds.firstIndex(in: entry.lows, notBelow: x - entry.width - slack)
-            let end = x + slack
-            while position < entry.lows.count, entry.lows[position] <= end {
-                if entry.highs[position] >= x - slack { body(entry.ids[position]) }
-                position += 1
+        classes.withUnsafeBufferPointer { classes in
+            for widthClass in classes.indices {
+                let width = classes[widthClass].width
+                classes[widthClass].lows.withUnsafeBufferPointer { lows in
+                    classes[widthClass].tails.withUnsafeBufferPointer { tails in
+                        var position = Self.firstIndex(lows, notBelow: x - width - slack)
+                        let end = x + slack
+                        while position < lows.count, lows[position] <= end {
+                            if tails[position].high >= x - slack { body(tails[position].id) }
+                            position += 1
+                        }
+                    }
+                }
             }
         }
     }

@@ -86,6 +86,14 @@ struct InternTable<Value: Hashable & Sendable>: Sendable {
 
     subscript(id: UInt32) -> Value? { Int(id) < values.count ? values[Int(id)] : nil }
 
+    /// Calls `body` with the address where value `id` is stored (to prefetch it), if any.
+    func withAddress(of id: UInt32, _ body: (UnsafeRawPointer) -> Void) {
+        values.withUnsafeBufferPointer { values in
+            guard Int(id) < values.count, let base = values.baseAddress else { return }
+            body(UnsafeRawPointer(base + Int(id)))
+        }
+    }
+
     /// The value's number, counting one more use.
     mutating func retain(_ value: Value) -> UInt32 {
         if let id = ids[value] {

@@ -101,27 +101,41 @@ public enum RecordChange: Hashable, Sendable {
 
 /// One subscription firing for one change: enough to build the push.
 public struct SubscriptionFiring: Hashable, Sendable {
-    /// The subscription in the parts the matcher stores it in: copying them is cheap (no condition
-    /// tree is built, the notification info is shared), and `subscription` assembles it on demand.
-    var parts: SubscriptionParts
+    /// The change's record and the subscriptions that fired, shared by all the change's firings
+    /// (a firing is a reference and a position: making one copies no record and no subscription).
+    private var batch: FiringBatch
+    private var position: Int
     /// For query subscriptions: why (created, updated, deleted).
     public var reason: QueryNotificationReason
-    /// The record the push describes.
-    public var record: Record
 
+    /// The subscription that fired, assembled from its stored parts.
     public var subscription: Subscription {
         get { parts.subscription }
-        set { parts = SubscriptionParts(newValue) }
+        set {
+            batch = FiringBatch(record: record, subscriptions: [SubscriptionParts(newValue)])
+            position = 0
+        }
     }
+
+    /// The record the push describes.
+    public var record: Record {
+        get { batch.record }
+        set {
+            batch = FiringBatch(record: newValue, subscriptions: [parts])
+            position = 0
+        }
+    }
+
+    var parts: SubscriptionParts { batch.subscriptions[position] }
 
     init(subscription: Subscription, reason: QueryNotificationReason, record: Record) {
-        self.init(parts: SubscriptionParts(subscription), reason: reason, record: record)
+        self.init(batch: FiringBatch(record: record, subscriptions: [SubscriptionParts(subscription)]), position: 0, reason: reason)
     }
 
-    init(parts: SubscriptionParts, reason: QueryNotificationReason, record: Record) {
-        self.parts = parts
+    init(batch: FiringBatch, position: Int, reason: QueryNotificationReason) {
+        self.batch = batch
+        self.position = position
         self.reason = reason
-        self.record = record
     }
 
     public static func == (lhs: SubscriptionFiring, rhs: SubscriptionFiring) -> Bool {
@@ -151,6 +165,17 @@ public struct SubscriptionFiring: Hashable, Sendable {
             return .database(subscriptionID: subscription.subscriptionID, zoneID: record.recordID.zoneID,
                              notificationInfo: subscription.notificationInfo, context: context, notificationID: id)
         }
+    }
+}
+
+/// The record of one change and the subscriptions it fired, shared by the firings.
+final class FiringBatch: Sendable {
+    let record: Record
+    let subscriptions: [SubscriptionParts]
+
+    init(record: Record, subscriptions: [SubscriptionParts]) {
+        self.record = record
+        self.subscriptions = subscriptions
     }
 }
 

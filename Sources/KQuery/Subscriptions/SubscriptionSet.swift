@@ -1,3 +1,5 @@
+import CKQuerySupport
+
 /// The subscriptions of one database, and the matcher that finds which fire for a record change.
 ///
 /// Query subscriptions are indexed (`QuerySubscriptionIndex`): a change evaluates only the
@@ -210,44 +212,63 @@ public struct SubscriptionSet: Sendable {
         var newContext = EvaluationContext(now: now)
         var oldContext = EvaluationContext(now: now)
         var candidates: [UInt32] = []
+        candidates.reserveCapacity(256)
         if let newType {
-            index.candidates(type: newType, record: record, context: &newContext, into: &candidates)
+            index.candidates(type: newType, record: record, into: &candidates)
             statistics.probes += 1
         }
         if let before, let oldType, index.probeReads(type: oldType, changes) {
-            index.candidates(type: oldType, record: before, context: &oldContext, into: &candidates)
+            index.candidates(type: oldType, record: before, into: &candidates)
             statistics.probes += 1
             // Most entries are found by both records: evaluate each once.
             candidates.sort()
             candidates.removeDuplicates()
         }
-        let recordZone = zones.id(of: record.recordID.zoneID).map { $0 + 1 }
-        var fired: [(sequence: UInt64, slot: UInt32)] = []
-        withUnsafePointer(to: record) { new in
-            withUnsafePointer(to: before ?? record) { old in
-                for candidate in candidates {
-                    let entry = index.entries[Int(candidate)]
-                    guard let predicate = entry.predicate else { continue }
-                    var verdict = false
-                    if entry.recordType == newType {
-                        verdict = predicate.matches(new, in: &newContext)
-                        statistics.evaluations += 1
-                    }
-                    if !verdict, before != nil, entry.recordType == oldType {
-                        if entry.recordType != newType || predicate.reads(changes) {
-                            verdict = predicate.matches(old, in: &oldContext)
-                            statistics.oldEvaluations += 1
-                        } else {
-                            statistics.reusedVerdicts += 1
+        // Entries and slots are spread over hundreds of megabytes: each candidate costs a cache
+        // miss or two. Asking for all of them first lets the misses overlap.
+        var hits: [UInt32] = []
+        hits.reserveCapacity(candidates.count)
+        index.entries.withUnsafeBufferPointer { entries in
+            guard let base = entries.baseAddress else { return }
+            for candidate in candidates { Self.prefetch(base + Int(candidate)) }
+            withUnsafePointer(to: record) { new in
+                withUnsafePointer(to: before ?? record) { old in
+                    for candidate in candidates {
+                        let entry = base + Int(candidate)
+                        // Read in place through the pointer: a predicate copied out costs more than its test.
+                        guard entry.pointee.predicate != nil else { continue }
+                        let type = entry.pointee.recordType
+                        var verdict = false
+                        if type == newType {
+                            verdict = entry.pointee.predicate?.matches(new, in: &newContext) ?? false
+                            statistics.evaluations += 1
                         }
-                    }
-                    guard verdict else { continue }
-                    entry.subscribers.forEach { number in
-                        let slot = slots[Int(number)]
-                        guard slot.options.contains(required), slot.zone == 0 || slot.zone == recordZone else { return }
-                        fired.append((slot.sequence, number))
+                        if !verdict, before != nil, type == oldType {
+                            if type != newType || entry.pointee.predicate?.reads(changes) ?? true {
+                                verdict = entry.pointee.predicate?.matches(old, in: &oldContext) ?? false
+                                statistics.oldEvaluations += 1
+                            } else {
+                                statistics.reusedVerdicts += 1
+                            }
+                        }
+                        if verdict { entry.pointee.subscribers.forEach { hits.append($0) } }
                     }
                 }
+            }
+        }
+        let recordZone = zones.id(of: record.recordID.zoneID).map { $0 + 1 }
+        var fired: [(sequence: UInt64, slot: UInt32)] = []
+        fired.reserveCapacity(hits.count)
+        slots.withUnsafeBufferPointer { slots in
+            guard let base = slots.baseAddress else { return }
+            for number in hits { Self.prefetch(base + Int(number)) }
+            for number in hits {
+                let slot = base + Int(number)
+                guard slot.pointee.options.contains(required), slot.pointee.zone == 0 || slot.pointee.zone == recordZone else { continue }
+                fired.append((slot.pointee.sequence, number))
+                // The owner's name is read when the firing is made: tens of thousands of owners
+                // do not stay in cache either.
+                owners.withAddress(of: slot.pointee.owner) { kquery_prefetch($0) }
             }
         }
         for (number, kind) in otherKinds where Self.otherFires(kind, record) {
@@ -255,13 +276,17 @@ public struct SubscriptionSet: Sendable {
         }
         // Saved order; an entry found twice (several postings, or both records) fires once.
         fired.sort { $0.sequence < $1.sequence }
-        var firings: [SubscriptionFiring] = []
-        firings.reserveCapacity(fired.count)
+        var parts: [SubscriptionParts] = []
+        parts.reserveCapacity(fired.count)
         var last: UInt64?
         for (sequence, number) in fired where sequence != last {
             last = sequence
-            firings.append(SubscriptionFiring(parts: parts(at: number), reason: reason, record: record))
+            parts.append(self.parts(at: number))
         }
+        let batch = FiringBatch(record: record, subscriptions: parts)
+        var firings: [SubscriptionFiring] = []
+        firings.reserveCapacity(parts.count)
+        for position in parts.indices { firings.append(SubscriptionFiring(batch: batch, position: position, reason: reason)) }
         return firings
     }
 
@@ -314,6 +339,12 @@ public struct SubscriptionSet: Sendable {
             guard zoneID.map({ $0 == record.recordID.zoneID }) ?? true, options.contains(.firesOnRecordDeletion), matchesNew() else { return nil }
             return .recordDeleted
         }
+    }
+
+    /// Asks the CPU to start loading the element at `address` (both its cache lines).
+    private static func prefetch<T>(_ address: UnsafePointer<T>) {
+        kquery_prefetch(address)
+        if MemoryLayout<T>.stride > 64 { kquery_prefetch(UnsafeRawPointer(address) + 64) }
     }
 
     /// Zone subscriptions fire for any change in their zone; database subscriptions for any change
