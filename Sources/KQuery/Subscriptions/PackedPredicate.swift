@@ -114,9 +114,15 @@ enum PackedTest: Hashable, Sendable {
         switch self {
         case .compare(let key, let relation, let constant):
             guard let value = record.pointee.fields[key] else { return .unknown }
-            return Truth(ValueOrder.holds(relation, value, constant))
+            // The commonest kinds first, without the general comparison's enum pair switch.
+            switch (value, constant) {
+            case (.int64(let x), .int64(let c)): return Truth(relation.holds(x < c ? -1 : (x == c ? 0 : 1)))
+            case (.string(let x), .string(let c)) where relation == .equal: return Truth(ValueOrder.equalBytes(x, c))
+            default: return Truth(ValueOrder.holds(relation, value, constant))
+            }
         case .between(let key, let low, let high):
             guard let value = record.pointee.fields[key] else { return .unknown }
+            if case .int64(let x) = value { return Truth(low <= x && x <= high) }
             return min(Truth(ValueOrder.holds(.greaterThanOrEqual, value, .int64(low))),
                        Truth(ValueOrder.holds(.lessThanOrEqual, value, .int64(high))))
         case .distance(let key, let latitude, let longitude, let radius):
