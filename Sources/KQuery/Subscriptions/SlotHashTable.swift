@@ -86,12 +86,9 @@ struct InternTable<Value: Hashable & Sendable>: Sendable {
 
     subscript(id: UInt32) -> Value? { Int(id) < values.count ? values[Int(id)] : nil }
 
-    /// Calls `body` with the address where value `id` is stored (to prefetch it), if any.
-    func withAddress(of id: UInt32, _ body: (UnsafeRawPointer) -> Void) {
-        values.withUnsafeBufferPointer { values in
-            guard Int(id) < values.count, let base = values.baseAddress else { return }
-            body(UnsafeRawPointer(base + Int(id)))
-        }
+    /// Calls `body` with the storage of the values, by number (to prefetch them).
+    func withValues<R>(_ body: (UnsafeBufferPointer<Value?>) -> R) -> R {
+        values.withUnsafeBufferPointer(body)
     }
 
     /// The value's number, counting one more use.

@@ -257,32 +257,47 @@ public struct SubscriptionSet: Sendable {
             }
         }
         let recordZone = zones.id(of: record.recordID.zoneID).map { $0 + 1 }
-        var fired: [(sequence: UInt64, slot: UInt32)] = []
-        fired.reserveCapacity(hits.count)
-        slots.withUnsafeBufferPointer { slots in
-            guard let base = slots.baseAddress else { return }
-            for number in hits { Self.prefetch(base + Int(number)) }
-            for number in hits {
-                let slot = base + Int(number)
-                guard slot.pointee.options.contains(required), slot.pointee.zone == 0 || slot.pointee.zone == recordZone else { continue }
-                fired.append((slot.pointee.sequence, number))
-                // The owner's name is read when the firing is made: tens of thousands of owners
-                // do not stay in cache either.
-                owners.withAddress(of: slot.pointee.owner) { kquery_prefetch($0) }
+        // Firings come out in save order. While sequences fit 32 bits (unless billions of
+        // subscriptions were saved), (sequence << 32 | slot) sorts as a plain integer.
+        let compact = nextSequence <= UInt64(UInt32.max)
+        var keys: [UInt64] = []
+        var wide: [(sequence: UInt64, slot: UInt32)] = []
+        keys.reserveCapacity(hits.count)
+        owners.withValues { owners in
+            slots.withUnsafeBufferPointer { slots in
+                guard let base = slots.baseAddress else { return }
+                for number in hits { Self.prefetch(base + Int(number)) }
+                for number in hits {
+                    let slot = base + Int(number)
+                    guard slot.pointee.options.contains(required), slot.pointee.zone == 0 || slot.pointee.zone == recordZone else { continue }
+                    if compact { keys.append(slot.pointee.sequence << 32 | UInt64(number)) } else { wide.append((slot.pointee.sequence, number)) }
+                    // The owner's name is read when the firing is made: tens of thousands of
+                    // owners do not stay in cache either.
+                    if let owner = owners.baseAddress, Int(slot.pointee.owner) < owners.count { kquery_prefetch(owner + Int(slot.pointee.owner)) }
+                }
             }
         }
         for (number, kind) in otherKinds where Self.otherFires(kind, record) {
-            fired.append((slots[Int(number)].sequence, number))
+            let sequence = slots[Int(number)].sequence
+            if compact { keys.append(sequence << 32 | UInt64(number)) } else { wide.append((sequence, number)) }
         }
-        // Saved order; an entry found twice (several postings, or both records) fires once.
-        fired.sort { $0.sequence < $1.sequence }
+        // An entry found twice (several postings, or both records) fires once.
+        var ordered: [UInt32] = []
+        if compact {
+            keys.sort()
+            keys.removeDuplicates()
+            ordered = keys.map { UInt32(truncatingIfNeeded: $0) }
+        } else {
+            wide.sort { $0.sequence < $1.sequence }
+            var last: UInt64?
+            for (sequence, number) in wide where sequence != last {
+                last = sequence
+                ordered.append(number)
+            }
+        }
         var parts: [SubscriptionParts] = []
-        parts.reserveCapacity(fired.count)
-        var last: UInt64?
-        for (sequence, number) in fired where sequence != last {
-            last = sequence
-            parts.append(self.parts(at: number))
-        }
+        parts.reserveCapacity(ordered.count)
+        for number in ordered { parts.append(self.parts(at: number)) }
         let batch = FiringBatch(record: record, subscriptions: parts)
         var firings: [SubscriptionFiring] = []
         firings.reserveCapacity(parts.count)
