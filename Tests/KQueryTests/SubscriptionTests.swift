@@ -268,6 +268,11 @@ struct SubscriptionMatcherPropertyTests {
                 // Exercise removal and firesOnce between changes.
                 _ = set.apply(change, now: 2_000)
                 if step % 10 == 9, let victim = set.subscriptions.randomElement(using: &rng) { set.remove(id: victim.subscriptionID) }
+                // Saving an existing ID again moves it last (into a reused slot, after removals).
+                if step % 10 == 4, let again = set.subscriptions.randomElement(using: &rng) { try? set.save(again) }
+                let problems = set._checkInvariants()
+                #expect(problems.isEmpty, "seed \(seed) step \(step): \(problems)")
+                if !problems.isEmpty { return }
             }
         }
     }

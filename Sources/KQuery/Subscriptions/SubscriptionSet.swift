@@ -181,6 +181,35 @@ public struct SubscriptionSet: Sendable {
             owner: owners[slot.owner] ?? PushContext.defaultUserRecordName)
     }
 
+    /// Checks that every table agrees with the slots (for tests): each live slot is found by its
+    /// ID and its identity, and is a subscriber of its index entry; free slots are free.
+    func _checkInvariants() -> [String] {
+        var problems: [String] = []
+        var live = 0
+        for number in slots.indices {
+            let slot = slots[number]
+            if slot.kind == .free {
+                if !freeSlots.contains(UInt32(number)) { problems.append("slot \(number) is free but not listed") }
+                continue
+            }
+            live += 1
+            if self.slot(of: slot.subscriptionID) != UInt32(number) { problems.append("'\(slot.subscriptionID)' not found by ID") }
+            let identity = identity(ofSlot: UInt32(number))
+            if slotByIdentity.first(hash: identity.hashValue, where: { self.identity(ofSlot: $0) == identity }) == nil {
+                problems.append("'\(slot.subscriptionID)' not found by identity")
+            }
+            if slot.kind == .query {
+                var subscribed = false
+                index.entries[Int(slot.entry)].subscribers.forEach { if $0 == UInt32(number) { subscribed = true } }
+                if !subscribed { problems.append("'\(slot.subscriptionID)' missing from its entry") }
+            }
+        }
+        if live != count || slotByID.count != count || slotByIdentity.count != count {
+            problems.append("count \(count), live slots \(live), by ID \(slotByID.count), by identity \(slotByIdentity.count)")
+        }
+        return problems
+    }
+
     // MARK: Matching
 
     /// The subscriptions that fire for `change`, using the index, in the order they were saved.
