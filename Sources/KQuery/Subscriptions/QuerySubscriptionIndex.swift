@@ -1,12 +1,14 @@
 /// An index over query subscriptions' predicates, so a record change evaluates only the
 /// predicates its record could satisfy.
 ///
-/// Identical predicates (same record type, same `Condition`) are stored once as an *entry* and fan
-/// out to their subscriptions. Each entry is filed under one *anchor*: a top-level conjunct that
-/// every matching record must satisfy, chosen by expected selectivity:
+/// Identical predicates (same record type, same `Condition`) are stored once as an *entry*, in an
+/// array indexed by entry number, and fan out to their subscribers (slot numbers of the
+/// `SubscriptionSet`). Each entry is filed under one *anchor*: a top-level conjunct that every
+/// matching record must satisfy, chosen by expected selectivity:
 ///
 /// 1. equality (`K == v`, `K IN {...}`, list membership): a hash from (field, value) to entries;
-/// 2. `ALL tokenize(...)`: the entry's longest query token, in token postings;
+/// 2. `ALL tokenize(...)`: the entry's longest query token, in token postings; each posting also
+///    names a second token the record must have, checked before the entry is looked at;
 /// 3. `distanceToLocation < r`: the grid cells (0.1°) its circle's bounding box covers;
 /// 4. `ANY tokenize(...)`: every query token;
 /// 5. ranges: `K > c` and `K < c` as sorted bounds per field, probed by binary search, and
@@ -16,18 +18,62 @@
 /// Probing over-approximates (a candidate may fail its predicate; it is then evaluated and
 /// dropped) and never under-approximates: the property tests check the indexed matcher fires
 /// exactly what the naive loop fires. Adding and removing touch only the entry's own postings.
+/// Postings hold 32-bit entry numbers, and entries hold only what evaluation needs.
 struct QuerySubscriptionIndex: Sendable {
     struct Entry: Sendable {
+        /// nil while the entry number is free.
+        var predicate: PackedPredicate?
+        var recordType: UInt32
+        var subscribers = Subscribers()
+    }
+
+    /// Slot numbers, the first inline: most predicates have one subscriber.
+    struct Subscribers: Sendable {
+        private(set) var first = UInt32.max
+        private var rest: [UInt32] = []
+
+        var isEmpty: Bool { first == .max }
+
+        mutating func append(_ slot: UInt32) {
+            if first == .max { first = slot } else { rest.append(slot) }
+        }
+
+        mutating func remove(_ slot: UInt32) {
+            if first == slot {
+                first = rest.popLast() ?? .max
+            } else if let position = rest.firstIndex(of: slot) {
+                rest.swapAt(position, rest.count - 1)
+                rest.removeLast()
+            }
+        }
+
+        func forEach(_ body: (UInt32) -> Void) {
+            guard first != .max else { return }
+            body(first)
+            for slot in rest { body(slot) }
+        }
+    }
+
+    /// What identifies an entry: the record type and the packed predicate, with their hash.
+    struct EntryKey: Sendable {
         var recordType: String
-        var condition: Condition
-        var compiled: CompiledPredicate
-        var subscriptionIDs: [String]
-        var anchor: Anchor
+        var predicate: PackedPredicate
+        var hash: Int
+
+        init(recordType: String, predicate: PackedPredicate) {
+            self.recordType = recordType
+            self.predicate = predicate
+            var hasher = Hasher()
+            hasher.combine(recordType)
+            hasher.combine(predicate)
+            hash = hasher.finalize()
+        }
     }
 
     enum Anchor: Hashable, Sendable {
         case equality(FieldReference, [FieldValue])
-        case tokens([String])
+        /// Postings under each token; with `requiring`, the record must also have that token.
+        case tokens([String], requiring: String?)
         case cells(FieldReference, [Int64])
         case lowerBound(FieldReference, RangeKind, Double)
         case upperBound(FieldReference, RangeKind, Double)
@@ -40,19 +86,30 @@ struct QuerySubscriptionIndex: Sendable {
     }
 
     struct TypeIndex: Sendable {
-        var entries: [Int: Entry] = [:]
-        var entryByCondition: [Condition: Int] = [:]
-        var entryBySubscription: [String: Int] = [:]
-        var equality: [FieldReference: [EqualityKey: [Int]]] = [:]
-        var tokens: [String: [Int]] = [:]
-        var cells: [FieldReference: [Int64: [Int]]] = [:]
+        var equality: [FieldReference: [EqualityKey: [UInt32]]] = [:]
+        var tokens: [String: TokenPostings] = [:]
+        var cells: [FieldReference: [Int64: [UInt32]]] = [:]
         var lowerBounds: [RangeKey: SortedBounds] = [:]
         var upperBounds: [RangeKey: SortedBounds] = [:]
         var intervals: [RangeKey: IntervalIndex] = [:]
-        var unanchored: Set<Int> = []
+        var unanchored: Set<UInt32> = []
         /// System fields some entry is anchored on (user fields are probed from the record itself).
         var systemFields: Set<FieldReference> = []
-        var nextEntry = 0
+        var nextToken: UInt32 = 0
+    }
+
+    /// The entries filed under a token, and the token's number (for the second-token check).
+    struct TokenPostings: Sendable {
+        var id: UInt32
+        /// Postings plus requirements naming this token: the token is dropped when none remain.
+        var uses = 0
+        var postings: [TokenPosting] = []
+    }
+
+    struct TokenPosting: Sendable {
+        var entry: UInt32
+        /// The number of a second token the record must have, or `UInt32.max`.
+        var requires: UInt32
     }
 
     struct RangeKey: Hashable, Sendable {
@@ -60,98 +117,81 @@ struct QuerySubscriptionIndex: Sendable {
         var kind: RangeKind
     }
 
-    private var types: [String: TypeIndex] = [:]
+    private(set) var entries: [Entry] = []
+    private var freeEntries: [UInt32] = []
+    private var entryTable = SlotHashTable()
+    private var recordTypes: [String] = []
+    private var recordTypeIDs: [String: UInt32] = [:]
+    /// By record type number; mutated and read in place (never copied out of the array).
+    private var types: [TypeIndex] = []
 
     // MARK: Adding and removing
 
-    // The per-type index is mutated in place through the dictionary: a copy taken out and written
-    // back would duplicate every table on each insert (copy-on-write), making setup quadratic.
+    func typeID(of recordType: String) -> UInt32? { recordTypeIDs[recordType] }
 
-    mutating func insert(_ subscriptionID: String, recordType: String, condition: Condition) {
-        Self.insert(subscriptionID, condition: condition, recordType: recordType, into: &types[recordType, default: TypeIndex()])
+    func recordType(of entry: UInt32) -> String { recordTypes[Int(entries[Int(entry)].recordType)] }
+
+    /// The entry with this record type and predicate, if some subscription has it.
+    func entry(for key: EntryKey) -> UInt32? {
+        entryTable.first(hash: key.hash) { entry in
+            let stored = entries[Int(entry)]
+            return recordTypes[Int(stored.recordType)] == key.recordType && stored.predicate == key.predicate
+        }
     }
 
-    private static func insert(_ subscriptionID: String, condition: Condition, recordType: String, into index: inout TypeIndex) {
-        if let id = index.entryByCondition[condition] {
-            index.entries[id]?.subscriptionIDs.append(subscriptionID)
-            index.entryBySubscription[subscriptionID] = id
-            return
+    /// Adds `slot` as a subscriber of the entry for `key` (created and filed if new); returns the entry.
+    mutating func insert(_ slot: UInt32, key: EntryKey) -> UInt32 {
+        if let existing = entry(for: key) {
+            entries[Int(existing)].subscribers.append(slot)
+            return existing
         }
-        let id = index.nextEntry
-        index.nextEntry += 1
-        let anchor = anchor(of: condition)
-        index.entries[id] = Entry(recordType: recordType, condition: condition, compiled: CompiledPredicate(condition), subscriptionIDs: [subscriptionID], anchor: anchor)
-        index.entryByCondition[condition] = id
-        index.entryBySubscription[subscriptionID] = id
-        file(id, under: anchor, in: &index)
+        let type: UInt32
+        if let known = recordTypeIDs[key.recordType] {
+            type = known
+        } else {
+            type = UInt32(recordTypes.count)
+            recordTypes.append(key.recordType)
+            recordTypeIDs[key.recordType] = type
+            types.append(TypeIndex())
+        }
+        var entry = Entry(predicate: key.predicate, recordType: type)
+        entry.subscribers.append(slot)
+        let id: UInt32
+        if let reused = freeEntries.popLast() {
+            id = reused
+            entries[Int(id)] = entry
+        } else {
+            id = UInt32(entries.count)
+            entries.append(entry)
+        }
+        entryTable.insert(id, hash: key.hash)
+        Self.file(id, under: Self.anchor(of: key.predicate.condition), in: &types[Int(type)])
+        return id
     }
 
-    mutating func remove(_ subscriptionID: String, recordType: String, condition: Condition) {
-        guard types[recordType] != nil else { return }
-        Self.remove(subscriptionID, from: &types[recordType, default: TypeIndex()])
-        if types[recordType]?.entries.isEmpty ?? false { types[recordType] = nil }
+    /// Removes `slot` from `entry`'s subscribers, and the entry with its postings after the last.
+    mutating func remove(_ slot: UInt32, entry id: UInt32) {
+        guard Int(id) < entries.count, let predicate = entries[Int(id)].predicate else { return }
+        entries[Int(id)].subscribers.remove(slot)
+        guard entries[Int(id)].subscribers.isEmpty else { return }
+        let type = entries[Int(id)].recordType
+        entryTable.remove(id, hash: EntryKey(recordType: recordTypes[Int(type)], predicate: predicate).hash)
+        Self.unfile(id, under: Self.anchor(of: predicate.condition), in: &types[Int(type)])
+        entries[Int(id)].predicate = nil
+        freeEntries.append(id)
     }
 
-    private static func remove(_ subscriptionID: String, from index: inout TypeIndex) {
-        guard let id = index.entryBySubscription.removeValue(forKey: subscriptionID), index.entries[id] != nil else { return }
-        index.entries[id]?.subscriptionIDs.removeAll { $0 == subscriptionID }
-        guard let entry = index.entries[id], entry.subscriptionIDs.isEmpty else { return }
-        index.entries[id] = nil
-        index.entryByCondition[entry.condition] = nil
-        unfile(id, under: entry.anchor, in: &index)
+    // MARK: Probing
+
+    /// Appends to `candidates` the entries of record type `type` that `record` could match (an
+    /// entry may come more than once).
+    func candidates(type: UInt32, record: Record, into candidates: inout [UInt32]) {
+        types[Int(type)].candidates(record: record, into: &candidates)
     }
 
-    func compiled(_ subscriptionID: String, recordType: String) -> CompiledPredicate? {
-        guard let index = types[recordType], let id = index.entryBySubscription[subscriptionID] else { return nil }
-        return index.entries[id]?.compiled
-    }
-
-    /// The entries `record` could match, each once. The record's token set, when probing needs
-    /// it, is left in `context` for the evaluations that follow.
-    func candidates(recordType: String, record: Record, context: inout EvaluationContext) -> [Entry] {
-        guard let index = types[recordType] else { return [] }
-        var ids = index.unanchored
-        for (key, value) in record.fields {
-            probe(index, field: .user(key), value: value, into: &ids)
-        }
-        for field in index.systemFields {
-            if let value = record.value(of: field) { probe(index, field: field, value: value, into: &ids) }
-        }
-        if !index.tokens.isEmpty {
-            let tokens = record.searchTokens
-            context = EvaluationContext(now: context.now, tokens: tokens)
-            for token in tokens {
-                if let postings = index.tokens[token] { ids.formUnion(postings) }
-            }
-        }
-        return ids.compactMap { index.entries[$0] }
-    }
-
-    private func probe(_ index: TypeIndex, field: FieldReference, value: FieldValue, into ids: inout Set<Int>) {
-        if let byValue = index.equality[field] {
-            if case .list(_, let members) = value {
-                for member in members { if let postings = byValue[EqualityKey(member)] { ids.formUnion(postings) } }
-            } else if let postings = byValue[EqualityKey(value)] {
-                ids.formUnion(postings)
-            }
-        }
-        if case .location(let location) = value, let byCell = index.cells[field],
-           let postings = byCell[Self.cell(latitude: location.latitude, longitude: location.longitude)] {
-            ids.formUnion(postings)
-        }
-        let (kind, x): (RangeKind, Double)
-        switch value {
-        case .int64(let i): (kind, x) = (.number, Double(i))
-        case .double(let d): (kind, x) = (.number, d)
-        case .timestamp(let t): (kind, x) = (.timestamp, Double(t))
-        default: return
-        }
-        // Doubles round integers above 2^53: widen the probe so rounding never loses a candidate.
-        let slack = max(1, abs(x) * 1e-15)
-        let key = RangeKey(field: field, kind: kind)
-        if let lower = index.lowerBounds[key] { lower.forEach(boundAtMost: x + slack) { ids.insert($0) } }
-        if let upper = index.upperBounds[key] { upper.forEach(boundAtLeast: x - slack) { ids.insert($0) } }
-        if let intervals = index.intervals[key] { intervals.forEach(containing: x, slack: slack) { ids.insert($0) } }
+    /// Whether probing the record of type `type` could find other entries once `changes` are made.
+    func probeReads(type: UInt32, _ changes: FieldChanges) -> Bool {
+        types[Int(type)].probeReads(changes)
     }
 
     // MARK: Anchors
@@ -197,11 +237,13 @@ struct QuerySubscriptionIndex: Sendable {
                 return nil
             }
         case .tokens(.all, let text):
-            guard let longest = Tokenizer.tokens(of: text).max(by: { $0.utf8.count < $1.utf8.count }) else { return nil }
-            return (2, .tokens([longest]))
+            let tokens = Tokenizer.tokens(of: text)
+            guard let longest = tokens.max(by: { $0.utf8.count < $1.utf8.count }) else { return nil }
+            let second = tokens.filter { $0 != longest }.max(by: { $0.utf8.count < $1.utf8.count })
+            return (2, .tokens([longest], requiring: second))
         case .tokens(.any, let text):
             let tokens = Tokenizer.tokens(of: text)
-            return tokens.isEmpty ? nil : (4, .tokens(tokens))
+            return tokens.isEmpty ? nil : (4, .tokens(tokens, requiring: nil))
         case .distance(let field, let center, let relation, let radius) where relation == .lessThan || relation == .lessThanOrEqual:
             let box = Geodesic.boundingBox(latitude: center.latitude, longitude: center.longitude, radius: radius)
             guard let cells = cells(covering: box) else { return nil }
@@ -220,13 +262,17 @@ struct QuerySubscriptionIndex: Sendable {
         }
     }
 
-    private static func file(_ id: Int, under anchor: Anchor, in index: inout TypeIndex) {
+    private static func file(_ id: UInt32, under anchor: Anchor, in index: inout TypeIndex) {
         switch anchor {
         case .equality(let field, let values):
             if case .user = field {} else { index.systemFields.insert(field) }
             for value in Set(values.map(EqualityKey.init)) { index.equality[field, default: [:]][value, default: []].append(id) }
-        case .tokens(let tokens):
-            for token in Set(tokens) { index.tokens[token, default: []].append(id) }
+        case .tokens(let tokens, let requiring):
+            let requires = requiring.map { retainToken($0, in: &index) } ?? .max
+            for token in Set(tokens) {
+                _ = retainToken(token, in: &index)
+                index.tokens[token]?.postings.append(TokenPosting(entry: id, requires: requires))
+            }
         case .cells(let field, let cells):
             if case .user = field {} else { index.systemFields.insert(field) }
             for cell in cells { index.cells[field, default: [:]][cell, default: []].append(id) }
@@ -244,32 +290,56 @@ struct QuerySubscriptionIndex: Sendable {
         }
     }
 
-    private static func unfile(_ id: Int, under anchor: Anchor, in index: inout TypeIndex) {
+    private static func unfile(_ id: UInt32, under anchor: Anchor, in index: inout TypeIndex) {
         switch anchor {
         case .equality(let field, let values):
             for value in Set(values.map(EqualityKey.init)) {
                 index.equality[field]?[value]?.removeAll { $0 == id }
                 if index.equality[field]?[value]?.isEmpty ?? false { index.equality[field]?[value] = nil }
+                if index.equality[field]?.isEmpty ?? false { index.equality[field] = nil }
             }
-        case .tokens(let tokens):
+        case .tokens(let tokens, let requiring):
             for token in Set(tokens) {
-                index.tokens[token]?.removeAll { $0 == id }
-                if index.tokens[token]?.isEmpty ?? false { index.tokens[token] = nil }
+                index.tokens[token]?.postings.removeAll { $0.entry == id }
+                releaseToken(token, in: &index)
             }
+            if let requiring { releaseToken(requiring, in: &index) }
         case .cells(let field, let cells):
             for cell in cells {
                 index.cells[field]?[cell]?.removeAll { $0 == id }
                 if index.cells[field]?[cell]?.isEmpty ?? false { index.cells[field]?[cell] = nil }
             }
+            if index.cells[field]?.isEmpty ?? false { index.cells[field] = nil }
         case .lowerBound(let field, let kind, let bound):
-            index.lowerBounds[RangeKey(field: field, kind: kind)]?.remove(bound, id)
+            let key = RangeKey(field: field, kind: kind)
+            index.lowerBounds[key]?.remove(bound, id)
+            if index.lowerBounds[key]?.isEmpty ?? false { index.lowerBounds[key] = nil }
         case .upperBound(let field, let kind, let bound):
-            index.upperBounds[RangeKey(field: field, kind: kind)]?.remove(bound, id)
+            let key = RangeKey(field: field, kind: kind)
+            index.upperBounds[key]?.remove(bound, id)
+            if index.upperBounds[key]?.isEmpty ?? false { index.upperBounds[key] = nil }
         case .interval(let field, let kind, let low, let high):
-            index.intervals[RangeKey(field: field, kind: kind)]?.remove(low, high, id)
+            let key = RangeKey(field: field, kind: kind)
+            index.intervals[key]?.remove(low, high, id)
+            if index.intervals[key]?.isEmpty ?? false { index.intervals[key] = nil }
         case .none:
             index.unanchored.remove(id)
         }
+    }
+
+    /// The token's number, counting one more use (a posting or a requirement).
+    private static func retainToken(_ token: String, in index: inout TypeIndex) -> UInt32 {
+        if index.tokens[token] == nil {
+            index.tokens[token] = TokenPostings(id: index.nextToken)
+            index.nextToken &+= 1
+        }
+        index.tokens[token]?.uses += 1
+        return index.tokens[token]?.id ?? .max
+    }
+
+    private static func releaseToken(_ token: String, in index: inout TypeIndex) {
+        index.tokens[token]?.uses -= 1
+        if index.tokens[token]?.uses ?? 1 <= 0 { index.tokens[token] = nil }
     }
 
     // MARK: Spatial cells
@@ -324,18 +394,113 @@ struct EqualityKey: Hashable, Sendable {
     }
 }
 
+extension QuerySubscriptionIndex.TypeIndex {
+    typealias RangeKey = QuerySubscriptionIndex.RangeKey
+
+    func candidates(record: Record, into candidates: inout [UInt32]) {
+        candidates.append(contentsOf: unanchored)
+        for (key, value) in record.fields {
+            probe(field: .user(key), value: value, into: &candidates)
+        }
+        for field in systemFields {
+            if let value = record.value(of: field) { probe(field: field, value: value, into: &candidates) }
+        }
+        guard !tokens.isEmpty else { return }
+        // The record's tokens are looked up as the tokenizer finds them, without building the
+        // token set: evaluation builds it only if a token search survives the second-token check.
+        var probe = TokenProbe(tokens: tokens)
+        for (_, value) in record.fields {
+            switch value {
+            case .string(let text): Tokenizer.scan(text, into: &probe)
+            case .list(.string, let members):
+                for case .string(let text) in members { Tokenizer.scan(text, into: &probe) }
+            default: break
+            }
+        }
+        probe.present.sort()
+        for posting in probe.postings where posting.requires == .max || Self.contains(probe.present, posting.requires) {
+            candidates.append(posting.entry)
+        }
+    }
+
+    /// Collects, for each record token with postings, its number and its postings (once each).
+    private struct TokenProbe: Tokenizer.TokenSink {
+        let tokens: [String: QuerySubscriptionIndex.TokenPostings]
+        var present: [UInt32] = []
+        var postings: [QuerySubscriptionIndex.TokenPosting] = []
+
+        mutating func add(_ token: String, fingerprint: UInt64) {
+            guard let entry = tokens[token], !present.contains(entry.id) else { return }
+            present.append(entry.id)
+            postings.append(contentsOf: entry.postings)
+        }
+    }
+
+    private static func contains(_ sorted: [UInt32], _ value: UInt32) -> Bool {
+        var (low, high) = (0, sorted.count)
+        while low < high {
+            let mid = (low + high) / 2
+            if sorted[mid] < value { low = mid + 1 } else { high = mid }
+        }
+        return low < sorted.count && sorted[low] == value
+    }
+
+    private func probe(field: FieldReference, value: FieldValue, into candidates: inout [UInt32]) {
+        if let byValue = equality[field] {
+            if case .list(_, let members) = value {
+                for member in members { if let postings = byValue[EqualityKey(member)] { candidates.append(contentsOf: postings) } }
+            } else if let postings = byValue[EqualityKey(value)] {
+                candidates.append(contentsOf: postings)
+            }
+        }
+        if case .location(let location) = value, let byCell = cells[field],
+           let postings = byCell[QuerySubscriptionIndex.cell(latitude: location.latitude, longitude: location.longitude)] {
+            candidates.append(contentsOf: postings)
+        }
+        let (kind, x): (QuerySubscriptionIndex.RangeKind, Double)
+        switch value {
+        case .int64(let i): (kind, x) = (.number, Double(i))
+        case .double(let d): (kind, x) = (.number, d)
+        case .timestamp(let t): (kind, x) = (.timestamp, Double(t))
+        default: return
+        }
+        // Doubles round integers above 2^53: widen the probe so rounding never loses a candidate.
+        let slack = max(1, abs(x) * 1e-15)
+        let key = RangeKey(field: field, kind: kind)
+        if let lower = lowerBounds[key] { lower.forEach(boundAtMost: x + slack) { candidates.append($0) } }
+        if let upper = upperBounds[key] { upper.forEach(boundAtLeast: x - slack) { candidates.append($0) } }
+        if let intervals = intervals[key] { intervals.forEach(containing: x, slack: slack) { candidates.append($0) } }
+    }
+
+    /// Whether a field in `changes` is one probing reads, so the old record may find other entries.
+    func probeReads(_ changes: FieldChanges) -> Bool {
+        if changes.all { return true }
+        if !tokens.isEmpty && changes.stringFieldChanged { return true }
+        for field in changes.fields {
+            if equality[field] != nil || cells[field] != nil { return true }
+            for kind in [QuerySubscriptionIndex.RangeKind.number, .timestamp] {
+                let key = RangeKey(field: field, kind: kind)
+                if lowerBounds[key] != nil || upperBounds[key] != nil || intervals[key] != nil { return true }
+            }
+        }
+        return false
+    }
+}
+
 /// Range bounds kept sorted, for "every entry whose bound is at most (or at least) x".
 struct SortedBounds: Sendable {
     private var bounds: [Double] = []
-    private var ids: [Int] = []
+    private var ids: [UInt32] = []
 
-    mutating func insert(_ bound: Double, _ id: Int) {
+    var isEmpty: Bool { bounds.isEmpty }
+
+    mutating func insert(_ bound: Double, _ id: UInt32) {
         let position = firstIndex(notBelow: bound)
         bounds.insert(bound, at: position)
         ids.insert(id, at: position)
     }
 
-    mutating func remove(_ bound: Double, _ id: Int) {
+    mutating func remove(_ bound: Double, _ id: UInt32) {
         var position = firstIndex(notBelow: bound)
         while position < bounds.count, bounds[position] == bound {
             if ids[position] == id {
@@ -347,31 +512,17 @@ struct SortedBounds: Sendable {
         }
     }
 
-    func forEach(boundAtMost x: Double, _ body: (Int) -> Void) {
+    func forEach(boundAtMost x: Double, _ body: (UInt32) -> Void) {
         let end = firstIndex(above: x)
         for position in 0..<end { body(ids[position]) }
     }
 
-    func forEach(boundFrom low: Double, through high: Double, _ body: (Int) -> Void) {
-        let end = firstIndex(above: high)
-        var position = firstIndex(notBelow: low)
-        while position < end {
-            body(ids[position])
-            position += 1
-        }
-    }
-
-    func forEach(boundAtLeast x: Double, _ body: (Int) -> Void) {
+    func forEach(boundAtLeast x: Double, _ body: (UInt32) -> Void) {
         for position in firstIndex(notBelow: x)..<bounds.count { body(ids[position]) }
     }
 
-    private func firstIndex(notBelow x: Double) -> Int {
-        var (low, high) = (0, bounds.count)
-        while low < high {
-            let mid = (low + high) / 2
-            if bounds[mid] < x { low = mid + 1 } else { high = mid }
-        }
-        return low
+    fileprivate func firstIndex(notBelow x: Double) -> Int {
+        Self.firstIndex(in: bounds, notBelow: x)
     }
 
     private func firstIndex(above x: Double) -> Int {
@@ -382,6 +533,15 @@ struct SortedBounds: Sendable {
         }
         return low
     }
+
+    fileprivate static func firstIndex(in bounds: [Double], notBelow x: Double) -> Int {
+        var (low, high) = (0, bounds.count)
+        while low < high {
+            let mid = (low + high) / 2
+            if bounds[mid] < x { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
 }
 
 /// Closed intervals for stabbing queries ("which intervals contain x?").
@@ -389,34 +549,87 @@ struct SortedBounds: Sendable {
 /// Intervals are grouped by width class (the power of two at or above their width) and kept
 /// sorted by lower bound within a class. An interval of class w that contains x has its lower
 /// bound in [x - 2^w, x], so a probe scans only that window of each class: the cost follows the
-/// answer, not the number of intervals.
+/// answer, not the number of intervals. The lower bounds are an array of their own, dense for the
+/// binary searches (a million subscriptions' bounds stay in cache), and the classes an array, so a
+/// probe copies nothing.
 struct IntervalIndex: Sendable {
-    private var classes: [Int: (lows: SortedBounds, highs: [Int: Double])] = [:]
+    private struct Tail: Sendable {
+        var high: Double
+        var id: UInt32
+    }
+
+    private struct WidthClass: Sendable {
+        var key: Int
+        var width: Double
+        var lows: [Double] = []
+        /// The upper bound and entry of the interval at the same position in `lows`.
+        var tails: [Tail] = []
+    }
+
+    /// Ordered by key.
+    private var classes: [WidthClass] = []
+
+    var isEmpty: Bool { classes.isEmpty }
 
     private static func widthClass(_ width: Double) -> Int {
         width <= 0 ? Int.min : Int(width.exponent) + 1
     }
 
-    // Mutated in place through the dictionary (see QuerySubscriptionIndex.insert).
-    mutating func insert(_ low: Double, _ high: Double, _ id: Int) {
-        let key = Self.widthClass(high - low)
-        classes[key, default: (SortedBounds(), [:])].lows.insert(low, id)
-        classes[key, default: (SortedBounds(), [:])].highs[id] = high
+    /// The first position whose lower bound is at least `x`. Branch-free (the comparisons of a
+    /// binary search are unpredictable, and a probe makes one per class).
+    private static func firstIndex(_ lows: UnsafeBufferPointer<Double>, notBelow x: Double) -> Int {
+        guard var base = lows.baseAddress, !lows.isEmpty else { return 0 }
+        let start = base
+        var count = lows.count
+        while count > 1 {
+            let half = count / 2
+            base = base[half] < x ? base + half : base
+            count -= half
+        }
+        return base - start + (base.pointee < x ? 1 : 0)
     }
 
-    mutating func remove(_ low: Double, _ high: Double, _ id: Int) {
+    mutating func insert(_ low: Double, _ high: Double, _ id: UInt32) {
         let key = Self.widthClass(high - low)
-        guard classes[key] != nil else { return }
-        classes[key, default: (SortedBounds(), [:])].lows.remove(low, id)
-        classes[key, default: (SortedBounds(), [:])].highs[id] = nil
-        if classes[key]?.highs.isEmpty ?? false { classes[key] = nil }
-    }
-
-    func forEach(containing x: Double, slack: Double, _ body: (Int) -> Void) {
-        for (key, entry) in classes {
+        let position = classes.firstIndex { $0.key >= key } ?? classes.count
+        if position == classes.count || classes[position].key != key {
             let width = key == Int.min ? 0 : Double(sign: .plus, exponent: key, significand: 1)
-            entry.lows.forEach(boundFrom: x - width - slack, through: x + slack) { id in
-                if let high = entry.highs[id], high >= x - slack { body(id) }
+            classes.insert(WidthClass(key: key, width: width), at: position)
+        }
+        let at = classes[position].lows.withUnsafeBufferPointer { Self.firstIndex($0, notBelow: low) }
+        classes[position].lows.insert(low, at: at)
+        classes[position].tails.insert(Tail(high: high, id: id), at: at)
+    }
+
+    mutating func remove(_ low: Double, _ high: Double, _ id: UInt32) {
+        let key = Self.widthClass(high - low)
+        guard let position = classes.firstIndex(where: { $0.key == key }) else { return }
+        var at = classes[position].lows.withUnsafeBufferPointer { Self.firstIndex($0, notBelow: low) }
+        while at < classes[position].lows.count, classes[position].lows[at] == low {
+            if classes[position].tails[at].id == id {
+                classes[position].lows.remove(at: at)
+                classes[position].tails.remove(at: at)
+                if classes[position].lows.isEmpty { classes.remove(at: position) }
+                return
+            }
+            at += 1
+        }
+    }
+
+    func forEach(containing x: Double, slack: Double, _ body: (UInt32) -> Void) {
+        classes.withUnsafeBufferPointer { classes in
+            for widthClass in classes.indices {
+                let width = classes[widthClass].width
+                classes[widthClass].lows.withUnsafeBufferPointer { lows in
+                    classes[widthClass].tails.withUnsafeBufferPointer { tails in
+                        var position = Self.firstIndex(lows, notBelow: x - width - slack)
+                        let end = x + slack
+                        while position < lows.count, lows[position] <= end {
+                            if tails[position].high >= x - slack { body(tails[position].id) }
+                            position += 1
+                        }
+                    }
+                }
             }
         }
     }

@@ -81,27 +81,6 @@ public struct Subscription: Hashable, Sendable {
             }
         }
     }
-
-    /// What makes two subscriptions duplicates: type, predicate, zone and options (SPEC §4).
-    var identity: Identity {
-        switch kind {
-        case .query(let recordType, let condition, let zoneID):
-            Identity(owner: owner, kind: 0, recordType: recordType, condition: condition, zoneID: zoneID, options: options.rawValue)
-        case .recordZone(let zoneID, let recordType):
-            Identity(owner: owner, kind: 1, recordType: recordType, condition: nil, zoneID: zoneID, options: options.rawValue)
-        case .database(let recordType):
-            Identity(owner: owner, kind: 2, recordType: recordType, condition: nil, zoneID: nil, options: options.rawValue)
-        }
-    }
-
-    struct Identity: Hashable {
-        var owner: String
-        var kind: Int
-        var recordType: String?
-        var condition: Condition?
-        var zoneID: ZoneID?
-        var options: Int
-    }
 }
 
 /// A change to a record, as the subscription matcher sees it.
@@ -122,15 +101,57 @@ public enum RecordChange: Hashable, Sendable {
 
 /// One subscription firing for one change: enough to build the push.
 public struct SubscriptionFiring: Hashable, Sendable {
-    public var subscription: Subscription
+    /// The change's record and the subscriptions that fired, shared by all the change's firings
+    /// (a firing is a reference and a position: making one copies no record and no subscription).
+    private var batch: FiringBatch
+    private var position: Int
     /// For query subscriptions: why (created, updated, deleted).
     public var reason: QueryNotificationReason
+
+    /// The subscription that fired, assembled from its stored parts.
+    public var subscription: Subscription {
+        get { parts.subscription }
+        set {
+            batch = FiringBatch(record: record, subscriptions: [SubscriptionParts(newValue)])
+            position = 0
+        }
+    }
+
     /// The record the push describes.
-    public var record: Record
+    public var record: Record {
+        get { batch.record }
+        set {
+            batch = FiringBatch(record: newValue, subscriptions: [parts])
+            position = 0
+        }
+    }
+
+    var parts: SubscriptionParts { batch.subscriptions[position] }
+
+    init(subscription: Subscription, reason: QueryNotificationReason, record: Record) {
+        self.init(batch: FiringBatch(record: record, subscriptions: [SubscriptionParts(subscription)]), position: 0, reason: reason)
+    }
+
+    init(batch: FiringBatch, position: Int, reason: QueryNotificationReason) {
+        self.batch = batch
+        self.position = position
+        self.reason = reason
+    }
+
+    public static func == (lhs: SubscriptionFiring, rhs: SubscriptionFiring) -> Bool {
+        lhs.reason == rhs.reason && lhs.record == rhs.record && lhs.subscription == rhs.subscription
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(subscription)
+        hasher.combine(reason)
+        hasher.combine(record)
+    }
 
     /// The push CloudKit would send for this firing, to the subscription's owner.
     public func payload(context: PushContext, notificationID: String? = nil) -> PushPayload {
         let id = notificationID ?? UUIDText.random()
+        let subscription = subscription
         var context = context
         context.userRecordName = subscription.owner
         switch subscription.kind {
@@ -145,6 +166,64 @@ public struct SubscriptionFiring: Hashable, Sendable {
                              notificationInfo: subscription.notificationInfo, context: context, notificationID: id)
         }
     }
+}
+
+/// The record of one change and the subscriptions it fired, shared by the firings.
+final class FiringBatch: Sendable {
+    let record: Record
+    let subscriptions: [SubscriptionParts]
+
+    init(record: Record, subscriptions: [SubscriptionParts]) {
+        self.record = record
+        self.subscriptions = subscriptions
+    }
+}
+
+/// A subscription as stored parts: a query's condition packed, its notification info shared.
+struct SubscriptionParts: Sendable {
+    enum Kind: Sendable {
+        case query(recordType: String, predicate: PackedPredicate, zoneID: ZoneID?)
+        case given(Subscription.Kind)
+    }
+
+    var subscriptionID: String
+    var kind: Kind
+    var options: SubscriptionOptions
+    var notificationInfo: SharedNotificationInfo
+    var owner: String
+
+    init(subscriptionID: String, kind: Kind, options: SubscriptionOptions, notificationInfo: SharedNotificationInfo, owner: String) {
+        self.subscriptionID = subscriptionID
+        self.kind = kind
+        self.options = options
+        self.notificationInfo = notificationInfo
+        self.owner = owner
+    }
+
+    init(_ subscription: Subscription) {
+        self.init(subscriptionID: subscription.subscriptionID, kind: .given(subscription.kind), options: subscription.options,
+                  notificationInfo: SharedNotificationInfo(subscription.notificationInfo), owner: subscription.owner)
+    }
+
+    var subscription: Subscription {
+        let kind: Subscription.Kind = switch self.kind {
+        case .query(let recordType, let predicate, let zoneID): .query(recordType: recordType, condition: predicate.condition, zoneID: zoneID)
+        case .given(let kind): kind
+        }
+        var subscription = Subscription(subscriptionID: subscriptionID, kind: kind, options: options, notificationInfo: notificationInfo.value)
+        subscription.owner = owner
+        return subscription
+    }
+}
+
+/// A notification info stored once for every subscription that has it (most share one).
+final class SharedNotificationInfo: Hashable, Sendable {
+    let value: NotificationInfo
+
+    init(_ value: NotificationInfo) { self.value = value }
+
+    static func == (lhs: SharedNotificationInfo, rhs: SharedNotificationInfo) -> Bool { lhs.value == rhs.value }
+    func hash(into hasher: inout Hasher) { hasher.combine(value) }
 }
 
 extension PushContext {

@@ -1,143 +1,367 @@
+import CKQuerySupport
+
 /// The subscriptions of one database, and the matcher that finds which fire for a record change.
 ///
 /// Query subscriptions are indexed (`QuerySubscriptionIndex`): a change evaluates only the
 /// predicates its record could satisfy, not every subscription. `naiveFirings(for:now:)` is the
 /// plain loop over every subscription, kept as the reference the index is tested against.
+///
+/// Storage is sized for a server holding millions: each subscription is a `Slot` of numbers (its
+/// index entry, interned owner, notification info and zone) plus its ID, found by ID and by
+/// identity through `SlotHashTable`s that store slot numbers, not keys. Slots are reused after
+/// removal; a sequence number keeps the saved order, in which firings come out.
 public struct SubscriptionSet: Sendable {
     public let database: DatabaseScope
     /// Optional extension (off by default, as in CloudKit): an update that takes a record out of a
     /// query subscription's results also fires it.
     public var reportsRecordsLeavingResults: Bool
 
-    private var subscriptionsByID: [String: Subscription] = [:]
-    private var identities: [Subscription.Identity: String] = [:]
-    private var index = QuerySubscriptionIndex()
+    struct Slot: Sendable {
+        enum Kind: UInt8, Sendable {
+            case free, query, other
+        }
+
+        var subscriptionID: String
+        /// Save order.
+        var sequence: UInt64
+        /// For a query subscription, its entry in the index.
+        var entry: UInt32
+        var owner: UInt32
+        var notificationInfo: UInt32
+        /// 0 for none, else the zone's number + 1.
+        var zone: UInt32
+        var options: SubscriptionOptions
+        var kind: Kind
+    }
+
+    /// What makes two subscriptions duplicates (SPEC §4): owner, type and predicate (one index
+    /// entry), zone and options; for zone and database subscriptions, their kind.
+    struct Identity: Hashable {
+        var owner: UInt32
+        var entry: UInt32
+        var other: Subscription.Kind?
+        var zone: UInt32
+        var options: Int
+    }
+
+    /// What one match did, for tests: index probes and predicate evaluations made or saved.
+    struct MatchStatistics: Sendable {
+        var probes = 0
+        var evaluations = 0
+        /// Evaluations against the record before an update (`reportsRecordsLeavingResults`).
+        var oldEvaluations = 0
+        /// Verdicts on the record before an update reused because the predicate reads no changed field.
+        var reusedVerdicts = 0
+    }
+
+    private var slots: [Slot] = []
+    private var freeSlots: [UInt32] = []
+    private var slotByID = SlotHashTable()
+    private var slotByIdentity = SlotHashTable()
+    private var owners = InternTable<String>()
+    private var notificationInfos = InternTable<SharedNotificationInfo>()
+    private var zones = InternTable<ZoneID>()
     /// Zone and database subscriptions: few per database, checked directly.
-    private var otherIDs: Set<String> = []
-    /// Insertion order, so firings come out in a stable order.
-    private var order: [String: Int] = [:]
-    private var nextOrder = 0
+    private var otherKinds: [UInt32: Subscription.Kind] = [:]
+    private var index = QuerySubscriptionIndex()
+    private var nextSequence: UInt64 = 0
+    public private(set) var count = 0
 
     public init(database: DatabaseScope, reportsRecordsLeavingResults: Bool = false) {
         self.database = database
         self.reportsRecordsLeavingResults = reportsRecordsLeavingResults
     }
 
-    public var count: Int { subscriptionsByID.count }
-
     public var subscriptions: [Subscription] {
-        subscriptionsByID.values.sorted { (order[$0.subscriptionID] ?? 0) < (order[$1.subscriptionID] ?? 0) }
+        slots.indices.filter { slots[$0].kind != .free }
+            .sorted { slots[$0].sequence < slots[$1].sequence }
+            .map { parts(at: UInt32($0)).subscription }
     }
 
-    public subscript(id: String) -> Subscription? { subscriptionsByID[id] }
+    public subscript(id: String) -> Subscription? { slot(of: id).map { parts(at: $0).subscription } }
 
     /// Saves a subscription: a new ID adds it, an existing ID replaces it. Refuses kinds the
     /// database does not support, empty options, and duplicates of another subscription.
     public mutating func save(_ subscription: Subscription) throws(SubscriptionError) {
         try subscription.validate(in: database)
-        let identity = subscription.identity
-        if let existing = identities[identity], existing != subscription.subscriptionID {
-            throw SubscriptionError("subscription is duplicate of '\(existing)'")
-        }
-        if subscriptionsByID[subscription.subscriptionID] != nil { remove(id: subscription.subscriptionID) }
-        subscriptionsByID[subscription.subscriptionID] = subscription
-        identities[identity] = subscription.subscriptionID
-        order[subscription.subscriptionID] = nextOrder
-        nextOrder += 1
+        var key: QuerySubscriptionIndex.EntryKey?
         if case .query(let recordType, let condition, _) = subscription.kind {
-            index.insert(subscription.subscriptionID, recordType: recordType, condition: condition)
-        } else {
-            otherIDs.insert(subscription.subscriptionID)
+            key = QuerySubscriptionIndex.EntryKey(recordType: recordType, predicate: PackedPredicate(condition))
         }
+        if let identity = existingIdentity(of: subscription, key: key),
+           let existing = slotByIdentity.first(hash: identity.hashValue, where: { self.identity(ofSlot: $0) == identity }),
+           slots[Int(existing)].subscriptionID != subscription.subscriptionID {
+            throw SubscriptionError("subscription is duplicate of '\(slots[Int(existing)].subscriptionID)'")
+        }
+        remove(id: subscription.subscriptionID)
+        let number: UInt32
+        if let reused = freeSlots.popLast() {
+            number = reused
+        } else {
+            number = UInt32(slots.count)
+            slots.append(Slot(subscriptionID: "", sequence: 0, entry: 0, owner: 0, notificationInfo: 0, zone: 0, options: [], kind: .free))
+        }
+        var slot = Slot(
+            subscriptionID: subscription.subscriptionID, sequence: nextSequence, entry: 0, owner: owners.retain(subscription.owner),
+            notificationInfo: notificationInfos.retain(SharedNotificationInfo(subscription.notificationInfo)), zone: 0,
+            options: subscription.options, kind: .other)
+        nextSequence += 1
+        if case .query(_, _, let zoneID) = subscription.kind, let key {
+            slot.kind = .query
+            slot.zone = zoneID.map { zones.retain($0) + 1 } ?? 0
+            slot.entry = index.insert(number, key: key)
+        } else {
+            otherKinds[number] = subscription.kind
+        }
+        slots[Int(number)] = slot
+        slotByID.insert(number, hash: subscription.subscriptionID.hashValue)
+        slotByIdentity.insert(number, hash: identity(ofSlot: number).hashValue)
+        count += 1
     }
 
     /// Removes a subscription; returns whether it existed.
     @discardableResult
     public mutating func remove(id: String) -> Bool {
-        guard let subscription = subscriptionsByID.removeValue(forKey: id) else { return false }
-        identities[subscription.identity] = nil
-        order[id] = nil
-        if case .query(let recordType, let condition, _) = subscription.kind {
-            index.remove(id, recordType: recordType, condition: condition)
+        guard let number = slot(of: id) else { return false }
+        let slot = slots[Int(number)]
+        slotByIdentity.remove(number, hash: identity(ofSlot: number).hashValue)
+        slotByID.remove(number, hash: slot.subscriptionID.hashValue)
+        if slot.kind == .query {
+            index.remove(number, entry: slot.entry)
+            if slot.zone != 0 { zones.release(slot.zone - 1) }
         } else {
-            otherIDs.remove(id)
+            otherKinds[number] = nil
         }
+        owners.release(slot.owner)
+        notificationInfos.release(slot.notificationInfo)
+        slots[Int(number)] = Slot(subscriptionID: "", sequence: 0, entry: 0, owner: 0, notificationInfo: 0, zone: 0, options: [], kind: .free)
+        freeSlots.append(number)
+        count -= 1
         return true
     }
+
+    private func slot(of id: String) -> UInt32? {
+        slotByID.first(hash: id.hashValue) { slots[Int($0)].subscriptionID == id }
+    }
+
+    private func identity(ofSlot number: UInt32) -> Identity {
+        let slot = slots[Int(number)]
+        return Identity(owner: slot.owner, entry: slot.kind == .query ? slot.entry : .max, other: otherKinds[number],
+                        zone: slot.zone, options: slot.options.rawValue)
+    }
+
+    /// The identity a new subscription would have, or nil when no saved one can share it (its
+    /// owner, zone or predicate entry is not stored yet).
+    private func existingIdentity(of subscription: Subscription, key: QuerySubscriptionIndex.EntryKey?) -> Identity? {
+        guard let owner = owners.id(of: subscription.owner) else { return nil }
+        guard case .query(_, _, let zoneID) = subscription.kind else {
+            return Identity(owner: owner, entry: .max, other: subscription.kind, zone: 0, options: subscription.options.rawValue)
+        }
+        guard let key, let entry = index.entry(for: key) else { return nil }
+        var zone: UInt32 = 0
+        if let zoneID {
+            guard let id = zones.id(of: zoneID) else { return nil }
+            zone = id + 1
+        }
+        return Identity(owner: owner, entry: entry, other: nil, zone: zone, options: subscription.options.rawValue)
+    }
+
+    /// The stored subscription in slot `number`, as cheap parts.
+    private func parts(at number: UInt32) -> SubscriptionParts {
+        let slot = slots[Int(number)]
+        let kind: SubscriptionParts.Kind
+        if slot.kind == .query, let predicate = index.entries[Int(slot.entry)].predicate {
+            kind = .query(recordType: index.recordType(of: slot.entry), predicate: predicate, zoneID: slot.zone == 0 ? nil : zones[slot.zone - 1])
+        } else {
+            kind = .given(otherKinds[number] ?? .database(recordType: nil))
+        }
+        return SubscriptionParts(
+            subscriptionID: slot.subscriptionID, kind: kind, options: slot.options,
+            notificationInfo: notificationInfos[slot.notificationInfo] ?? SharedNotificationInfo(NotificationInfo()),
+            owner: owners[slot.owner] ?? PushContext.defaultUserRecordName)
+    }
+
+    /// Checks that every table agrees with the slots (for tests): each live slot is found by its
+    /// ID and its identity, and is a subscriber of its index entry; free slots are free.
+    func _checkInvariants() -> [String] {
+        var problems: [String] = []
+        var live = 0
+        for number in slots.indices {
+            let slot = slots[number]
+            if slot.kind == .free {
+                if !freeSlots.contains(UInt32(number)) { problems.append("slot \(number) is free but not listed") }
+                continue
+            }
+            live += 1
+            if self.slot(of: slot.subscriptionID) != UInt32(number) { problems.append("'\(slot.subscriptionID)' not found by ID") }
+            let identity = identity(ofSlot: UInt32(number))
+            if slotByIdentity.first(hash: identity.hashValue, where: { self.identity(ofSlot: $0) == identity }) == nil {
+                problems.append("'\(slot.subscriptionID)' not found by identity")
+            }
+            if slot.kind == .query {
+                var subscribed = false
+                index.entries[Int(slot.entry)].subscribers.forEach { if $0 == UInt32(number) { subscribed = true } }
+                if !subscribed { problems.append("'\(slot.subscriptionID)' missing from its entry") }
+            }
+        }
+        if live != count || slotByID.count != count || slotByIdentity.count != count {
+            problems.append("count \(count), live slots \(live), by ID \(slotByID.count), by identity \(slotByIdentity.count)")
+        }
+        return problems
+    }
+
+    // MARK: Matching
 
     /// The subscriptions that fire for `change`, using the index, in the order they were saved.
     /// Each candidate predicate is evaluated once, however many subscriptions share it.
     public func firings(for change: RecordChange, now: Int64) -> [SubscriptionFiring] {
-        var firings: [SubscriptionFiring] = []
+        var statistics = MatchStatistics()
+        return firings(for: change, now: now, statistics: &statistics)
+    }
+
+    /// `firings(for:now:)`, counting its work in `statistics`.
+    ///
+    /// On an update with `reportsRecordsLeavingResults`, a candidate that does not match the new
+    /// record is evaluated on the old one only if it reads a field the update changed: otherwise
+    /// the two verdicts are equal. Likewise the index is probed with the old record only when a
+    /// field probing reads has changed (else it would find the same entries).
+    func firings(for change: RecordChange, now: Int64, statistics: inout MatchStatistics) -> [SubscriptionFiring] {
         let record = change.record
+        let (required, reason): (SubscriptionOptions, QueryNotificationReason) = switch change {
+        case .created: (.firesOnRecordCreation, .recordCreated)
+        case .updated: (.firesOnRecordUpdate, .recordUpdated)
+        case .deleted: (.firesOnRecordDeletion, .recordDeleted)
+        }
         var before: Record?
         if case .updated(let old, _) = change, reportsRecordsLeavingResults { before = old }
+        let changes = before.map { FieldChanges(from: $0, to: record) } ?? FieldChanges()
+        let newType = index.typeID(of: record.recordType)
+        let oldType = before.flatMap { index.typeID(of: $0.recordType) }
         // One evaluation context per record: each record's token set is computed at most once.
         var newContext = EvaluationContext(now: now)
         var oldContext = EvaluationContext(now: now)
-        var entries = index.candidates(recordType: record.recordType, record: record, context: &newContext)
-        if let before {
-            var seen = Set(entries.map(\.condition))
-            for entry in index.candidates(recordType: before.recordType, record: before, context: &oldContext) where seen.insert(entry.condition).inserted {
-                entries.append(entry)
+        var candidates: [UInt32] = []
+        candidates.reserveCapacity(256)
+        if let newType {
+            index.candidates(type: newType, record: record, into: &candidates)
+            statistics.probes += 1
+        }
+        if let before, let oldType, index.probeReads(type: oldType, changes) {
+            index.candidates(type: oldType, record: before, into: &candidates)
+            statistics.probes += 1
+            // Most entries are found by both records: evaluate each once.
+            candidates.sort()
+            candidates.removeDuplicates()
+        }
+        // Entries and slots are spread over hundreds of megabytes: each candidate costs a cache
+        // miss or two. Asking for all of them first lets the misses overlap.
+        var hits: [UInt32] = []
+        hits.reserveCapacity(candidates.count)
+        index.entries.withUnsafeBufferPointer { entries in
+            guard let base = entries.baseAddress else { return }
+            for candidate in candidates { Self.prefetch(base + Int(candidate)) }
+            withUnsafePointer(to: record) { new in
+                withUnsafePointer(to: before ?? record) { old in
+                    for candidate in candidates {
+                        let entry = base + Int(candidate)
+                        // Read in place through the pointer: a predicate copied out costs more than its test.
+                        guard entry.pointee.predicate != nil else { continue }
+                        let type = entry.pointee.recordType
+                        var verdict = false
+                        if type == newType {
+                            verdict = entry.pointee.predicate?.matches(new, in: &newContext) ?? false
+                            statistics.evaluations += 1
+                        }
+                        if !verdict, before != nil, type == oldType {
+                            if type != newType || entry.pointee.predicate?.reads(changes) ?? true {
+                                verdict = entry.pointee.predicate?.matches(old, in: &oldContext) ?? false
+                                statistics.oldEvaluations += 1
+                            } else {
+                                statistics.reusedVerdicts += 1
+                            }
+                        }
+                        if verdict { entry.pointee.subscribers.forEach { hits.append($0) } }
+                    }
+                }
             }
         }
-        for entry in entries {
-            var matchesNew: Bool?
-            var matchedOld: Bool?
-            for id in entry.subscriptionIDs {
-                guard let subscription = subscriptionsByID[id] else { continue }
-                let reason = queryReason(
-                    subscription, change,
-                    matchesNew: {
-                        if matchesNew == nil { matchesNew = record.recordType == entry.recordType && entry.compiled.matches(record, in: &newContext) }
-                        return matchesNew ?? false
-                    },
-                    matchedOld: {
-                        if matchedOld == nil { matchedOld = before.map { $0.recordType == entry.recordType && entry.compiled.matches($0, in: &oldContext) } ?? false }
-                        return matchedOld ?? false
-                    })
-                if let reason { firings.append(SubscriptionFiring(subscription: subscription, reason: reason, record: record)) }
+        let recordZone = zones.id(of: record.recordID.zoneID).map { $0 + 1 }
+        // Firings come out in save order. While sequences fit 32 bits (unless billions of
+        // subscriptions were saved), (sequence << 32 | slot) sorts as a plain integer.
+        let compact = nextSequence <= UInt64(UInt32.max)
+        var keys: [UInt64] = []
+        var wide: [(sequence: UInt64, slot: UInt32)] = []
+        keys.reserveCapacity(hits.count)
+        owners.withValues { owners in
+            slots.withUnsafeBufferPointer { slots in
+                guard let base = slots.baseAddress else { return }
+                for number in hits { Self.prefetch(base + Int(number)) }
+                for number in hits {
+                    let slot = base + Int(number)
+                    guard slot.pointee.options.contains(required), slot.pointee.zone == 0 || slot.pointee.zone == recordZone else { continue }
+                    if compact { keys.append(slot.pointee.sequence << 32 | UInt64(number)) } else { wide.append((slot.pointee.sequence, number)) }
+                    // The owner's name is read when the firing is made: tens of thousands of
+                    // owners do not stay in cache either.
+                    if let owner = owners.baseAddress, Int(slot.pointee.owner) < owners.count { kquery_prefetch(owner + Int(slot.pointee.owner)) }
+                }
             }
         }
-        for id in otherIDs {
-            guard let subscription = subscriptionsByID[id], let reason = otherReason(subscription, change) else { continue }
-            firings.append(SubscriptionFiring(subscription: subscription, reason: reason, record: record))
+        for (number, kind) in otherKinds where Self.otherFires(kind, record) {
+            let sequence = slots[Int(number)].sequence
+            if compact { keys.append(sequence << 32 | UInt64(number)) } else { wide.append((sequence, number)) }
         }
-        return sorted(firings)
+        // An entry found twice (several postings, or both records) fires once.
+        var ordered: [UInt32] = []
+        if compact {
+            keys.sort()
+            keys.removeDuplicates()
+            ordered = keys.map { UInt32(truncatingIfNeeded: $0) }
+        } else {
+            wide.sort { $0.sequence < $1.sequence }
+            var last: UInt64?
+            for (sequence, number) in wide where sequence != last {
+                last = sequence
+                ordered.append(number)
+            }
+        }
+        var parts: [SubscriptionParts] = []
+        parts.reserveCapacity(ordered.count)
+        for number in ordered { parts.append(self.parts(at: number)) }
+        let batch = FiringBatch(record: record, subscriptions: parts)
+        var firings: [SubscriptionFiring] = []
+        firings.reserveCapacity(parts.count)
+        for position in parts.indices { firings.append(SubscriptionFiring(batch: batch, position: position, reason: reason)) }
+        return firings
     }
 
-    /// The same answer by evaluating every subscription in turn: the reference for the index.
+    /// The same answer by evaluating every subscription in turn, compiling its predicate afresh:
+    /// the reference for the index and its packed predicates.
     public func naiveFirings(for change: RecordChange, now: Int64) -> [SubscriptionFiring] {
         var firings: [SubscriptionFiring] = []
         let before: Record? = if case .updated(let old, _) = change { old } else { nil }
-        for subscription in subscriptionsByID.values {
+        for subscription in subscriptions {
             let reason: QueryNotificationReason?
-            if case .query(let recordType, _, _) = subscription.kind {
-                let compiled = index.compiled(subscription.subscriptionID, recordType: recordType)
+            if case .query(let recordType, let condition, _) = subscription.kind {
+                let compiled = CompiledPredicate(condition)
                 reason = queryReason(
                     subscription, change,
-                    matchesNew: { change.record.recordType == recordType && compiled?.matches(change.record, now: now) == true },
-                    matchedOld: { before.map { $0.recordType == recordType && compiled?.matches($0, now: now) == true } ?? false })
+                    matchesNew: { change.record.recordType == recordType && compiled.matches(change.record, now: now) },
+                    matchedOld: { before.map { $0.recordType == recordType && compiled.matches($0, now: now) } ?? false })
             } else {
-                reason = otherReason(subscription, change)
+                reason = Self.otherFires(subscription.kind, change.record) ? Self.reason(change) : nil
             }
             if let reason { firings.append(SubscriptionFiring(subscription: subscription, reason: reason, record: change.record)) }
         }
-        return sorted(firings)
+        return firings
     }
 
     /// Finds the firings for a change and removes the firesOnce subscriptions that fired.
     public mutating func apply(_ change: RecordChange, now: Int64) -> [SubscriptionFiring] {
         let fired = firings(for: change, now: now)
-        for firing in fired where firing.subscription.options.contains(.firesOnce) {
-            remove(id: firing.subscription.subscriptionID)
+        for firing in fired where firing.parts.options.contains(.firesOnce) {
+            remove(id: firing.parts.subscriptionID)
         }
         return fired
-    }
-
-    private func sorted(_ firings: [SubscriptionFiring]) -> [SubscriptionFiring] {
-        firings.sorted { (order[$0.subscription.subscriptionID] ?? 0) < (order[$1.subscription.subscriptionID] ?? 0) }
     }
 
     /// SPEC §4's firing rules for a query subscription: create when the new record matches, update
@@ -161,22 +385,43 @@ public struct SubscriptionSet: Sendable {
         }
     }
 
+    /// Asks the CPU to start loading the element at `address` (both its cache lines).
+    private static func prefetch<T>(_ address: UnsafePointer<T>) {
+        kquery_prefetch(address)
+        if MemoryLayout<T>.stride > 64 { kquery_prefetch(UnsafeRawPointer(address) + 64) }
+    }
+
     /// Zone subscriptions fire for any change in their zone; database subscriptions for any change
     /// in a custom zone; both optionally only for one record type.
-    private func otherReason(_ subscription: Subscription, _ change: RecordChange) -> QueryNotificationReason? {
-        let record = change.record
-        switch subscription.kind {
+    private static func otherFires(_ kind: Subscription.Kind, _ record: Record) -> Bool {
+        switch kind {
         case .query:
-            return nil
+            return false
         case .recordZone(let zoneID, let recordType):
-            guard record.recordID.zoneID == zoneID, recordType.map({ $0 == record.recordType }) ?? true else { return nil }
+            return record.recordID.zoneID == zoneID && (recordType.map { $0 == record.recordType } ?? true)
         case .database(let recordType):
-            guard !record.recordID.zoneID.isDefaultZone, recordType.map({ $0 == record.recordType }) ?? true else { return nil }
+            return !record.recordID.zoneID.isDefaultZone && (recordType.map { $0 == record.recordType } ?? true)
         }
+    }
+
+    private static func reason(_ change: RecordChange) -> QueryNotificationReason {
         switch change {
-        case .created: return .recordCreated
-        case .updated: return .recordUpdated
-        case .deleted: return .recordDeleted
+        case .created: .recordCreated
+        case .updated: .recordUpdated
+        case .deleted: .recordDeleted
         }
+    }
+}
+
+extension Array where Element: Equatable {
+    /// Removes adjacent duplicates (all duplicates, once sorted).
+    fileprivate mutating func removeDuplicates() {
+        guard count > 1 else { return }
+        var kept = 1
+        for position in 1..<count where self[position] != self[kept - 1] {
+            self[kept] = self[position]
+            kept += 1
+        }
+        removeLast(count - kept)
     }
 }
