@@ -276,4 +276,13 @@ struct SubscriptionMatcherPropertyTests {
             }
         }
     }
+
+    @Test func canonicallyEquivalentConstantsAreDifferentPredicates() throws {
+        var set = SubscriptionSet(database: .public)
+        try set.save(.query("composed", recordType: "T", predicate: "name == 'caf\\u00e9'"))
+        try set.save(.query("decomposed", recordType: "T", predicate: "name == 'cafe\\u0301'"))
+        let change = RecordChange.created(Record(recordType: "T", recordName: "r", fields: ["name": .string("cafe\u{301}")]))
+        #expect(set.firings(for: change, now: 0).map(\.subscription.subscriptionID) == ["decomposed"])
+        #expect(set.naiveFirings(for: change, now: 0).map(\.subscription.subscriptionID) == ["decomposed"])
+    }
 }

@@ -135,7 +135,10 @@ struct QuerySubscriptionIndex: Sendable {
     func entry(for key: EntryKey) -> UInt32? {
         entryTable.first(hash: key.hash) { entry in
             let stored = entries[Int(entry)]
+            // `==` on conditions compares strings by canonical equivalence ("é" == "e\u{301}"), but
+            // predicates compare strings byte for byte: two such subscriptions must not share.
             return recordTypes[Int(stored.recordType)] == key.recordType && stored.predicate == key.predicate
+                && stored.predicate?.condition.description.utf8.elementsEqual(key.predicate.condition.description.utf8) == true
         }
     }
 
