@@ -239,20 +239,11 @@ struct SchemaTextReader {
         return .symbol(byte)
     }
 
+    /// An error at the first visible character from `position` on.
     private func error(_ message: String, at position: Int) -> SchemaTextError {
-        var line = 1
-        var lineStart = 0
-        var index = 0
-        while index < min(position, bytes.count) {
-            if bytes[index] == 0x0A { line += 1; lineStart = index + 1 }
-            index += 1
-        }
-        var start = position
-        while start < bytes.count, bytes[start] == 0x20 || bytes[start] == 0x09 || bytes[start] == 0x0A || bytes[start] == 0x0D {
-            if bytes[start] == 0x0A { line += 1; lineStart = start + 1 }
-            start += 1
-        }
-        let column = String(decoding: bytes[lineStart..<min(start, bytes.count)], as: UTF8.self).count + 1
+        var start = min(position, bytes.count)
+        while start < bytes.count, bytes[start] == 0x20 || bytes[start] == 0x09 || bytes[start] == 0x0A || bytes[start] == 0x0D { start += 1 }
+        let (line, column) = bytes.withUnsafeBufferPointer { SourceText.lineAndColumn(of: start, in: $0) }
         return SchemaTextError(message: message, line: line, column: column)
     }
 }

@@ -1,7 +1,7 @@
 /// Helpers for reporting positions in text that was read byte by byte.
-enum SourceText {
+package enum SourceText {
     /// 1-based line and column (in characters) of a UTF-8 byte offset.
-    static func lineAndColumn(of offset: Int, in bytes: UnsafeBufferPointer<UInt8>) -> (line: Int, column: Int) {
+    package static func lineAndColumn(of offset: Int, in bytes: UnsafeBufferPointer<UInt8>) -> (line: Int, column: Int) {
         var line = 1
         var lineStart = 0
         for i in 0..<min(offset, bytes.count) where bytes[i] == 0x0A {
