@@ -356,36 +356,38 @@ extension Database {
         indexPolicy == .automatic && schema == nil && (tables[type]?.count ?? 0) >= automaticIndexThreshold
     }
 
-    private func ensureHashIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
-        if tables[type]?.hashIndexes[field] != nil { return true }
-        guard buildsOnDemand(type) else { return false }
-        tables[type]?.buildHashIndex(on: field)
-        built.append("the equality index on \(field.name)")
+    /// Whether the index `exists` looks for is there, building it first when automatic indexing
+    /// allows (and noting `name` in `built`, for the plan's explanation).
+    private func ensureIndex(
+        _ name: String, type: String, built: inout [String], exists: (RecordTable) -> Bool, build: (inout RecordTable) -> Void
+    ) -> Bool {
+        guard let found = tables[type].map(exists) else { return false }
+        if found { return true }
+        guard buildsOnDemand(type), var table = tables.removeValue(forKey: type) else { return false }
+        // Taken out of the dictionary, the table is uniquely referenced: building does not copy it.
+        build(&table)
+        tables[type] = table
+        built.append(name)
         return true
+    }
+
+    private func ensureHashIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
+        ensureIndex("the equality index on \(field.name)", type: type, built: &built,
+                    exists: { $0.hashIndexes[field] != nil }, build: { $0.buildHashIndex(on: field) })
     }
 
     func ensureOrderedIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
-        if tables[type]?.orderedIndexes[field] != nil { return true }
-        guard buildsOnDemand(type) else { return false }
-        tables[type]?.buildOrderedIndex(on: field)
-        built.append("the range index on \(field.name)")
-        return true
+        ensureIndex("the range index on \(field.name)", type: type, built: &built,
+                    exists: { $0.orderedIndexes[field] != nil }, build: { $0.buildOrderedIndex(on: field) })
     }
 
     private func ensureSpatialIndex(on field: FieldReference, type: String, built: inout [String]) -> Bool {
-        if tables[type]?.spatialIndexes[field] != nil { return true }
-        guard buildsOnDemand(type) else { return false }
-        tables[type]?.buildSpatialIndex(on: field)
-        built.append("the spatial index on \(field.name)")
-        return true
+        ensureIndex("the spatial index on \(field.name)", type: type, built: &built,
+                    exists: { $0.spatialIndexes[field] != nil }, build: { $0.buildSpatialIndex(on: field) })
     }
 
     private func ensureTokenIndex(type: String, built: inout [String]) -> Bool {
-        if tables[type]?.tokenIndex != nil { return true }
-        guard buildsOnDemand(type) else { return false }
-        tables[type]?.buildTokenIndex()
-        built.append("the token index")
-        return true
+        ensureIndex("the token index", type: type, built: &built, exists: { $0.tokenIndex != nil }, build: { $0.buildTokenIndex() })
     }
 
     // MARK: Execution
