@@ -185,5 +185,60 @@ struct LexerParserTests {
                 #expect(Symbol(rawValue: spelling)?.comparisonOperator == op, "\(spelling)")
             }
         }
+        // And the other way: a symbol or keyword names an operator only when the table spells it so.
+        for symbol in Symbol.allCases {
+            let spelledBy = ComparisonOperator.allCases.first { $0.info.spellings.contains(symbol.rawValue) }
+            #expect(symbol.comparisonOperator == spelledBy, "\(symbol.rawValue)")
+        }
+        for keyword in Keyword.allCases {
+            let spelledBy = ComparisonOperator.allCases.first { $0.info.spellings.contains(keyword.rawValue) }
+            #expect(keyword.comparisonOperator == spelledBy, "\(keyword.rawValue)")
+        }
+    }
+
+    /// Every reserved word is recognised in any case, and only as a whole word: a digit, `_`, `@`
+    /// or selector colon makes it a key path. (Reserved words are matched as packed integers.)
+    @Test(arguments: Keyword.allCases)
+    func reservedWordsInAnyCase(keyword: Keyword) throws {
+        let word = keyword.rawValue
+        let mixed = String(word.enumerated().map { $0.offset.isMultiple(of: 2) ? Character($0.element.lowercased()) : $0.element })
+        for spelling in [word, word.lowercased(), mixed] {
+            #expect(try lexedKeyword(spelling) == keyword, "\(spelling)")
+        }
+        for spelling in [word + "1", word + "_", word.lowercased() + "x", "x" + word, "_" + word, "@" + word, String(word.dropLast())] {
+            #expect(try lexedKeyword(spelling) != keyword, "\(spelling)")
+        }
+        // At the very end of the text, where the lexer cannot read 16 bytes ahead, and far from it.
+        #expect(try lexedKeyword(word, padding: 0) == keyword)
+        #expect(try lexedKeyword(word, padding: 40) == keyword)
+    }
+
+    private func lexedKeyword(_ text: String, padding: Int = 1) throws -> Keyword? {
+        let source = text + String(repeating: " ", count: padding)
+        return try Array(source.utf8).withUnsafeBufferPointer { bytes throws(InvalidPredicateError) in
+            var lexer = Lexer(bytes)
+            let token = try lexer.next()
+            return token.span.end == text.utf8.count ? token.keyword : nil
+        }
+    }
+
+    /// A comparison is a value: setting a field of a copy leaves the original as it was.
+    @Test func comparisonsAreValues() throws {
+        guard case .comparison(let original) = try PredicateParser.parse("price > 5") else {
+            Issue.record("not a comparison")
+            return
+        }
+        var copy = original
+        copy.op = .lessThan
+        copy.right = .constant(.value(.int64(7)), .synthesized)
+        copy.modifier = .any
+        #expect(original.op == .greaterThan && original.modifier == .direct)
+        #expect(original.right == .constant(.value(.int64(5)), .synthesized))
+        #expect(copy.op == .lessThan && copy.right == .constant(.value(.int64(7)), .synthesized) && copy.left == original.left)
+        #expect(copy != original)
+        copy.op = .greaterThan
+        copy.right = original.right
+        copy.modifier = .direct
+        #expect(copy == original && copy.hashValue == original.hashValue)
     }
 }

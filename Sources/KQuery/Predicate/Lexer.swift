@@ -21,39 +21,6 @@ struct Lexer {
         return reservedWords.contains(component.uppercased()) || !(first.isASCIILetter || first == UInt8(ascii: "_") || first == UInt8(ascii: "@"))
     }
 
-    /// For each first letter A...Z, a bit per length that some reserved word has: most field
-    /// names are rejected by this table without hashing.
-    private static let keywordShapes: [UInt16] = {
-        var shapes = [UInt16](repeating: 0, count: 26)
-        for word in reservedWords {
-            guard let first = word.utf8.first, first >= UInt8(ascii: "A"), first <= UInt8(ascii: "Z"), word.utf8.count < 16 else { continue }
-            shapes[Int(first - UInt8(ascii: "A"))] |= 1 << word.utf8.count
-        }
-        return shapes
-    }()
-
-    /// The reserved words as upper-case bytes packed into two words, compared without building a
-    /// string; bucketed by first letter A...Z, so a word is compared with at most a few.
-    private static let packedKeywords: [[(low: UInt64, high: UInt64, keyword: Keyword)]] = {
-        var buckets = [[(low: UInt64, high: UInt64, keyword: Keyword)]](repeating: [], count: 26)
-        for keyword in Keyword.allCases {
-            guard let first = keyword.rawValue.utf8.first, first >= UInt8(ascii: "A"), first <= UInt8(ascii: "Z") else { continue }
-            let (low, high) = pack(keyword.rawValue.utf8)
-            buckets[Int(first - UInt8(ascii: "A"))].append((low, high, keyword))
-        }
-        return buckets
-    }()
-
-    /// Up to 16 bytes, upper-cased (for letters), little-endian in two words.
-    private static func pack<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> (low: UInt64, high: UInt64) {
-        var (low, high): (UInt64, UInt64) = (0, 0)
-        for (offset, byte) in bytes.enumerated() where offset < 16 {
-            let upper = UInt64(byte & 0xDF)
-            if offset < 8 { low |= upper << (offset * 8) } else { high |= upper << ((offset - 8) * 8) }
-        }
-        return (low, high)
-    }
-
     init(_ bytes: UnsafeBufferPointer<UInt8>, at position: Int = 0) {
         self.bytes = bytes
         self.position = position
@@ -125,10 +92,12 @@ struct Lexer {
     }
 
     private mutating func lex() throws(InvalidPredicateError) -> Token {
-        while position < bytes.count, bytes[position] == 0x20 || bytes[position] == 0x09 || bytes[position] == 0x0A || bytes[position] == 0x0D {
-            position += 1
+        var index = position
+        while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x09 || bytes[index] == 0x0A || bytes[index] == 0x0D {
+            index &+= 1
         }
-        let start = position
+        position = index
+        let start = index
         guard let byte = peek() else { return Token(kind: .end, span: span(from: start)) }
         switch byte {
         case UInt8(ascii: "'"), UInt8(ascii: "\""):
@@ -152,8 +121,8 @@ struct Lexer {
             guard skipWord() else { throw InvalidPredicateError("expected a key after '#'", at: span(from: start)) }
             return Token(kind: .word(escaped: true), span: span(from: start))
         case _ where byte.isASCIILetter || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "@"):
-            skipSelectorOrWord()
-            return Token(kind: .word(escaped: false), span: span(from: start), keyword: Lexer.keyword(bytes, start, position))
+            let keyword = scanSelectorOrWord()
+            return Token(kind: .word(escaped: false), span: span(from: start), keyword: keyword)
         default:
             if let (symbol, length) = symbol() {
                 position += length
@@ -203,23 +172,6 @@ struct Lexer {
         return (symbol, 1)
     }
 
-    /// The reserved word `word` spells, in any case. Reserved words are 2 to 14 ASCII letters, so
-    /// the word is packed into two integers and compared with the packed reserved words.
-    private static func keyword(_ bytes: UnsafeBufferPointer<UInt8>, _ start: Int, _ end: Int) -> Keyword? {
-        let count = end - start
-        guard (2...14).contains(count), end <= bytes.count, bytes[start].isASCIILetter else { return nil }
-        let letter = Int((bytes[start] & 0xDF) - UInt8(ascii: "A"))
-        guard keywordShapes[letter] & (1 << count) != 0 else { return nil }
-        var (low, high): (UInt64, UInt64) = (0, 0)
-        for offset in 0..<count {
-            let byte = bytes[start + offset]
-            guard byte.isASCIILetter else { return nil }
-            if offset < 8 { low |= UInt64(byte & 0xDF) << (offset * 8) } else { high |= UInt64(byte & 0xDF) << ((offset - 8) * 8) }
-        }
-        for candidate in packedKeywords[letter] where candidate.low == low && candidate.high == high { return candidate.keyword }
-        return nil
-    }
-
     private static func scalarLength(_ lead: UInt8) -> Int {
         switch lead {
         case 0xF0...: 4
@@ -229,19 +181,30 @@ struct Lexer {
         }
     }
 
+    /// Whether `byte` continues a word: `[0-9A-Za-z_]`, tested as a bit of one of two masks.
+    @inline(__always) private static func isWordByte(_ byte: UInt8) -> Bool {
+        // Bits 48...57 are '0'...'9'; in the second mask (bytes 64...127), bits 1...26 are
+        // 'A'...'Z', bit 31 is '_' and bits 33...58 are 'a'...'z'.
+        let mask: UInt64 = byte < 64 ? 0x03FF_0000_0000_0000 : 0x07FF_FFFE_87FF_FFFE
+        return byte < 128 && (mask >> (byte & 63)) & 1 != 0
+    }
+
     /// Skips a run of word characters; false when there was none.
     private mutating func skipWord() -> Bool {
         let start = position
-        var end = position
-        while end < bytes.count, bytes[end].isASCIILetter || bytes[end].isASCIIDigit || bytes[end] == UInt8(ascii: "_") { end += 1 }
-        position = end
-        return position > start
+        var index = start
+        while index < bytes.count, Lexer.isWordByte(bytes[index]) { index &+= 1 }
+        position = index
+        return index > start
     }
 
-    /// Skips a word, extended to a selector name (`distanceToLocation:fromLocation:`) when colons follow.
-    private mutating func skipSelectorOrWord() {
+    /// Skips a word, extended to a selector name (`distanceToLocation:fromLocation:`) when colons
+    /// follow, and returns the reserved word it spells, if any.
+    private mutating func scanSelectorOrWord() -> Keyword? {
+        let start = position
         if peek() == UInt8(ascii: "@") { position += 1 }
         _ = skipWord()
+        let wordEnd = position
         // A selector continues while `word:` pieces follow directly.
         while peek() == UInt8(ascii: ":") {
             let save = position
@@ -252,6 +215,35 @@ struct Lexer {
                 break
             }
         }
+        let count = wordEnd - start
+        guard position == wordEnd, (2...14).contains(count) else { return nil }
+        let (low, high) = packedUppercase(start, count)
+        return Keyword(packed: low, high)
+    }
+
+    /// The `count` (at most 16) bytes at `start`, upper-cased by clearing bit 5 of each, little-endian
+    /// in two words: how `Keyword(packed:)` matches a reserved word in any case. Digits and `_` pack
+    /// to bytes no letter has, so a word holding one matches no reserved word.
+    private func packedUppercase(_ start: Int, _ count: Int) -> (low: UInt64, high: UInt64) {
+        let upper: UInt64 = 0xDFDF_DFDF_DFDF_DFDF
+        if let base = bytes.baseAddress, start + 16 <= bytes.count {
+            // Two loads and masks, where the text has 16 bytes to read.
+            let raw = UnsafeRawPointer(base + start)
+            let low = UInt64(littleEndian: raw.loadUnaligned(as: UInt64.self))
+            let high = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+            if count <= 8 {
+                let keep: UInt64 = count == 8 ? ~0 : (1 &<< UInt64(count &* 8)) &- 1
+                return (low & keep & upper, 0)
+            }
+            let keep: UInt64 = count == 16 ? ~0 : (1 &<< UInt64((count &- 8) &* 8)) &- 1
+            return (low & upper, high & keep & upper)
+        }
+        var (low, high): (UInt64, UInt64) = (0, 0)
+        for offset in 0..<min(count, 16) {
+            let byte = UInt64(bytes[start + offset] & 0xDF)
+            if offset < 8 { low |= byte &<< UInt64(offset &* 8) } else { high |= byte &<< UInt64((offset &- 8) &* 8) }
+        }
+        return (low, high)
     }
 
     /// Skips a string literal, checking its escapes; true when it has some (and needs decoding).

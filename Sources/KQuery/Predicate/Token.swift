@@ -50,12 +50,19 @@ enum Symbol: String, Hashable, CaseIterable {
     case openBrace = "{", closeBrace = "}", openBracket = "[", closeBracket = "]", comma = ","
     case minus = "-", plus = "+", star = "*", slash = "/", colon = ":", dot = "."
 
-    /// The comparison operator this symbol spells, from `ComparisonOperator.table`.
-    var comparisonOperator: ComparisonOperator? { Symbol.operators.first { $0.symbol == self }?.op }
-
-    /// The symbols that spell operators: a handful, searched faster than a dictionary is hashed.
-    private static let operators: [(symbol: Symbol, op: ComparisonOperator)] = allCases.compactMap { symbol in
-        ComparisonOperator.bySymbol[symbol.rawValue].map { (symbol, $0) }
+    /// The comparison operator this symbol spells. `ComparisonOperator.table` holds the spellings;
+    /// this switch, asked for every comparison parsed, answers without searching it, and a test
+    /// checks that the two agree for every symbol.
+    var comparisonOperator: ComparisonOperator? {
+        switch self {
+        case .equalEqual, .equal: .equal
+        case .notEqual, .lessGreater: .notEqual
+        case .less: .lessThan
+        case .lessEqual, .equalLess: .lessThanOrEqual
+        case .greater: .greaterThan
+        case .greaterEqual, .equalGreater: .greaterThanOrEqual
+        default: nil
+        }
     }
 
     var isArithmetic: Bool { self == .plus || self == .minus || self == .star || self == .slash }
@@ -70,10 +77,63 @@ enum Keyword: String, Hashable, CaseIterable {
     case between = "BETWEEN", in_ = "IN", contains = "CONTAINS", beginsWith = "BEGINSWITH", endsWith = "ENDSWITH"
     case like = "LIKE", matches = "MATCHES", tokenMatches = "TOKENMATCHES"
 
-    /// The comparison operator this keyword spells, from `ComparisonOperator.table`.
-    var comparisonOperator: ComparisonOperator? { Keyword.operators.first { $0.keyword == self }?.op }
+    /// The comparison operator this keyword spells; like `Symbol.comparisonOperator`, a switch
+    /// that a test checks against `ComparisonOperator.table`.
+    var comparisonOperator: ComparisonOperator? {
+        switch self {
+        case .between: .between
+        case .in_: .in
+        case .contains: .contains
+        case .beginsWith: .beginsWith
+        case .endsWith: .endsWith
+        case .like: .like
+        case .matches: .matches
+        case .tokenMatches: .tokenMatches
+        default: nil
+        }
+    }
 
-    private static let operators: [(keyword: Keyword, op: ComparisonOperator)] = allCases.compactMap { keyword in
-        ComparisonOperator.byKeyword[keyword.rawValue].map { (keyword, $0) }
+    /// The reserved word whose upper-cased letters `packed` holds (see `Lexer.scanWord`), as
+    /// little-endian bytes in two words. A test checks this against every case's raw value.
+    init?(packed low: UInt64, _ high: UInt64) {
+        // One switch on integer constants: the compiler makes it a binary search.
+        if high == 0 {
+            switch low {
+            case 0x444E41: self = .and  // AND
+            case 0x524F: self = .or  // OR
+            case 0x544F4E: self = .not  // NOT
+            case 0x594E41: self = .any  // ANY
+            case 0x454D4F53: self = .some  // SOME
+            case 0x4C4C41: self = .all  // ALL
+            case 0x454E4F4E: self = .none  // NONE
+            case 0x4C494E: self = .nil_  // NIL
+            case 0x4C4C554E: self = .null  // NULL
+            case 0x45555254: self = .true_  // TRUE
+            case 0x534559: self = .yes  // YES
+            case 0x45534C4146: self = .false_  // FALSE
+            case 0x4F4E: self = .no  // NO
+            case 0x464C4553: self = .self_  // SELF
+            case 0x5952455551425553: self = .subquery  // SUBQUERY
+            case 0x4E4F4954434E5546: self = .function  // FUNCTION
+            case 0x5453524946: self = .first  // FIRST
+            case 0x5453414C: self = .last  // LAST
+            case 0x455A4953: self = .size  // SIZE
+            case 0x4E454557544542: self = .between  // BETWEEN
+            case 0x4E49: self = .in_  // IN
+            case 0x534E4941544E4F43: self = .contains  // CONTAINS
+            case 0x4854495753444E45: self = .endsWith  // ENDSWITH
+            case 0x454B494C: self = .like  // LIKE
+            case 0x5345484354414D: self = .matches  // MATCHES
+            default: return nil
+            }
+            return
+        }
+        switch (low, high) {
+        case (0x4445525045555254, 0x4554414349): self = .truePredicate  // TRUEPREDICATE
+        case (0x45525045534C4146, 0x455441434944): self = .falsePredicate  // FALSEPREDICATE
+        case (0x4957534E49474542, 0x4854): self = .beginsWith  // BEGINSWITH
+        case (0x54414D4E454B4F54, 0x53454843): self = .tokenMatches  // TOKENMATCHES
+        default: return nil
+        }
     }
 }
