@@ -69,6 +69,36 @@ struct ValidatorTests {
     }
 
     /// In the extended profile, CONTAINS is polymorphic (list member or substring).
+    /// Key paths are resolved through a cache of recent names; it must never accept a name the
+    /// validator would reject, even one canonically equivalent to a cached name (KELVIN SIGN K).
+    @Test func keyPathCacheKeepsValidationExact() throws {
+        for _ in 0..<2 {
+            // Eight KELVIN SIGNs are 24 UTF-8 bytes, 16 more than KKKKKKKK: the same cache bucket.
+            _ = try ValidatedPredicate("Key == 1 AND K == 2 AND KKKKKKKK == 3")
+            for impostor in ["\u{212A}ey", "\u{212A}", "Ke\u{0301}y", String(repeating: "\u{212A}", count: 8)] {
+                #expect(throws: InvalidPredicateError.self, "\(impostor)") {
+                    try ValidatedPredicate("%K == 1", arguments: [.value(.string(impostor))])
+                }
+            }
+        }
+        // Names beyond the cache's ways for one length (here 12 of five letters) each keep their own field.
+        let names = (0..<12).map { "fld" + String(UnicodeScalar(UInt8(97 + $0))) + "x" }
+        for round in 0..<3 {
+            for name in names.shuffled() {
+                let condition = try ValidatedPredicate("\(name) == \(round)").condition
+                #expect(condition == .field(.user(FieldKey(name)), .compare(.equal, .value(.int64(Int64(round))), [])))
+            }
+        }
+        // A system field's name stays a system field when it is found in the cache.
+        for _ in 0..<2 {
+            guard case .field(let field, _) = try ValidatedPredicate("creationDate < 5").condition else {
+                Issue.record("not a field test")
+                return
+            }
+            #expect(field == .creationDate)
+        }
+    }
+
     @Test func extendedContains() throws {
         let condition = try ValidatedPredicate("name CONTAINS[c] 'zi'", profile: .extended).condition
         #expect(condition == .field(.user(FieldKey("name")), .contains(.value(.string("zi")), [.caseInsensitive])))

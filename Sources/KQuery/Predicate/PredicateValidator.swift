@@ -157,6 +157,7 @@ public struct PredicateValidator {
     /// A key path as a field; nil for anything else. Dotted key paths are errors (CloudKit has none).
     private func fieldReference(_ expression: ExpressionSyntax) throws(InvalidPredicateError) -> FieldReference? {
         guard case .keyPath(let path, let span) = expression else { return nil }
+        if let cached = KeyPathCache.reference(for: path) { return cached }
         guard let hash = FieldKey.validNameHash(path) else {
             if path.utf8.contains(UInt8(ascii: ".")) {
                 throw InvalidPredicateError("Invalid key path '\(path)': CloudKit fields have no key paths", at: span)
@@ -165,7 +166,9 @@ public struct PredicateValidator {
         }
         let length = path.utf8.count
         if length == 9, path == "allTokens" { return nil }
-        return PredicateValidator.systemNameLengths & (1 << length) == 0 ? .user(FieldKey(path, hash: hash)) : FieldReference(name: path)
+        let reference = PredicateValidator.systemNameLengths & (1 << length) == 0 ? .user(FieldKey(path, hash: hash)) : FieldReference(name: path)
+        KeyPathCache.remember(path, reference)
+        return reference
     }
 
     /// The lengths of the system field names, as bits: a name of another length is a user field,
