@@ -99,6 +99,31 @@ struct ValidatorTests {
         }
     }
 
+    /// Each thread has its own key path cache: validating on many threads at once resolves every
+    /// name to the same field as validating on one.
+    @Test func keyPathCacheOnManyThreads() async throws {
+        let names = (0..<40).map { "shared\($0 % 20)x\(String(repeating: "y", count: $0 % 7))" }
+        let expected = names.map { FieldReference.user(FieldKey($0)) }
+        let mismatches = await withTaskGroup(of: Int.self) { group in
+            for task in 0..<8 {
+                group.addTask {
+                    var mismatches = 0
+                    for round in 0..<50 {
+                        let index = (task * 7 + round) % names.count
+                        guard case .field(let field, _)? = try? ValidatedPredicate("\(names[index]) == 1").condition,
+                              field == expected[index] else {
+                            mismatches += 1
+                            continue
+                        }
+                    }
+                    return mismatches
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(mismatches == 0)
+    }
+
     @Test func extendedContains() throws {
         let condition = try ValidatedPredicate("name CONTAINS[c] 'zi'", profile: .extended).condition
         #expect(condition == .field(.user(FieldKey("name")), .contains(.value(.string("zi")), [.caseInsensitive])))

@@ -4,7 +4,7 @@
 /// ends in an error instead of overflowing the stack.
 public struct PredicateParser {
     public struct Limits: Sendable {
-        /// Longest predicate text, in UTF-8 bytes.
+        /// Longest predicate text, in UTF-8 bytes (never more than `Int32.max`, whatever is set).
         public var maximumLength = 256 * 1024
         /// Deepest nesting of parentheses, NOTs and aggregates.
         public var maximumDepth = 100
@@ -25,10 +25,11 @@ public struct PredicateParser {
 
     /// Parses `text` into an AST. Format arguments and variables stay unbound (see `PredicateSyntax.binding`).
     public static func parse(_ text: String, limits: Limits = .default) throws(InvalidPredicateError) -> PredicateSyntax {
-        guard text.utf8.count <= limits.maximumLength else {
+        let maximumLength = min(limits.maximumLength, Int(Int32.max) - 1)
+        guard text.utf8.count <= maximumLength else {
             throw InvalidPredicateError(
-                "predicate is \(text.utf8.count) bytes long; the limit is \(limits.maximumLength)",
-                at: SourceSpan(start: limits.maximumLength, end: limits.maximumLength + 1))
+                "predicate is \(text.utf8.count) bytes long; the limit is \(maximumLength)",
+                at: SourceSpan(start: maximumLength, end: maximumLength + 1))
         }
         // The text is lexed and parsed in place, without copying its bytes out.
         let parsed = text.utf8.withContiguousStorageIfAvailable { parse($0, limits: limits) }
@@ -95,12 +96,17 @@ public struct PredicateParser {
     private mutating func parseOr() throws(InvalidPredicateError) -> PredicateSyntax {
         let first = try parseAnd()
         guard isOr(current) else { return first }
-        var operands = PredicateParser.operands(first)
+        // Spans are read as operands arrive: reading them back out of the array copied operands.
+        let span = first.span
+        var end = span
+        var operands = PredicateParser.operands(consume first)
         while isOr(current) {
             try advance()
-            operands.append(try parseAnd())
+            let operand = try parseAnd()
+            end = operand.span
+            operands.append(consume operand)
         }
-        return .or(operands, operands[0].span.through(operands[operands.count - 1].span))
+        return .or(operands, span.through(end))
     }
 
     private func isOr(_ token: Token) -> Bool { token.keyword == .or || token.isSymbol(.orOr) }
@@ -108,7 +114,7 @@ public struct PredicateParser {
 
     /// The operand list of an AND or OR, with room for a few more: growing it one by one
     /// reallocated it for the second and third operand of every typical predicate.
-    private static func operands(_ first: PredicateSyntax) -> [PredicateSyntax] {
+    private static func operands(_ first: consuming PredicateSyntax) -> [PredicateSyntax] {
         var operands: [PredicateSyntax] = []
         operands.reserveCapacity(4)
         operands.append(first)
@@ -119,12 +125,16 @@ public struct PredicateParser {
     private mutating func parseAnd() throws(InvalidPredicateError) -> PredicateSyntax {
         let first = try parseUnary()
         guard isAnd(current) else { return first }
-        var operands = PredicateParser.operands(first)
+        let span = first.span
+        var end = span
+        var operands = PredicateParser.operands(consume first)
         while isAnd(current) {
             try advance()
-            operands.append(try parseUnary())
+            let operand = try parseUnary()
+            end = operand.span
+            operands.append(consume operand)
         }
-        return .and(operands, operands[0].span.through(operands[operands.count - 1].span))
+        return .and(operands, span.through(end))
     }
 
     // unary := ("NOT" | "!") unary | "(" predicate ")" | TRUEPREDICATE | FALSEPREDICATE | comparison
@@ -174,7 +184,10 @@ public struct PredicateParser {
         default: break
         }
         if modifier != .direct { try advance() }
-        let left = try parseExpression()
+        // The two sides are parsed into place and then checked for arithmetic: returning them
+        // through `parseExpression` copied each 41-byte expression once more.
+        let left = try parsePrimaryExpression()
+        try rejectArithmetic()
         let operatorToken = current
         let op: ComparisonOperator
         if case .symbol(let symbol) = operatorToken.kind, let symbolOperator = symbol.comparisonOperator {
@@ -210,7 +223,8 @@ public struct PredicateParser {
         guard !current.isEnd else {
             throw InvalidPredicateError("expected an expression after '\(op.info.canonical)', found end of input", at: current.span)
         }
-        let right = try parseExpression()
+        let right = try parsePrimaryExpression()
+        try rejectArithmetic()
         return Comparison(
             modifier: modifier, left, op, options: options, right, span: start.through(right.span), operatorSpan: operatorSpan)
     }
@@ -218,10 +232,15 @@ public struct PredicateParser {
     // expression := constant | key-path | aggregate | function-call | format-argument | variable | SELF
     private mutating func parseExpression() throws(InvalidPredicateError) -> ExpressionSyntax {
         let expression = try parsePrimaryExpression()
+        try rejectArithmetic()
+        return expression
+    }
+
+    /// Arithmetic after an expression is an error: NSPredicate's arithmetic is not supported.
+    private func rejectArithmetic() throws(InvalidPredicateError) {
         if case .symbol(let symbol) = current.kind, symbol.isArithmetic, symbol != .minus || !isNegativeNumberAhead {
             throw InvalidPredicateError("arithmetic is not supported", at: current.span)
         }
-        return expression
     }
 
     private var isNegativeNumberAhead: Bool {

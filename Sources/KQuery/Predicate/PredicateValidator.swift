@@ -21,19 +21,24 @@ public struct PredicateValidator {
         case .comparison(let comparison):
             return try lower(comparison)
         case .and(let operands, _):
-            var conditions: [Condition] = []
-            conditions.reserveCapacity(operands.count)
-            for index in operands.indices { conditions.append(try lower(operands[index])) }
-            return .and(conditions)
+            return .and(try lower(operands))
         case .or(let operands, let span):
             if isCloudKit { throw InvalidPredicateError("Invalid compound predicate type: OR (CloudKit supports only AND)", at: orSpan(operands, span)) }
-            var conditions: [Condition] = []
-            conditions.reserveCapacity(operands.count)
-            for index in operands.indices { conditions.append(try lower(operands[index])) }
-            return .or(conditions)
+            return .or(try lower(operands))
         case .not(let operand, let span):
             if isCloudKit { try checkNegatable(operand, notSpan: span) }
             return .not(try lower(operand))
+        }
+    }
+
+    /// The operands of an AND or OR, read in place through a buffer: subscripting the array
+    /// copied each operand (a retain and a release of its comparison).
+    private func lower(_ operands: [PredicateSyntax]) throws(InvalidPredicateError) -> [Condition] {
+        try operands.withUnsafeBufferPointer { (operands) throws(InvalidPredicateError) -> [Condition] in
+            var conditions: [Condition] = []
+            conditions.reserveCapacity(operands.count)
+            for index in operands.indices { conditions.append(try lower(operands[index])) }
+            return conditions
         }
     }
 

@@ -21,13 +21,20 @@ struct Token: Hashable {
     }
 
     var kind: Kind
-    var span: SourceSpan
+    /// The byte range, as 32-bit offsets (texts are at most `Int32.max` bytes): with them a token
+    /// is three words, which the lexer returns in registers. Returned through memory, each token
+    /// was stored in pieces and reloaded whole, a store-forwarding stall per token.
+    private var start: Int32
+    private var end: Int32
     /// Set for an unescaped reserved word (keywords are case-insensitive).
     var keyword: Keyword?
 
+    var span: SourceSpan { SourceSpan(start: Int(start), end: Int(end)) }
+
     init(kind: Kind, span: SourceSpan, keyword: Keyword? = nil) {
         self.kind = kind
-        self.span = span
+        self.start = Int32(truncatingIfNeeded: span.start)
+        self.end = Int32(truncatingIfNeeded: span.end)
         self.keyword = keyword
     }
 
