@@ -14,14 +14,19 @@ public struct ValidatedPredicate: Hashable, Sendable {
         _ text: String, arguments: [Constant] = [], variables: [String: Constant] = [:],
         profile: PredicateProfile = .cloudkit, limits: PredicateParser.Limits = .default
     ) throws(InvalidPredicateError) {
+        // Built here rather than through `init(_: PredicateSyntax, ...)`: delegating built the value
+        // aside and copied it into place (a retain and release of each of its arrays).
         let parsed = try PredicateParser.parse(text, limits: limits)
-        try self.init(parsed, arguments: arguments, variables: variables, profile: profile)
+        let bound = arguments.isEmpty && variables.isEmpty ? parsed : try parsed.binding(arguments: arguments, variables: variables)
+        condition = try PredicateValidator(profile: profile).validate(bound)
+        predicate = bound
+        self.profile = profile
     }
 
     public init(_ predicate: PredicateSyntax, arguments: [Constant] = [], variables: [String: Constant] = [:], profile: PredicateProfile = .cloudkit) throws(InvalidPredicateError) {
         let bound = try predicate.binding(arguments: arguments, variables: variables)
+        condition = try PredicateValidator(profile: profile).validate(bound)
         self.predicate = bound
-        self.condition = try PredicateValidator(profile: profile).validate(bound)
         self.profile = profile
     }
 }
