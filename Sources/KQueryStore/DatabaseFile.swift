@@ -101,13 +101,15 @@ final class DatabaseFile {
                 var names = RecordCoding.FieldNames()
                 let cursor = try Row.fetchCursor(db, sql: "SELECT recordName, body FROM records ORDER BY recordType")
                 while let row = try cursor.next() {
-                    let body = row.dataNoCopy(atIndex: 1) ?? Data()
                     var failure: RecordDecodingError?
-                    body.withUnsafeBytes { bytes in
-                        do throws(RecordDecodingError) {
-                            record(try RecordCoding.decode(bytes, names: &names))
-                        } catch {
-                            failure = error
+                    // The body is read in place; a value that is not a blob (a damaged file) throws.
+                    try row.withUnsafeData(atIndex: 1) { body in
+                        (body ?? Data()).withUnsafeBytes { bytes in
+                            do throws(RecordDecodingError) {
+                                record(try RecordCoding.decode(bytes, names: &names))
+                            } catch {
+                                failure = error
+                            }
                         }
                     }
                     if let failure {

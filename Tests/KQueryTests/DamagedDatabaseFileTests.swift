@@ -17,6 +17,8 @@ struct DamagedDatabaseFileTests {
         for damage in [
             "UPDATE records SET body = x'01020304'",
             "UPDATE records SET recordName = x'00ff', body = x'01'",
+            "UPDATE records SET body = 12345",
+            "UPDATE records SET body = 'text, not a record'",
             "UPDATE kquery_meta SET value = 'many' WHERE key = 'nextChangeTag'",
             "INSERT INTO zones VALUES ('z', x'00ff')",
             "UPDATE kquery_meta SET value = '2' WHERE key = 'format'",
