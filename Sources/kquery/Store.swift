@@ -35,14 +35,10 @@ enum StoreFiles {
     }
 
     static func readSchema(_ path: String) throws -> Schema {
-        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
-            Terminal.writeError("error: \(path): cannot read file")
-            throw ExitCode(2)
-        }
         do {
-            return try Schema(text: text)
+            return try Schema(contentsOfFile: path)
         } catch {
-            Terminal.writeError("error: \(path):\(error.line):\(error.column): \(error.message)")
+            Terminal.writeError("error: \(error)")
             throw ExitCode(2)
         }
     }

@@ -207,6 +207,28 @@ struct DatabaseSchemaTests {
         }
     }
 
+    /// A schema file: read and parsed, or an error naming the file, and the line and column.
+    @Test func schemaFiles() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-schema-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let good = directory.appendingPathComponent("good.ckdb").path
+        try "DEFINE SCHEMA RECORD TYPE A (x INT64 QUERYABLE);".write(toFile: good, atomically: true, encoding: .utf8)
+        #expect(try Schema(contentsOfFile: good) == Schema(text: "DEFINE SCHEMA RECORD TYPE A (x INT64 QUERYABLE);"))
+
+        let bad = directory.appendingPathComponent("bad.ckdb").path
+        try "DEFINE SCHEMA\nRECORD TYPE A (x INTEGER);".write(toFile: bad, atomically: true, encoding: .utf8)
+        let invalid = #expect(throws: SchemaFileError.self) { try Schema(contentsOfFile: bad) }
+        #expect(invalid?.description.hasPrefix("\(bad):2:18: unknown field type 'INTEGER'") == true)
+
+        let binary = directory.appendingPathComponent("binary.ckdb").path
+        FileManager.default.createFile(atPath: binary, contents: Data([0xFF, 0xFE, 0x00]))
+        for path in [binary, directory.appendingPathComponent("missing.ckdb").path] {
+            let unreadable = #expect(throws: SchemaFileError.self) { try Schema(contentsOfFile: path) }
+            #expect(unreadable?.description == "\(path): cannot read file")
+        }
+    }
+
     @Test func mangledSchemaTextIsAnErrorNotACrash() {
         var rng = SplitMix(seed: 3)
         let bytes = Array(Self.schemaText.utf8)

@@ -217,13 +217,10 @@ final class ShellSession {
         }
         var declared: Schema?
         if path.uppercased() != "NONE" {
-            guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
-                return .failure("\(path): cannot read file")
-            }
             do {
-                declared = try Schema(text: text)
+                declared = try Schema(contentsOfFile: path)
             } catch {
-                return .failure("\(path):\(error.line):\(error.column): \(error.message)")
+                return .failure(error.description)
             }
         }
         do {
