@@ -237,6 +237,8 @@ public struct PredicateParser {
     }
 
     /// Arithmetic after an expression is an error: NSPredicate's arithmetic is not supported.
+    /// Inlined: as a call from a mutating method it was passed a copy of the whole parser.
+    @inline(__always)
     private func rejectArithmetic() throws(InvalidPredicateError) {
         if case .symbol(let symbol) = current.kind, symbol.isArithmetic, symbol != .minus || !isNegativeNumberAhead {
             throw InvalidPredicateError("arithmetic is not supported", at: current.span)

@@ -20,12 +20,13 @@ struct Token: Hashable {
         case end
     }
 
-    var kind: Kind
     /// The byte range, as 32-bit offsets (texts are at most `Int32.max` bytes): with them a token
     /// is three words, which the lexer returns in registers. Returned through memory, each token
-    /// was stored in pieces and reloaded whole, a store-forwarding stall per token.
+    /// was stored in pieces and reloaded whole, a store-forwarding stall per token. The offsets
+    /// come first so that every field starts on a word or within the last one.
     private var start: Int32
     private var end: Int32
+    var kind: Kind
     /// Set for an unescaped reserved word (keywords are case-insensitive).
     var keyword: Keyword?
 
