@@ -6,7 +6,13 @@ import KQuery
 @_cdecl("LLVMFuzzerTestOneInput")
 public func LLVMFuzzerTestOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let text = String(decoding: UnsafeBufferPointer(start: data, count: size), as: UTF8.self)
-    guard let parsed = try? PredicateParser.parse(text) else { return 0 }
+    // The one-call path (parse, validate) must agree with the two-step one below.
+    let direct = try? ValidatedPredicate(text)
+    guard let parsed = try? PredicateParser.parse(text) else {
+        precondition(direct == nil, "ValidatedPredicate accepted what the parser refuses:\n\(text)")
+        return 0
+    }
+    precondition(direct == (try? ValidatedPredicate(parsed)), "one-call and two-step validation differ:\n\(text)")
     let printed = parsed.canonicalText
     guard let reparsed = try? PredicateParser.parse(printed), reparsed == parsed, reparsed.canonicalText == printed else {
         preconditionFailure("round trip failed:\n\(text)\n\(printed)")
