@@ -75,7 +75,8 @@ public struct CompiledPredicate: Sendable {
     ///
     /// Each record's fields live in their own allocation, so a scan chases one pointer per record;
     /// prefetching the fields of the record `prefetchDistance` places ahead overlaps those misses
-    /// (about 1.6x faster on a million records than without).
+    /// (about 1.6x faster on a million records than without), and prefetching the record twice as
+    /// far ahead keeps that pointer's own load from missing (53 ms to 46-49 ms at a million).
     ///
     /// `searchableFields` names the fields token tests read (a schema's SEARCHABLE fields); nil reads
     /// every string field.
@@ -84,10 +85,21 @@ public struct CompiledPredicate: Sendable {
         guard let base = records.baseAddress else { return }
         let count = records.count
         let prefetchDistance = 12
+        // One context for the scan, its per-record token set cleared after a record that made one:
+        // a context per record cost two release calls per record.
+        var context = EvaluationContext(now: now, searchableFields: searchableFields)
+        let fieldsOffset = Fields._fieldsOffset
         for index in 0..<count {
-            if index + prefetchDistance < count { Fields._prefetchStorage(of: base + index + prefetchDistance) }
-            var context = EvaluationContext(now: now, searchableFields: searchableFields)
+            if index + 2 * prefetchDistance < count {
+                // The record whose fields are prefetched next time round: at a million records, the
+                // record array itself missed the cache while its fields were being prefetched.
+                Fields._prefetchRecord(base + index + 2 * prefetchDistance, fieldsOffset: fieldsOffset)
+            }
+            if index + prefetchDistance < count {
+                Fields._prefetchStorage(of: base + index + prefetchDistance, fieldsOffset: fieldsOffset)
+            }
             if test(base + index, &context) == .yes { body(index) }
+            if context._tokens != nil { context._tokens = nil }
         }
     }
 

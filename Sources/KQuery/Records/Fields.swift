@@ -72,12 +72,19 @@ public struct Fields: Hashable, Sendable, Sequence {
     /// Asks the CPU to start loading the field storage of the record at `record`, ahead of a scan
     /// reaching it. The storage address is read as a plain word (no retain, which would write to
     /// the storage and wait for it); a prefetch never faults, so a stale address is harmless.
+    /// `fieldsOffset` is `_fieldsOffset`, read once by the caller's loop.
     @inlinable
-    static func _prefetchStorage(of record: UnsafePointer<Record>) {
-        let storage = UnsafeRawPointer(record).load(fromByteOffset: _fieldsOffset, as: UInt.self)
+    static func _prefetchStorage(of record: UnsafePointer<Record>, fieldsOffset: Int) {
+        let storage = UnsafeRawPointer(record).load(fromByteOffset: fieldsOffset, as: UInt.self)
         guard let address = UnsafeRawPointer(bitPattern: storage) else { return }
         kquery_prefetch(address)
         kquery_prefetch(address + 64)
+    }
+
+    /// Prefetches the part of `record` that holds its fields' address.
+    @inlinable
+    static func _prefetchRecord(_ record: UnsafePointer<Record>, fieldsOffset: Int) {
+        kquery_prefetch(UnsafeRawPointer(record) + fieldsOffset)
     }
 
     /// Where `Record.fields` (whose only stored property is the entries array) sits in a record.
