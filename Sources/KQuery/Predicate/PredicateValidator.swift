@@ -76,9 +76,9 @@ public struct PredicateValidator {
         if isCloudKit, !op.isCloudKitOperator {
             throw InvalidPredicateError("Unsupported operator: \(op.info.canonical)", at: comparison.operatorSpan)
         }
-        try checkBound(comparison.left)
-        try checkBound(comparison.right)
-        try checkOptions(comparison)
+        if comparison.left.mayHoldPlaceholders { try checkBound(comparison.left) }
+        if comparison.right.mayHoldPlaceholders { try checkBound(comparison.right) }
+        if !comparison.options.isEmpty || op == .tokenMatches { try checkOptions(comparison) }
         // Token searches and distances have TOKENMATCHES, SELF or a function call; most comparisons
         // have none, and skip both without building an optional Condition.
         if op == .tokenMatches || comparison.left.isEvaluatedObject || comparison.left.isFunctionCall || comparison.right.isFunctionCall {
@@ -88,8 +88,8 @@ public struct PredicateValidator {
         if op == .tokenMatches {
             throw InvalidPredicateError("TOKENMATCHES compares allTokens with a string, as in allTokens TOKENMATCHES[cdl] 'words'", at: comparison.operatorSpan)
         }
-        try checkPlainOperand(comparison.left)
-        try checkPlainOperand(comparison.right)
+        if !comparison.left.isPlainOperand { try checkPlainOperand(comparison.left) }
+        if !comparison.right.isPlainOperand { try checkPlainOperand(comparison.right) }
 
         // Normalize to: field on the left, value on the right. The value side is passed in place,
         // not copied out: copying expressions was a large part of validation's time.
@@ -488,6 +488,27 @@ extension ExpressionSyntax {
     var isFunctionCall: Bool {
         if case .function = self { return true }
         return false
+    }
+
+    /// A constant, or a key path not spelled `allTokens`: what `checkPlainOperand` lets through
+    /// without a look.
+    @inline(__always)
+    var isPlainOperand: Bool {
+        switch self {
+        case .constant: true
+        case .keyPath(let path, _): path.utf8.count != 9
+        default: false
+        }
+    }
+
+    /// Whether an unbound argument or variable can be in it: key paths and constants, the
+    /// common operands, skip `checkBound`'s call.
+    @inline(__always)
+    var mayHoldPlaceholders: Bool {
+        switch self {
+        case .keyPath, .constant, .evaluatedObject: false
+        case .argument, .variable, .aggregate, .function: true
+        }
     }
 
     func isCall(_ function: String) -> Bool {
