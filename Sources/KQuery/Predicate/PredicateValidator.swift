@@ -31,15 +31,12 @@ public struct PredicateValidator {
         }
     }
 
-    /// The operands of an AND or OR, read in place through a buffer: subscripting the array
-    /// copied each operand (a retain and a release of its comparison).
+    /// The operands of an AND or OR.
     private func lower(_ operands: [PredicateSyntax]) throws(InvalidPredicateError) -> [Condition] {
-        try operands.withUnsafeBufferPointer { (operands) throws(InvalidPredicateError) -> [Condition] in
-            var conditions: [Condition] = []
-            conditions.reserveCapacity(operands.count)
-            for index in operands.indices { conditions.append(try lower(operands[index])) }
-            return conditions
-        }
+        var conditions: [Condition] = []
+        conditions.reserveCapacity(operands.count)
+        for index in operands.indices { conditions.append(try lower(operands[index])) }
+        return conditions
     }
 
     /// Points an OR error at the second operand's start, where the OR is.
