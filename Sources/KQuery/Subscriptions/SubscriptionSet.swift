@@ -170,8 +170,8 @@ public struct SubscriptionSet: Sendable {
     private func parts(at number: UInt32) -> SubscriptionParts {
         let slot = slots[Int(number)]
         let kind: SubscriptionParts.Kind
-        if slot.kind == .query, let predicate = index.entries[Int(slot.entry)].predicate {
-            kind = .query(recordType: index.recordType(of: slot.entry), predicate: predicate, zoneID: slot.zone == 0 ? nil : zones[slot.zone - 1])
+        if slot.kind == .query, !index.entries[Int(slot.entry)].isFree {
+            kind = .query(recordType: index.recordType(of: slot.entry), predicate: index.entries[Int(slot.entry)].predicate, zoneID: slot.zone == 0 ? nil : zones[slot.zone - 1])
         } else {
             kind = .given(otherKinds[number] ?? .database(recordType: nil))
         }
@@ -240,14 +240,18 @@ public struct SubscriptionSet: Sendable {
         // One evaluation context per record: each record's token set is computed at most once.
         var newContext = EvaluationContext(now: now)
         var oldContext = EvaluationContext(now: now)
+        // Candidates are evaluated; matches (found by a range that decides them) are not.
         var candidates: [UInt32] = []
+        var matches: [UInt32] = []
         candidates.reserveCapacity(256)
+        matches.reserveCapacity(64)
         if let newType {
-            index.candidates(type: newType, record: record, into: &candidates)
+            index.candidates(type: newType, record: record, into: &candidates, matches: &matches)
             statistics.probes += 1
         }
         if let before, let oldType, index.probeReads(type: oldType, changes) {
-            index.candidates(type: oldType, record: before, into: &candidates)
+            // A match of the old record fires too: `before` is set only when leaving the results does.
+            index.candidates(type: oldType, record: before, into: &candidates, matches: &matches)
             statistics.probes += 1
             // Most entries are found by both records: evaluate each once.
             candidates.sort()
@@ -256,25 +260,27 @@ public struct SubscriptionSet: Sendable {
         // Entries and slots are spread over hundreds of megabytes: each candidate costs a cache
         // miss or two. Asking for all of them first lets the misses overlap.
         var hits: [UInt32] = []
-        hits.reserveCapacity(candidates.count)
+        hits.reserveCapacity(candidates.count + matches.count)
         index.entries.withUnsafeBufferPointer { entries in
             guard let base = entries.baseAddress else { return }
             for candidate in candidates { Self.prefetch(base + Int(candidate)) }
+            // A match is not evaluated, but its subscribers are read now and its predicate later.
+            for match in matches { Self.prefetch(base + Int(match)) }
             withUnsafePointer(to: record) { new in
                 withUnsafePointer(to: before ?? record) { old in
                     for candidate in candidates {
                         let entry = base + Int(candidate)
                         // Read in place through the pointer: a predicate copied out costs more than its test.
-                        guard entry.pointee.predicate != nil else { continue }
+                        guard !entry.pointee.isFree else { continue }
                         let type = entry.pointee.recordType
                         var verdict = false
                         if type == newType {
-                            verdict = entry.pointee.predicate?.matches(new, in: &newContext) ?? false
+                            verdict = entry.pointee.predicate.matches(new, in: &newContext)
                             statistics.evaluations += 1
                         }
                         if !verdict, before != nil, type == oldType {
-                            if type != newType || entry.pointee.predicate?.reads(changes) ?? true {
-                                verdict = entry.pointee.predicate?.matches(old, in: &oldContext) ?? false
+                            if type != newType || entry.pointee.predicate.reads(changes) {
+                                verdict = entry.pointee.predicate.matches(old, in: &oldContext)
                                 statistics.oldEvaluations += 1
                             } else {
                                 statistics.reusedVerdicts += 1
@@ -284,8 +290,9 @@ public struct SubscriptionSet: Sendable {
                     }
                 }
             }
+            for match in matches { base[Int(match)].subscribers.forEach { hits.append($0) } }
         }
-        let recordZone = zones.id(of: record.recordID.zoneID).map { $0 + 1 }
+        let recordZone = zones.isEmpty ? nil : zones.id(of: record.recordID.zoneID).map { $0 + 1 }
         // Firings come out in save order. While sequences fit 32 bits (unless billions of
         // subscriptions were saved), (sequence << 32 | slot) sorts as a plain integer.
         let compact = nextSequence <= UInt64(UInt32.max)
