@@ -75,10 +75,10 @@ public struct SubscriptionSet: Sendable {
     public var subscriptions: [Subscription] {
         slots.indices.filter { slots[$0].kind != .free }
             .sorted { slots[$0].sequence < slots[$1].sequence }
-            .map { parts(at: UInt32($0)).subscription }
+            .map { subscription(at: UInt32($0)) }
     }
 
-    public subscript(id: String) -> Subscription? { slot(of: id).map { parts(at: $0).subscription } }
+    public subscript(id: String) -> Subscription? { slot(of: id).map { subscription(at: $0) } }
 
     /// Saves a subscription: a new ID adds it, an existing ID replaces it. Refuses kinds the
     /// database does not support, empty options, and duplicates of another subscription.
@@ -166,19 +166,30 @@ public struct SubscriptionSet: Sendable {
         return Identity(owner: owner, entry: entry, other: nil, zone: zone, options: subscription.options.rawValue)
     }
 
-    /// The stored subscription in slot `number`, as cheap parts.
-    private func parts(at number: UInt32) -> SubscriptionParts {
-        let slot = slots[Int(number)]
-        let kind: SubscriptionParts.Kind
-        if slot.kind == .query, !index.entries[Int(slot.entry)].isFree {
-            kind = .query(recordType: index.recordType(of: slot.entry), predicate: index.entries[Int(slot.entry)].predicate, zoneID: slot.zone == 0 ? nil : zones[slot.zone - 1])
-        } else {
-            kind = .given(otherKinds[number] ?? .database(recordType: nil))
+    /// The stored subscription in slot `number`.
+    private func subscription(at number: UInt32) -> Subscription {
+        let info = notificationInfos[slots[Int(number)].notificationInfo]?.value ?? NotificationInfo()
+        return parts(at: number, notificationInfo: 0).subscription(notificationInfo: info)
+    }
+
+    /// The stored subscription in slot `number`, as cheap parts whose notification info is at
+    /// `notificationInfo` in their batch.
+    private func parts(at number: UInt32, notificationInfo: UInt32) -> SubscriptionParts {
+        // Read in place: a slot copied out would retain its ID twice.
+        slots.withUnsafeBufferPointer { slots in
+            let slot = slots.baseAddress.map { $0 + Int(number) }
+            let kind: SubscriptionParts.Kind
+            if let slot, slot.pointee.kind == .query, !index.entries[Int(slot.pointee.entry)].isFree {
+                let entry = slot.pointee.entry
+                kind = .query(recordType: index.recordType(of: entry), predicate: index.entries[Int(entry)].predicate,
+                              zoneID: slot.pointee.zone == 0 ? nil : zones[slot.pointee.zone - 1])
+            } else {
+                kind = .given(otherKinds[number] ?? .database(recordType: nil))
+            }
+            return SubscriptionParts(
+                subscriptionID: slot?.pointee.subscriptionID ?? "", kind: kind, options: slot?.pointee.options ?? [],
+                notificationInfo: notificationInfo, owner: slot.flatMap { owners[$0.pointee.owner] } ?? PushContext.defaultUserRecordName)
         }
-        return SubscriptionParts(
-            subscriptionID: slot.subscriptionID, kind: kind, options: slot.options,
-            notificationInfo: notificationInfos[slot.notificationInfo] ?? SharedNotificationInfo(NotificationInfo()),
-            owner: owners[slot.owner] ?? PushContext.defaultUserRecordName)
     }
 
     /// Checks that every table agrees with the slots (for tests): each live slot is found by its
@@ -333,8 +344,12 @@ public struct SubscriptionSet: Sendable {
         }
         var parts: [SubscriptionParts] = []
         parts.reserveCapacity(ordered.count)
-        for number in ordered { parts.append(self.parts(at: number)) }
-        let batch = FiringBatch(record: record, subscriptions: parts)
+        var infos = BatchNotificationInfos()
+        for number in ordered {
+            let info = infos.position(of: slots[Int(number)].notificationInfo, in: notificationInfos)
+            parts.append(self.parts(at: number, notificationInfo: info))
+        }
+        let batch = FiringBatch(record: record, subscriptions: parts, notificationInfos: infos.infos)
         var firings: [SubscriptionFiring] = []
         firings.reserveCapacity(parts.count)
         for position in parts.indices { firings.append(SubscriptionFiring(batch: batch, position: position, reason: reason)) }
@@ -417,6 +432,36 @@ public struct SubscriptionSet: Sendable {
         case .updated: .recordUpdated
         case .deleted: .recordDeleted
         }
+    }
+}
+
+/// The distinct notification infos of a batch of firings, in order of first use, found by their
+/// number in the set's intern table (the last one first: most firings share one).
+private struct BatchNotificationInfos {
+    private(set) var infos: [SharedNotificationInfo] = []
+    private var ids: [UInt32] = []
+    /// Built once there are enough infos for a linear search to be slow.
+    private var positions: [UInt32: UInt32] = [:]
+    private var last: (id: UInt32, position: UInt32) = (.max, 0)
+
+    mutating func position(of id: UInt32, in table: InternTable<SharedNotificationInfo>) -> UInt32 {
+        if id == last.id { return last.position }
+        let position: UInt32
+        if ids.count <= 8, let found = ids.firstIndex(of: id) {
+            position = UInt32(found)
+        } else if ids.count > 8, let found = positions[id] {
+            position = found
+        } else {
+            position = UInt32(infos.count)
+            infos.append(table[id] ?? SharedNotificationInfo(NotificationInfo()))
+            ids.append(id)
+            if ids.count > 8 {
+                if positions.isEmpty { for (known, number) in ids.enumerated() { positions[number] = UInt32(known) } }
+                positions[id] = position
+            }
+        }
+        last = (id, position)
+        return position
     }
 }
 
