@@ -407,10 +407,17 @@ public struct SubscriptionSet: Sendable {
         }
     }
 
-    /// Asks the CPU to start loading the element at `address` (both its cache lines).
+    /// Asks the CPU to start loading the element at `address`: every cache line it spans. An
+    /// element need not start a line (a 56-byte slot spans two lines three times in four, an
+    /// 88-byte entry three lines one time in four), so the line of its last byte is asked for too.
     private static func prefetch<T>(_ address: UnsafePointer<T>) {
-        kquery_prefetch(address)
-        if MemoryLayout<T>.stride > 64 { kquery_prefetch(UnsafeRawPointer(address) + 64) }
+        let start = UnsafeRawPointer(address)
+        var offset = 0
+        while offset < MemoryLayout<T>.size {
+            kquery_prefetch(start + offset)
+            offset += 64
+        }
+        kquery_prefetch(start + MemoryLayout<T>.size - 1)
     }
 
     /// Zone subscriptions fire for any change in their zone; database subscriptions for any change
