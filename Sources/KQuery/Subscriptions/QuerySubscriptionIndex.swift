@@ -1,3 +1,5 @@
+import CKQuerySupport
+
 /// An index over query subscriptions' predicates, so a record change evaluates only the
 /// predicates its record could satisfy.
 ///
@@ -602,9 +604,13 @@ struct SortedBounds: Sendable {
 /// Intervals are grouped by width class (the power of two at or above their width) and kept
 /// sorted by lower bound within a class. An interval of class w that contains x has its lower
 /// bound in [x - 2^w, x], so a probe scans only that window of each class: the cost follows the
-/// answer, not the number of intervals. The lower bounds are an array of their own, dense for the
-/// binary searches (a million subscriptions' bounds stay in cache), and the classes an array, so a
-/// probe copies nothing.
+/// answer, not the number of intervals. The classes are an array, so a probe copies nothing.
+///
+/// Where a window starts is found from the class's *fences*, every eighth lower bound: a binary
+/// search over them reads a few kilobytes that stay in cache, where one over all lower bounds
+/// (hundreds of kilobytes at a million subscriptions) missed the cache at each of its last steps.
+/// A probe first finds every class's fence and asks for the lines its window starts on, then
+/// scans the windows, so the classes' cache misses overlap.
 ///
 /// An interval may *decide* its entry (the entry's predicate is exactly "lo <= x <= hi"): a probe
 /// with an exact value then reports whether the entry matches, and the entry is not evaluated.
@@ -622,7 +628,21 @@ struct IntervalIndex: Sendable {
         var lows: [Double] = []
         /// The upper bound and entry of the interval at the same position in `lows`.
         var tails: [Tail] = []
+        /// `fences[k] == lows[k * fenceStride]`.
+        var fences: [Double] = []
+
+        /// Brings the fences up to date after `lows` changed at `position` and after.
+        mutating func refreshFences(from position: Int) {
+            let needed = (lows.count + IntervalIndex.fenceStride - 1) / IntervalIndex.fenceStride
+            if fences.count > needed { fences.removeLast(fences.count - needed) }
+            for fence in position / IntervalIndex.fenceStride..<needed {
+                let low = lows[fence * IntervalIndex.fenceStride]
+                if fence < fences.count { fences[fence] = low } else { fences.append(low) }
+            }
+        }
     }
+
+    static let fenceStride = 8
 
     /// Ordered by key.
     private var classes: [WidthClass] = []
@@ -633,18 +653,36 @@ struct IntervalIndex: Sendable {
         width <= 0 ? Int.min : Int(width.exponent) + 1
     }
 
-    /// The first position whose lower bound is at least `x`. Branch-free (the comparisons of a
-    /// binary search are unpredictable, and a probe makes one per class).
-    private static func firstIndex(_ lows: UnsafeBufferPointer<Double>, notBelow x: Double) -> Int {
-        guard var base = lows.baseAddress, !lows.isEmpty else { return 0 }
+    /// The number of elements of `sorted` below `x`. Branch-free (the comparisons of a binary
+    /// search are unpredictable, and a probe makes one per class).
+    private static func count(_ sorted: UnsafeBufferPointer<Double>, below x: Double) -> Int {
+        guard var base = sorted.baseAddress, !sorted.isEmpty else { return 0 }
         let start = base
-        var count = lows.count
+        var count = sorted.count
         while count > 1 {
             let half = count / 2
             base = base[half] < x ? base + half : base
             count -= half
         }
         return base - start + (base.pointee < x ? 1 : 0)
+    }
+
+    /// Where the window for `x` can start: every lower bound before it is below `x`. `fencesBelow`
+    /// is `count(fences, below: x)`.
+    private static func windowStart(fencesBelow: Int) -> Int {
+        fencesBelow == 0 ? 0 : (fencesBelow - 1) * fenceStride
+    }
+
+    private static func firstIndex(_ lows: UnsafeBufferPointer<Double>, _ fences: UnsafeBufferPointer<Double>, notBelow x: Double) -> Int {
+        var position = windowStart(fencesBelow: count(fences, below: x))
+        while position < lows.count && lows[position] < x { position += 1 }
+        return position
+    }
+
+    private func firstIndex(inClass position: Int, notBelow x: Double) -> Int {
+        classes[position].lows.withUnsafeBufferPointer { lows in
+            classes[position].fences.withUnsafeBufferPointer { Self.firstIndex(lows, $0, notBelow: x) }
+        }
     }
 
     mutating func insert(_ low: Double, _ high: Double, _ id: UInt32, decides: Bool = false) {
@@ -654,20 +692,25 @@ struct IntervalIndex: Sendable {
             let width = key == Int.min ? 0 : Double(sign: .plus, exponent: key, significand: 1)
             classes.insert(WidthClass(key: key, width: width), at: position)
         }
-        let at = classes[position].lows.withUnsafeBufferPointer { Self.firstIndex($0, notBelow: low) }
+        let at = firstIndex(inClass: position, notBelow: low)
         classes[position].lows.insert(low, at: at)
         classes[position].tails.insert(Tail(high: high, id: id, decides: decides), at: at)
+        classes[position].refreshFences(from: at)
     }
 
     mutating func remove(_ low: Double, _ high: Double, _ id: UInt32) {
         let key = Self.widthClass(high - low)
         guard let position = classes.firstIndex(where: { $0.key == key }) else { return }
-        var at = classes[position].lows.withUnsafeBufferPointer { Self.firstIndex($0, notBelow: low) }
+        var at = firstIndex(inClass: position, notBelow: low)
         while at < classes[position].lows.count, classes[position].lows[at] == low {
             if classes[position].tails[at].id == id {
                 classes[position].lows.remove(at: at)
                 classes[position].tails.remove(at: at)
-                if classes[position].lows.isEmpty { classes.remove(at: position) }
+                if classes[position].lows.isEmpty {
+                    classes.remove(at: position)
+                } else {
+                    classes[position].refreshFences(from: at)
+                }
                 return
             }
             at += 1
@@ -680,24 +723,53 @@ struct IntervalIndex: Sendable {
     /// decided, the others not at all.
     func forEach(containing x: Double, slack: Double, exact: Bool, _ body: (UInt32, _ decided: Bool) -> Void) {
         classes.withUnsafeBufferPointer { classes in
-            for widthClass in classes.indices {
-                let width = classes[widthClass].width
-                classes[widthClass].lows.withUnsafeBufferPointer { lows in
-                    classes[widthClass].tails.withUnsafeBufferPointer { tails in
-                        var position = Self.firstIndex(lows, notBelow: x - width - slack)
-                        let end = x + slack
-                        while position < lows.count, lows[position] <= end {
-                            let tail = tails[position]
-                            if exact && tail.decides {
-                                if lows[position] <= x && x <= tail.high { body(tail.id, true) }
-                            } else if tail.high >= x - slack {
-                                body(tail.id, false)
+            guard let base = classes.baseAddress else { return }
+            withUnsafeTemporaryAllocation(of: Int.self, capacity: classes.count) { starts in
+                // First every class's window start, from its fences (in cache), asking for the
+                // lines the windows start on...
+                for widthClass in classes.indices {
+                    let start = classes[widthClass].fences.withUnsafeBufferPointer {
+                        Self.windowStart(fencesBelow: Self.count($0, below: x - classes[widthClass].width - slack))
+                    }
+                    starts[widthClass] = start
+                    Self.prefetch(start, of: base + widthClass)
+                }
+                // ...then the windows.
+                for widthClass in classes.indices {
+                    let low = x - classes[widthClass].width - slack
+                    classes[widthClass].lows.withUnsafeBufferPointer { lows in
+                        classes[widthClass].tails.withUnsafeBufferPointer { tails in
+                            var position = starts[widthClass]
+                            while position < lows.count && lows[position] < low { position += 1 }
+                            let end = x + slack
+                            while position < lows.count, lows[position] <= end {
+                                let tail = tails[position]
+                                if exact && tail.decides {
+                                    if lows[position] <= x && x <= tail.high { body(tail.id, true) }
+                                } else if tail.high >= x - slack {
+                                    body(tail.id, false)
+                                }
+                                position += 1
                             }
-                            position += 1
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// Asks the CPU to start loading the lower bound and tail at `position` in the class at
+    /// `widthClass`. The arrays' storage addresses are read as plain words (a retain would write
+    /// to the storage and wait for it); elements start after the 32-byte array header, and a
+    /// prefetch never faults, so a stale address costs nothing but time.
+    private static func prefetch(_ position: Int, of widthClass: UnsafePointer<WidthClass>) {
+        if let lows = widthClass.pointer(to: \.lows), let storage = UnsafeRawPointer(bitPattern: UnsafeRawPointer(lows).load(as: UInt.self)) {
+            kquery_prefetch(storage + 32 + position * MemoryLayout<Double>.stride)
+        }
+        if let tails = widthClass.pointer(to: \.tails), let storage = UnsafeRawPointer(bitPattern: UnsafeRawPointer(tails).load(as: UInt.self)) {
+            let first = storage + 32 + position * MemoryLayout<Tail>.stride
+            kquery_prefetch(first)
+            kquery_prefetch(first + 64)
         }
     }
 }

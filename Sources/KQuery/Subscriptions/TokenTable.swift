@@ -26,13 +26,17 @@ struct TokenTable: Sendable {
 
     /// The number of `token`, whose fingerprint is `Tokenizer.fingerprint` of its UTF-8.
     func number(of token: String, fingerprint: UInt64) -> UInt32? {
-        lookup.first(hash: Self.hash(fingerprint)) { fingerprints[Int($0)] == fingerprint && names[Int($0)] == token }
+        Self.number(of: token, fingerprint: fingerprint, lookup: lookup, names: names, fingerprints: fingerprints)
+    }
+
+    private static func number(of token: String, fingerprint: UInt64, lookup: SlotHashTable, names: [String], fingerprints: [UInt64]) -> UInt32? {
+        lookup.first(hash: hash(fingerprint)) { fingerprints[Int($0)] == fingerprint && names[Int($0)] == token }
     }
 
     /// Appends to `candidates` the entries whose token search `record`'s text could satisfy: those
     /// under one of its tokens whose required second token (if any) it has too.
     func probe(_ record: Record, into candidates: inout [UInt32]) {
-        var probe = Probe(table: self)
+        var probe = Probe(lookup: lookup, names: names, fingerprints: fingerprints)
         record.fields._entries.withUnsafeBufferPointer { fields in
             for field in fields {
                 switch field.value {
@@ -64,18 +68,24 @@ struct TokenTable: Sendable {
 
     /// Collects the numbers of a record's tokens that have postings, once each.
     private struct Probe: Tokenizer.TokenSink {
-        let table: TokenTable
+        /// What lookups read, and no more: each array held is a retain.
+        let lookup: SlotHashTable
+        let names: [String]
+        let fingerprints: [UInt64]
         var present: [UInt32] = []
         /// Bit `n % 64` set for each present number n: most required tokens are ruled out by it.
         var mask: UInt64 = 0
 
-        init(table: TokenTable) {
-            self.table = table
+        init(lookup: SlotHashTable, names: [String], fingerprints: [UInt64]) {
+            self.lookup = lookup
+            self.names = names
+            self.fingerprints = fingerprints
             present.reserveCapacity(16)
         }
 
         mutating func add(_ token: String, fingerprint: UInt64) {
-            guard let number = table.number(of: token, fingerprint: fingerprint), !has(number) else { return }
+            guard let number = TokenTable.number(of: token, fingerprint: fingerprint, lookup: lookup, names: names, fingerprints: fingerprints),
+                  !has(number) else { return }
             present.append(number)
             mask |= 1 << UInt64(number & 63)
         }
