@@ -601,9 +601,9 @@ struct SortedBounds: Sendable {
 
 /// Closed intervals for stabbing queries ("which intervals contain x?").
 ///
-/// Intervals are grouped by width class (the power of two at or above their width) and kept
+/// Intervals are grouped by width class (the power of four at or above their width) and kept
 /// sorted by lower bound within a class. An interval of class w that contains x has its lower
-/// bound in [x - 2^w, x], so a probe scans only that window of each class: the cost follows the
+/// bound in [x - w, x], so a probe scans only that window of each class: the cost follows the
 /// answer, not the number of intervals. The classes are an array, so a probe copies nothing.
 ///
 /// Where a window starts is found from the class's *fences*, every eighth lower bound: a binary
@@ -649,8 +649,11 @@ struct IntervalIndex: Sendable {
 
     var isEmpty: Bool { classes.isEmpty }
 
+    /// The class of a width: the even exponent k with 2^k at or above it (a power of four), so
+    /// a probe makes half as many searches as with powers of two, for windows up to four times
+    /// the narrowest width they hold rather than twice.
     private static func widthClass(_ width: Double) -> Int {
-        width <= 0 ? Int.min : Int(width.exponent) + 1
+        width <= 0 ? Int.min : (Int(width.exponent) + 2) / 2 * 2
     }
 
     /// The number of elements of `sorted` below `x`. Branch-free (the comparisons of a binary
