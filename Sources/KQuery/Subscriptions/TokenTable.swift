@@ -16,7 +16,6 @@ struct TokenTable: Sendable {
     private var lookup = SlotHashTable()
     /// By token number; an empty name marks a free number.
     private var names: [String] = []
-    private var fingerprints: [UInt64] = []
     /// Postings plus requirements naming the token: it is dropped when none remain.
     private var uses: [Int] = []
     private var postings: [[Posting]] = []
@@ -26,17 +25,19 @@ struct TokenTable: Sendable {
 
     /// The number of `token`, whose fingerprint is `Tokenizer.fingerprint` of its UTF-8.
     func number(of token: String, fingerprint: UInt64) -> UInt32? {
-        Self.number(of: token, fingerprint: fingerprint, lookup: lookup, names: names, fingerprints: fingerprints)
+        Self.number(of: token, fingerprint: fingerprint, lookup: lookup, names: names)
     }
 
-    private static func number(of token: String, fingerprint: UInt64, lookup: SlotHashTable, names: [String], fingerprints: [UInt64]) -> UInt32? {
-        lookup.first(hash: hash(fingerprint)) { fingerprints[Int($0)] == fingerprint && names[Int($0)] == token }
+    /// The table's buckets hold 32 bits of each token's hash, so a name is read (a cache miss,
+    /// at thousands of tokens) only when those bits match.
+    private static func number(of token: String, fingerprint: UInt64, lookup: SlotHashTable, names: [String]) -> UInt32? {
+        lookup.first(hash: hash(fingerprint)) { names[Int($0)] == token }
     }
 
     /// Appends to `candidates` the entries whose token search `record`'s text could satisfy: those
     /// under one of its tokens whose required second token (if any) it has too.
     func probe(_ record: Record, into candidates: inout [UInt32]) {
-        var probe = Probe(lookup: lookup, names: names, fingerprints: fingerprints)
+        var probe = Probe(lookup: lookup, names: names)
         record.fields._entries.withUnsafeBufferPointer { fields in
             for field in fields {
                 switch field.value {
@@ -71,20 +72,18 @@ struct TokenTable: Sendable {
         /// What lookups read, and no more: each array held is a retain.
         let lookup: SlotHashTable
         let names: [String]
-        let fingerprints: [UInt64]
         var present: [UInt32] = []
         /// Bit `n % 64` set for each present number n: most required tokens are ruled out by it.
         var mask: UInt64 = 0
 
-        init(lookup: SlotHashTable, names: [String], fingerprints: [UInt64]) {
+        init(lookup: SlotHashTable, names: [String]) {
             self.lookup = lookup
             self.names = names
-            self.fingerprints = fingerprints
             present.reserveCapacity(16)
         }
 
         mutating func add(_ token: String, fingerprint: UInt64) {
-            guard let number = TokenTable.number(of: token, fingerprint: fingerprint, lookup: lookup, names: names, fingerprints: fingerprints),
+            guard let number = TokenTable.number(of: token, fingerprint: fingerprint, lookup: lookup, names: names),
                   !has(number) else { return }
             present.append(number)
             mask |= 1 << UInt64(number & 63)
@@ -111,12 +110,10 @@ struct TokenTable: Sendable {
         if let reused = free.popLast() {
             number = reused
             names[Int(number)] = token
-            fingerprints[Int(number)] = fingerprint
             uses[Int(number)] = 1
         } else {
             number = UInt32(names.count)
             names.append(token)
-            fingerprints.append(fingerprint)
             uses.append(1)
             postings.append([])
         }
