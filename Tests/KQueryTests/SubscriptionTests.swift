@@ -116,6 +116,23 @@ struct SubscriptionTests {
         #expect(set.firings(for: .updated(before: record, after: record), now: 0).count == 25)
     }
 
+    /// A batch holds each distinct notification info once (past eight, found through a table);
+    /// every firing still carries its own subscription's, also after its record is replaced.
+    @Test func firingsKeepTheirNotificationInfos() throws {
+        var set = SubscriptionSet(database: .public)
+        for number in 0..<30 {
+            try set.save(.query("s\(number)", recordType: "Artwork", predicate: "price < \(100 + number)",
+                                notificationInfo: NotificationInfo(alertBody: "info \(number % 12)"), owner: "_user\(number)"))
+        }
+        let record = Self.artwork("a", ["price": .int64(5)])
+        var firings = set.firings(for: .created(record), now: 0)
+        #expect(firings.map(\.subscription.notificationInfo.alertBody) == (0..<30).map { "info \($0 % 12)" })
+        #expect(firings.map(\.subscription) == set.naiveFirings(for: .created(record), now: 0).map(\.subscription))
+        firings[17].record = Self.artwork("b", ["price": .int64(6)])
+        #expect(firings[17].subscription.notificationInfo.alertBody == "info 5" && firings[17].record.recordID.recordName == "b")
+        #expect(firings[18].subscription.notificationInfo.alertBody == "info 6" && firings[18].record.recordID.recordName == "a")
+    }
+
     /// Stabbing finds exactly the intervals that contain a point, whatever their widths.
     @Test func intervalIndexStabbing() {
         var rng = SplitMix(seed: 7)
