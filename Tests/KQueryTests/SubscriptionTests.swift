@@ -116,6 +116,23 @@ struct SubscriptionTests {
         #expect(set.firings(for: .updated(before: record, after: record), now: 0).count == 25)
     }
 
+    /// A batch holds each distinct notification info once (past eight, found through a table);
+    /// every firing still carries its own subscription's, also after its record is replaced.
+    @Test func firingsKeepTheirNotificationInfos() throws {
+        var set = SubscriptionSet(database: .public)
+        for number in 0..<30 {
+            try set.save(.query("s\(number)", recordType: "Artwork", predicate: "price < \(100 + number)",
+                                notificationInfo: NotificationInfo(alertBody: "info \(number % 12)"), owner: "_user\(number)"))
+        }
+        let record = Self.artwork("a", ["price": .int64(5)])
+        var firings = set.firings(for: .created(record), now: 0)
+        #expect(firings.map(\.subscription.notificationInfo.alertBody) == (0..<30).map { "info \($0 % 12)" })
+        #expect(firings.map(\.subscription) == set.naiveFirings(for: .created(record), now: 0).map(\.subscription))
+        firings[17].record = Self.artwork("b", ["price": .int64(6)])
+        #expect(firings[17].subscription.notificationInfo.alertBody == "info 5" && firings[17].record.recordID.recordName == "b")
+        #expect(firings[18].subscription.notificationInfo.alertBody == "info 6" && firings[18].record.recordID.recordName == "a")
+    }
+
     /// Stabbing finds exactly the intervals that contain a point, whatever their widths.
     @Test func intervalIndexStabbing() {
         var rng = SplitMix(seed: 7)
@@ -133,7 +150,7 @@ struct SubscriptionTests {
         for _ in 0..<300 {
             let x = Double.random(in: -1100...1100, using: &rng)
             var found = Set<UInt32>()
-            index.forEach(containing: x, slack: 0) { found.insert($0) }
+            index.forEach(containing: x, slack: 0, exact: false) { entry, _ in found.insert(entry) }
             #expect(found == Set(intervals.filter { $0.value.0 <= x && x <= $0.value.1 }.keys))
         }
     }
@@ -205,6 +222,71 @@ struct SubscriptionTests {
         set.reportsRecordsLeavingResults = false
         let plain = check(update(["title": .string("night")]), ["near"])
         #expect(plain.oldEvaluations == 0 && plain.reusedVerdicts == 0 && plain.probes == 1)
+    }
+
+    /// A lone INT64 BETWEEN is settled by its interval, without evaluation. The firings are the
+    /// naive loop's at the bounds, just inside and outside them, for doubles, NaN, infinities,
+    /// integers beyond 2^53, lists, other types and a missing field.
+    @Test func betweenVerdictsFromIntervals() throws {
+        let bounds: [(Int64, Int64)] = [
+            (5, 10), (10, 10), (-3, 4), (11, 5), (0, 0), (1, 1 << 40), (-9_007_199_254_740_992, 9_007_199_254_740_992),
+            (9_007_199_254_740_992, 9_007_199_254_740_994), (9_007_199_254_740_993, 9_007_199_254_740_993),
+            (-9_223_372_036_854_775_807, .max), (.max - 1, .max),
+        ]
+        var set = SubscriptionSet(database: .public)
+        for (number, (low, high)) in bounds.enumerated() {
+            try set.save(.query("b\(number)", recordType: "Artwork", predicate: "price BETWEEN {\(low), \(high)}"))
+        }
+        // Evaluated: these two (not a lone INT64 BETWEEN), {11, 5} (filed as "price >= 11") and the
+        // two with bounds beyond 2^53 (which doubles round).
+        try set.save(.query("double", recordType: "Artwork", predicate: "price BETWEEN {4.5, 10}"))
+        try set.save(.query("and", recordType: "Artwork", predicate: "price BETWEEN {5, 10} AND year > 1990"))
+        var values: [FieldValue?] = [
+            nil, .string("7"), .timestamp(7), .double(.nan), .double(.infinity), .double(-.infinity), .double(-0.0),
+            .list(.int64, [.int64(5)]), .list(.int64, [.int64(2), .int64(7)]), .list(.double, [.double(7.5)]),
+        ]
+        for (low, high) in bounds {
+            for x in [low, high] {
+                values += [.int64(x), .int64(x &- 1), .int64(x &+ 1), .double(Double(x)), .double(Double(x) - 0.5), .double(Double(x) + 0.5)]
+            }
+        }
+        for value in values {
+            var fields: [String: FieldValue] = ["year": .int64(2000)]
+            fields["price"] = value
+            let record = Self.artwork("a", fields)
+            let exact = switch value {
+            case .int64(let x)?: x.magnitude <= 1 << 53
+            case .double(let x)?: x.isFinite
+            default: false
+            }
+            for change in [RecordChange.created(record), .deleted(record), .updated(before: Self.artwork("a", [:]), after: record)] {
+                var statistics = SubscriptionSet.MatchStatistics()
+                let indexed = ids(set.firings(for: change, now: 0, statistics: &statistics))
+                #expect(indexed == ids(set.naiveFirings(for: change, now: 0)), "price \(value.map { "\($0)" } ?? "missing")")
+                if exact { #expect(statistics.evaluations <= 5, "price \(value.map { "\($0)" } ?? "missing")") }
+            }
+        }
+    }
+
+    /// Token numbers are reused after their last posting goes, and lookups find only live tokens.
+    @Test func tokenTableReusesNumbers() {
+        var table = TokenTable()
+        func number(_ token: String) -> UInt32? { table.number(of: token, fingerprint: Tokenizer.fingerprint(token.utf8)) }
+        table.add(TokenTable.Posting(entry: 1, requires: .max), under: "harbour")
+        let dusk = table.retain("dusk")
+        table.add(TokenTable.Posting(entry: 2, requires: dusk), under: "sunset")
+        #expect(number("dusk") == dusk && number("harbour") != nil && number("night") == nil)
+        var postings: [UInt32] = []
+        if let sunset = number("sunset") { table.forEachPosting(of: sunset) { postings.append($0.entry) } }
+        #expect(postings == [2])
+        table.remove(entry: 1, under: "harbour")
+        #expect(number("harbour") == nil)
+        let night = table.retain("night")
+        #expect(number("night") == night && number("dusk") == dusk)
+        table.remove(entry: 2, under: "sunset")
+        table.release("dusk")
+        table.release("night")
+        #expect(table.isEmpty)
     }
 
     /// Packed predicates give back the condition they were made from, and fire as compiled ones do.

@@ -13,6 +13,9 @@ enum PackedPredicate: Hashable, Sendable {
     case two(PackedTest, PackedTest)
     case general(GeneralPredicate)
 
+    /// What a free index entry holds (one shared instance; never evaluated).
+    static let free = PackedPredicate.general(GeneralPredicate(.constant(false)))
+
     init(_ condition: Condition) {
         let packed: PackedPredicate? = switch condition {
         case .and(let parts) where parts.count == 2:

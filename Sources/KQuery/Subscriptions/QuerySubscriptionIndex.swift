@@ -1,3 +1,5 @@
+import CKQuerySupport
+
 /// An index over query subscriptions' predicates, so a record change evaluates only the
 /// predicates its record could satisfy.
 ///
@@ -21,10 +23,13 @@
 /// Postings hold 32-bit entry numbers, and entries hold only what evaluation needs.
 struct QuerySubscriptionIndex: Sendable {
     struct Entry: Sendable {
-        /// nil while the entry number is free.
-        var predicate: PackedPredicate?
-        var recordType: UInt32
         var subscribers = Subscribers()
+        var recordType: UInt32
+        /// Not optional: the matcher reads it in place, and an optional would be copied out to be
+        /// unwrapped. A free entry has no subscribers and `PackedPredicate.free`.
+        var predicate: PackedPredicate
+
+        var isFree: Bool { subscribers.isEmpty }
     }
 
     /// Slot numbers, the first inline: most predicates have one subscriber.
@@ -85,36 +90,44 @@ struct QuerySubscriptionIndex: Sendable {
         case number, timestamp
     }
 
+    /// One record type's postings. A record is probed field by field: its fields and the indexed
+    /// user fields are both sorted by key number, so they are matched in one merge, with no hashing.
     struct TypeIndex: Sendable {
-        var equality: [FieldReference: [EqualityKey: [UInt32]]] = [:]
-        var tokens: [String: TokenPostings] = [:]
-        var cells: [FieldReference: [Int64: [UInt32]]] = [:]
-        var lowerBounds: [RangeKey: SortedBounds] = [:]
-        var upperBounds: [RangeKey: SortedBounds] = [:]
-        var intervals: [RangeKey: IntervalIndex] = [:]
+        /// User fields some entry is anchored on, by key number, and their postings (same positions).
+        var userKeys: [FieldKey] = []
+        var userFields: [FieldPostings] = []
+        /// System fields some entry is anchored on (few), and their postings.
+        var systemKeys: [FieldReference] = []
+        var systemFields: [FieldPostings] = []
+        var tokens = TokenTable()
         var unanchored: Set<UInt32> = []
-        /// System fields some entry is anchored on (user fields are probed from the record itself).
-        var systemFields: Set<FieldReference> = []
-        var nextToken: UInt32 = 0
     }
 
-    /// The entries filed under a token, and the token's number (for the second-token check).
-    struct TokenPostings: Sendable {
-        var id: UInt32
-        /// Postings plus requirements naming this token: the token is dropped when none remain.
-        var uses = 0
-        var postings: [TokenPosting] = []
+    /// The entries anchored on one field: by equal value, by spatial cell, or by range.
+    struct FieldPostings: Sendable {
+        var equality: [EqualityKey: [UInt32]] = [:]
+        var cells: [Int64: [UInt32]] = [:]
+        var numbers = RangePostings()
+        var timestamps = RangePostings()
+
+        var isEmpty: Bool { equality.isEmpty && cells.isEmpty && numbers.isEmpty && timestamps.isEmpty }
+
+        /// Calls `body` on the ranges of `kind`, in place.
+        mutating func updateRanges(_ kind: RangeKind, _ body: (inout RangePostings) -> Void) {
+            switch kind {
+            case .number: body(&numbers)
+            case .timestamp: body(&timestamps)
+            }
+        }
     }
 
-    struct TokenPosting: Sendable {
-        var entry: UInt32
-        /// The number of a second token the record must have, or `UInt32.max`.
-        var requires: UInt32
-    }
+    /// `K > c` and `K < c` as sorted bounds, `K BETWEEN {lo, hi}` as intervals.
+    struct RangePostings: Sendable {
+        var lowerBounds = SortedBounds()
+        var upperBounds = SortedBounds()
+        var intervals = IntervalIndex()
 
-    struct RangeKey: Hashable, Sendable {
-        var field: FieldReference
-        var kind: RangeKind
+        var isEmpty: Bool { lowerBounds.isEmpty && upperBounds.isEmpty && intervals.isEmpty }
     }
 
     private(set) var entries: [Entry] = []
@@ -137,8 +150,8 @@ struct QuerySubscriptionIndex: Sendable {
             let stored = entries[Int(entry)]
             // `==` on conditions compares strings by canonical equivalence ("é" == "e\u{301}"), but
             // predicates compare strings byte for byte: two such subscriptions must not share.
-            return recordTypes[Int(stored.recordType)] == key.recordType && stored.predicate == key.predicate
-                && stored.predicate?.condition.description.utf8.elementsEqual(key.predicate.condition.description.utf8) == true
+            return !stored.isFree && recordTypes[Int(stored.recordType)] == key.recordType && stored.predicate == key.predicate
+                && stored.predicate.condition.description.utf8.elementsEqual(key.predicate.condition.description.utf8)
         }
     }
 
@@ -157,7 +170,7 @@ struct QuerySubscriptionIndex: Sendable {
             recordTypeIDs[key.recordType] = type
             types.append(TypeIndex())
         }
-        var entry = Entry(predicate: key.predicate, recordType: type)
+        var entry = Entry(recordType: type, predicate: key.predicate)
         entry.subscribers.append(slot)
         let id: UInt32
         if let reused = freeEntries.popLast() {
@@ -168,28 +181,33 @@ struct QuerySubscriptionIndex: Sendable {
             entries.append(entry)
         }
         entryTable.insert(id, hash: key.hash)
-        Self.file(id, under: Self.anchor(of: key.predicate.condition), in: &types[Int(type)])
+        Self.file(id, under: Self.anchor(of: key.predicate.condition), decides: Self.decidesByInterval(key.predicate), in: &types[Int(type)])
         return id
     }
 
     /// Removes `slot` from `entry`'s subscribers, and the entry with its postings after the last.
     mutating func remove(_ slot: UInt32, entry id: UInt32) {
-        guard Int(id) < entries.count, let predicate = entries[Int(id)].predicate else { return }
+        guard Int(id) < entries.count, !entries[Int(id)].isFree else { return }
+        let predicate = entries[Int(id)].predicate
         entries[Int(id)].subscribers.remove(slot)
         guard entries[Int(id)].subscribers.isEmpty else { return }
         let type = entries[Int(id)].recordType
         entryTable.remove(id, hash: EntryKey(recordType: recordTypes[Int(type)], predicate: predicate).hash)
         Self.unfile(id, under: Self.anchor(of: predicate.condition), in: &types[Int(type)])
-        entries[Int(id)].predicate = nil
+        entries[Int(id)].predicate = .free
         freeEntries.append(id)
     }
 
     // MARK: Probing
 
-    /// Appends to `candidates` the entries of record type `type` that `record` could match (an
-    /// entry may come more than once).
-    func candidates(type: UInt32, record: Record, into candidates: inout [UInt32]) {
-        types[Int(type)].candidates(record: record, into: &candidates)
+    /// Appends to `candidates` the entries of record type `type` that `record` could match, and to
+    /// `matches` those it is known to match (an entry may come more than once).
+    func candidates(type: UInt32, record: Record, into candidates: inout [UInt32], matches: inout [UInt32]) {
+        // Read in place: a type index copied out of its array costs a retain per table.
+        types.withUnsafeBufferPointer { types in
+            guard let base = types.baseAddress, Int(type) < types.count else { return }
+            TypeIndex.probe(base + Int(type), record: record, into: &candidates, matches: &matches)
+        }
     }
 
     /// Whether probing the record of type `type` could find other entries once `changes` are made.
@@ -265,29 +283,27 @@ struct QuerySubscriptionIndex: Sendable {
         }
     }
 
-    private static func file(_ id: UInt32, under anchor: Anchor, in index: inout TypeIndex) {
+    /// Files entry `id` under `anchor`. With `decides`, the anchor is the whole predicate (a lone
+    /// INT64 BETWEEN), and stabbing its interval settles the verdict.
+    private static func file(_ id: UInt32, under anchor: Anchor, decides: Bool = false, in index: inout TypeIndex) {
         switch anchor {
         case .equality(let field, let values):
-            if case .user = field {} else { index.systemFields.insert(field) }
-            for value in Set(values.map(EqualityKey.init)) { index.equality[field, default: [:]][value, default: []].append(id) }
-        case .tokens(let tokens, let requiring):
-            let requires = requiring.map { retainToken($0, in: &index) } ?? .max
-            for token in Set(tokens) {
-                _ = retainToken(token, in: &index)
-                index.tokens[token]?.postings.append(TokenPosting(entry: id, requires: requires))
+            index.updatePostings(of: field) { postings in
+                for value in Set(values.map(EqualityKey.init)) { postings.equality[value, default: []].append(id) }
             }
+        case .tokens(let tokens, let requiring):
+            let requires = requiring.map { index.tokens.retain($0) } ?? .max
+            for token in Set(tokens) { index.tokens.add(TokenTable.Posting(entry: id, requires: requires), under: token) }
         case .cells(let field, let cells):
-            if case .user = field {} else { index.systemFields.insert(field) }
-            for cell in cells { index.cells[field, default: [:]][cell, default: []].append(id) }
+            index.updatePostings(of: field) { postings in
+                for cell in cells { postings.cells[cell, default: []].append(id) }
+            }
         case .lowerBound(let field, let kind, let bound):
-            if case .user = field {} else { index.systemFields.insert(field) }
-            index.lowerBounds[RangeKey(field: field, kind: kind), default: SortedBounds()].insert(bound, id)
+            index.updatePostings(of: field) { $0.updateRanges(kind) { $0.lowerBounds.insert(bound, id) } }
         case .upperBound(let field, let kind, let bound):
-            if case .user = field {} else { index.systemFields.insert(field) }
-            index.upperBounds[RangeKey(field: field, kind: kind), default: SortedBounds()].insert(bound, id)
+            index.updatePostings(of: field) { $0.updateRanges(kind) { $0.upperBounds.insert(bound, id) } }
         case .interval(let field, let kind, let low, let high):
-            if case .user = field {} else { index.systemFields.insert(field) }
-            index.intervals[RangeKey(field: field, kind: kind), default: IntervalIndex()].insert(low, high, id)
+            index.updatePostings(of: field) { $0.updateRanges(kind) { $0.intervals.insert(low, high, id, decides: decides) } }
         case .none:
             index.unanchored.insert(id)
         }
@@ -296,54 +312,44 @@ struct QuerySubscriptionIndex: Sendable {
     private static func unfile(_ id: UInt32, under anchor: Anchor, in index: inout TypeIndex) {
         switch anchor {
         case .equality(let field, let values):
-            for value in Set(values.map(EqualityKey.init)) {
-                index.equality[field]?[value]?.removeAll { $0 == id }
-                if index.equality[field]?[value]?.isEmpty ?? false { index.equality[field]?[value] = nil }
-                if index.equality[field]?.isEmpty ?? false { index.equality[field] = nil }
+            index.updatePostings(of: field) { postings in
+                for value in Set(values.map(EqualityKey.init)) {
+                    postings.equality[value]?.removeAll { $0 == id }
+                    if postings.equality[value]?.isEmpty ?? false { postings.equality[value] = nil }
+                }
             }
         case .tokens(let tokens, let requiring):
-            for token in Set(tokens) {
-                index.tokens[token]?.postings.removeAll { $0.entry == id }
-                releaseToken(token, in: &index)
-            }
-            if let requiring { releaseToken(requiring, in: &index) }
+            for token in Set(tokens) { index.tokens.remove(entry: id, under: token) }
+            if let requiring { index.tokens.release(requiring) }
         case .cells(let field, let cells):
-            for cell in cells {
-                index.cells[field]?[cell]?.removeAll { $0 == id }
-                if index.cells[field]?[cell]?.isEmpty ?? false { index.cells[field]?[cell] = nil }
+            index.updatePostings(of: field) { postings in
+                for cell in cells {
+                    postings.cells[cell]?.removeAll { $0 == id }
+                    if postings.cells[cell]?.isEmpty ?? false { postings.cells[cell] = nil }
+                }
             }
-            if index.cells[field]?.isEmpty ?? false { index.cells[field] = nil }
         case .lowerBound(let field, let kind, let bound):
-            let key = RangeKey(field: field, kind: kind)
-            index.lowerBounds[key]?.remove(bound, id)
-            if index.lowerBounds[key]?.isEmpty ?? false { index.lowerBounds[key] = nil }
+            index.updatePostings(of: field) { $0.updateRanges(kind) { $0.lowerBounds.remove(bound, id) } }
         case .upperBound(let field, let kind, let bound):
-            let key = RangeKey(field: field, kind: kind)
-            index.upperBounds[key]?.remove(bound, id)
-            if index.upperBounds[key]?.isEmpty ?? false { index.upperBounds[key] = nil }
+            index.updatePostings(of: field) { $0.updateRanges(kind) { $0.upperBounds.remove(bound, id) } }
         case .interval(let field, let kind, let low, let high):
-            let key = RangeKey(field: field, kind: kind)
-            index.intervals[key]?.remove(low, high, id)
-            if index.intervals[key]?.isEmpty ?? false { index.intervals[key] = nil }
+            index.updatePostings(of: field) { $0.updateRanges(kind) { $0.intervals.remove(low, high, id) } }
         case .none:
             index.unanchored.remove(id)
         }
     }
 
-    /// The token's number, counting one more use (a posting or a requirement).
-    private static func retainToken(_ token: String, in index: inout TypeIndex) -> UInt32 {
-        if index.tokens[token] == nil {
-            index.tokens[token] = TokenPostings(id: index.nextToken)
-            index.nextToken &+= 1
-        }
-        index.tokens[token]?.uses += 1
-        return index.tokens[token]?.id ?? .max
+    /// Whether `predicate` is exactly `K BETWEEN {lo, hi}` with INT64 bounds that doubles represent
+    /// exactly: its interval then holds every number that matches and no other, so a probe with
+    /// an exact number needs no evaluation (an INT64 x matches iff lo <= x <= hi; a DOUBLE compares
+    /// exactly with the bounds; NaN matches nothing and stabs nothing).
+    static func decidesByInterval(_ predicate: PackedPredicate) -> Bool {
+        guard case .one(.between(_, let low, let high)) = predicate else { return false }
+        return low <= high && low.magnitude <= maximumExactInteger && high.magnitude <= maximumExactInteger
     }
 
-    private static func releaseToken(_ token: String, in index: inout TypeIndex) {
-        index.tokens[token]?.uses -= 1
-        if index.tokens[token]?.uses ?? 1 <= 0 { index.tokens[token] = nil }
-    }
+    /// 2^53: every integer up to it in magnitude is a double exactly.
+    static let maximumExactInteger: UInt64 = 1 << 53
 
     // MARK: Spatial cells
 
@@ -398,81 +404,81 @@ struct EqualityKey: Hashable, Sendable {
 }
 
 extension QuerySubscriptionIndex.TypeIndex {
-    typealias RangeKey = QuerySubscriptionIndex.RangeKey
+    typealias FieldPostings = QuerySubscriptionIndex.FieldPostings
 
-    func candidates(record: Record, into candidates: inout [UInt32]) {
-        candidates.append(contentsOf: unanchored)
-        for (key, value) in record.fields {
-            probe(field: .user(key), value: value, into: &candidates)
-        }
-        for field in systemFields {
-            if let value = record.value(of: field) { probe(field: field, value: value, into: &candidates) }
-        }
-        guard !tokens.isEmpty else { return }
-        // The record's tokens are looked up as the tokenizer finds them, without building the
-        // token set: evaluation builds it only if a token search survives the second-token check.
-        var probe = TokenProbe(tokens: tokens)
-        for (_, value) in record.fields {
-            switch value {
-            case .string(let text): Tokenizer.scan(text, into: &probe)
-            case .list(.string, let members):
-                for case .string(let text) in members { Tokenizer.scan(text, into: &probe) }
-            default: break
+    /// Calls `body` on the postings of `field` in place (made if absent), dropping them once empty.
+    mutating func updatePostings(of field: FieldReference, _ body: (inout FieldPostings) -> Void) {
+        if case .user(let key) = field {
+            let position = Self.position(of: key, in: userKeys)
+            if position == userKeys.count || userKeys[position] != key {
+                userKeys.insert(key, at: position)
+                userFields.insert(FieldPostings(), at: position)
+            }
+            body(&userFields[position])
+            if userFields[position].isEmpty {
+                userKeys.remove(at: position)
+                userFields.remove(at: position)
+            }
+        } else {
+            let position = systemKeys.firstIndex(of: field) ?? systemKeys.count
+            if position == systemKeys.count {
+                systemKeys.append(field)
+                systemFields.append(FieldPostings())
+            }
+            body(&systemFields[position])
+            if systemFields[position].isEmpty {
+                systemKeys.remove(at: position)
+                systemFields.remove(at: position)
             }
         }
-        probe.present.sort()
-        for posting in probe.postings where posting.requires == .max || Self.contains(probe.present, posting.requires) {
-            candidates.append(posting.entry)
-        }
     }
 
-    /// Collects, for each record token with postings, its number and its postings (once each).
-    private struct TokenProbe: Tokenizer.TokenSink {
-        let tokens: [String: QuerySubscriptionIndex.TokenPostings]
-        var present: [UInt32] = []
-        var postings: [QuerySubscriptionIndex.TokenPosting] = []
-
-        mutating func add(_ token: String, fingerprint: UInt64) {
-            guard let entry = tokens[token], !present.contains(entry.id) else { return }
-            present.append(entry.id)
-            postings.append(contentsOf: entry.postings)
-        }
-    }
-
-    private static func contains(_ sorted: [UInt32], _ value: UInt32) -> Bool {
-        var (low, high) = (0, sorted.count)
+    /// The first position in `keys` (sorted) not below `key`.
+    private static func position(of key: FieldKey, in keys: [FieldKey]) -> Int {
+        var (low, high) = (0, keys.count)
         while low < high {
             let mid = (low + high) / 2
-            if sorted[mid] < value { low = mid + 1 } else { high = mid }
+            if keys[mid] < key { low = mid + 1 } else { high = mid }
         }
-        return low < sorted.count && sorted[low] == value
+        return low
     }
 
-    private func probe(field: FieldReference, value: FieldValue, into candidates: inout [UInt32]) {
-        if let byValue = equality[field] {
-            if case .list(_, let members) = value {
-                for member in members { if let postings = byValue[EqualityKey(member)] { candidates.append(contentsOf: postings) } }
-            } else if let postings = byValue[EqualityKey(value)] {
-                candidates.append(contentsOf: postings)
+    /// Appends to `candidates` the entries the record could match, and to `matches` those it is
+    /// known to match (found by a range that decides them). An entry may come more than once.
+    /// The index is read through a pointer, the record's fields in place: copies would retain.
+    static func probe(_ index: UnsafePointer<Self>, record: Record, into candidates: inout [UInt32], matches: inout [UInt32]) {
+        if !index.pointee.unanchored.isEmpty { candidates.append(contentsOf: index.pointee.unanchored) }
+        record.fields._entries.withUnsafeBufferPointer { fields in
+            index.pointee.userKeys.withUnsafeBufferPointer { keys in
+                index.pointee.userFields.withUnsafeBufferPointer { postings in
+                    guard let postings = postings.baseAddress else { return }
+                    // Both sorted by key number: one merge.
+                    var (i, j) = (0, 0)
+                    while i < fields.count && j < keys.count {
+                        let (a, b) = (fields[i].key.rawValue, keys[j].rawValue)
+                        if a < b {
+                            i += 1
+                        } else if a > b {
+                            j += 1
+                        } else {
+                            FieldPostings.probe(postings + j, fields[i].value, into: &candidates, matches: &matches)
+                            i += 1
+                            j += 1
+                        }
+                    }
+                }
             }
         }
-        if case .location(let location) = value, let byCell = cells[field],
-           let postings = byCell[QuerySubscriptionIndex.cell(latitude: location.latitude, longitude: location.longitude)] {
-            candidates.append(contentsOf: postings)
+        if !index.pointee.systemKeys.isEmpty {
+            index.pointee.systemFields.withUnsafeBufferPointer { postings in
+                guard let postings = postings.baseAddress else { return }
+                for (position, field) in index.pointee.systemKeys.enumerated() {
+                    if let value = record.value(of: field) { FieldPostings.probe(postings + position, value, into: &candidates, matches: &matches) }
+                }
+            }
         }
-        let (kind, x): (QuerySubscriptionIndex.RangeKind, Double)
-        switch value {
-        case .int64(let i): (kind, x) = (.number, Double(i))
-        case .double(let d): (kind, x) = (.number, d)
-        case .timestamp(let t): (kind, x) = (.timestamp, Double(t))
-        default: return
-        }
-        // Doubles round integers above 2^53: widen the probe so rounding never loses a candidate.
-        let slack = max(1, abs(x) * 1e-15)
-        let key = RangeKey(field: field, kind: kind)
-        if let lower = lowerBounds[key] { lower.forEach(boundAtMost: x + slack) { candidates.append($0) } }
-        if let upper = upperBounds[key] { upper.forEach(boundAtLeast: x - slack) { candidates.append($0) } }
-        if let intervals = intervals[key] { intervals.forEach(containing: x, slack: slack) { candidates.append($0) } }
+        guard !index.pointee.tokens.isEmpty else { return }
+        index.pointee.tokens.probe(record, into: &candidates)
     }
 
     /// Whether a field in `changes` is one probing reads, so the old record may find other entries.
@@ -480,13 +486,59 @@ extension QuerySubscriptionIndex.TypeIndex {
         if changes.all { return true }
         if !tokens.isEmpty && changes.stringFieldChanged { return true }
         for field in changes.fields {
-            if equality[field] != nil || cells[field] != nil { return true }
-            for kind in [QuerySubscriptionIndex.RangeKind.number, .timestamp] {
-                let key = RangeKey(field: field, kind: kind)
-                if lowerBounds[key] != nil || upperBounds[key] != nil || intervals[key] != nil { return true }
+            if case .user(let key) = field {
+                let position = Self.position(of: key, in: userKeys)
+                if position < userKeys.count && userKeys[position] == key { return true }
+            } else if systemKeys.contains(field) {
+                return true
             }
         }
         return false
+    }
+}
+
+extension QuerySubscriptionIndex.FieldPostings {
+    /// Probes the postings at `postings` (read in place) with one value of their field.
+    static func probe(_ postings: UnsafePointer<Self>, _ value: FieldValue, into candidates: inout [UInt32], matches: inout [UInt32]) {
+        if !postings.pointee.equality.isEmpty {
+            if case .list(_, let members) = value {
+                for member in members {
+                    if let found = postings.pointee.equality[EqualityKey(member)] { candidates.append(contentsOf: found) }
+                }
+            } else if let found = postings.pointee.equality[EqualityKey(value)] {
+                candidates.append(contentsOf: found)
+            }
+        }
+        if !postings.pointee.cells.isEmpty, case .location(let location) = value,
+           let found = postings.pointee.cells[QuerySubscriptionIndex.cell(latitude: location.latitude, longitude: location.longitude)] {
+            candidates.append(contentsOf: found)
+        }
+        typealias RangePostings = QuerySubscriptionIndex.RangePostings
+        switch value {
+        case .int64(let i):
+            RangePostings.probe(postings.pointer(to: \.numbers), Double(i), exact: i.magnitude <= QuerySubscriptionIndex.maximumExactInteger,
+                                into: &candidates, matches: &matches)
+        case .double(let d): RangePostings.probe(postings.pointer(to: \.numbers), d, exact: d.isFinite, into: &candidates, matches: &matches)
+        case .timestamp(let t): RangePostings.probe(postings.pointer(to: \.timestamps), Double(t), exact: false, into: &candidates, matches: &matches)
+        default: break
+        }
+    }
+}
+
+extension QuerySubscriptionIndex.RangePostings {
+    /// With `exact`, `x` is the probed value itself (not rounded), so intervals that decide their
+    /// entries settle them: an entry whose interval holds `x` matches, any other does not.
+    static func probe(_ ranges: UnsafePointer<Self>?, _ x: Double, exact: Bool, into candidates: inout [UInt32], matches: inout [UInt32]) {
+        guard let ranges, !ranges.pointee.isEmpty else { return }
+        // Doubles round integers above 2^53: widen the probe so rounding never loses a candidate.
+        let slack = max(1, abs(x) * 1e-15)
+        if !ranges.pointee.lowerBounds.isEmpty { ranges.pointee.lowerBounds.forEach(boundAtMost: x + slack) { candidates.append($0) } }
+        if !ranges.pointee.upperBounds.isEmpty { ranges.pointee.upperBounds.forEach(boundAtLeast: x - slack) { candidates.append($0) } }
+        if !ranges.pointee.intervals.isEmpty {
+            ranges.pointee.intervals.forEach(containing: x, slack: slack, exact: exact) { entry, decided in
+                if decided { matches.append(entry) } else { candidates.append(entry) }
+            }
+        }
     }
 }
 
@@ -549,16 +601,25 @@ struct SortedBounds: Sendable {
 
 /// Closed intervals for stabbing queries ("which intervals contain x?").
 ///
-/// Intervals are grouped by width class (the power of two at or above their width) and kept
+/// Intervals are grouped by width class (the power of four at or above their width) and kept
 /// sorted by lower bound within a class. An interval of class w that contains x has its lower
-/// bound in [x - 2^w, x], so a probe scans only that window of each class: the cost follows the
-/// answer, not the number of intervals. The lower bounds are an array of their own, dense for the
-/// binary searches (a million subscriptions' bounds stay in cache), and the classes an array, so a
-/// probe copies nothing.
+/// bound in [x - w, x], so a probe scans only that window of each class: the cost follows the
+/// answer, not the number of intervals. The classes are an array, so a probe copies nothing.
+///
+/// Where a window starts is found from the class's *fences*, every eighth lower bound: a binary
+/// search over them reads a few kilobytes that stay in cache, where one over all lower bounds
+/// (hundreds of kilobytes at a million subscriptions) missed the cache at each of its last steps.
+/// A probe first finds every class's fence and asks for the lines its window starts on, then
+/// scans the windows, so the classes' cache misses overlap.
+///
+/// An interval may *decide* its entry (the entry's predicate is exactly "lo <= x <= hi"): a probe
+/// with an exact value then reports whether the entry matches, and the entry is not evaluated.
 struct IntervalIndex: Sendable {
     private struct Tail: Sendable {
         var high: Double
         var id: UInt32
+        /// In the padding after `id`: the tail stays 16 bytes.
+        var decides: Bool
     }
 
     private struct WidthClass: Sendable {
@@ -567,23 +628,40 @@ struct IntervalIndex: Sendable {
         var lows: [Double] = []
         /// The upper bound and entry of the interval at the same position in `lows`.
         var tails: [Tail] = []
+        /// `fences[k] == lows[k * fenceStride]`.
+        var fences: [Double] = []
+
+        /// Brings the fences up to date after `lows` changed at `position` and after.
+        mutating func refreshFences(from position: Int) {
+            let needed = (lows.count + IntervalIndex.fenceStride - 1) / IntervalIndex.fenceStride
+            if fences.count > needed { fences.removeLast(fences.count - needed) }
+            for fence in position / IntervalIndex.fenceStride..<needed {
+                let low = lows[fence * IntervalIndex.fenceStride]
+                if fence < fences.count { fences[fence] = low } else { fences.append(low) }
+            }
+        }
     }
+
+    static let fenceStride = 8
 
     /// Ordered by key.
     private var classes: [WidthClass] = []
 
     var isEmpty: Bool { classes.isEmpty }
 
+    /// The class of a width: the even exponent k with 2^k at or above it (a power of four), so
+    /// a probe makes half as many searches as with powers of two, for windows up to four times
+    /// the narrowest width they hold rather than twice.
     private static func widthClass(_ width: Double) -> Int {
-        width <= 0 ? Int.min : Int(width.exponent) + 1
+        width <= 0 ? Int.min : (Int(width.exponent) + 2) / 2 * 2
     }
 
-    /// The first position whose lower bound is at least `x`. Branch-free (the comparisons of a
-    /// binary search are unpredictable, and a probe makes one per class).
-    private static func firstIndex(_ lows: UnsafeBufferPointer<Double>, notBelow x: Double) -> Int {
-        guard var base = lows.baseAddress, !lows.isEmpty else { return 0 }
+    /// The number of elements of `sorted` below `x`. Branch-free (the comparisons of a binary
+    /// search are unpredictable, and a probe makes one per class).
+    private static func count(_ sorted: UnsafeBufferPointer<Double>, below x: Double) -> Int {
+        guard var base = sorted.baseAddress, !sorted.isEmpty else { return 0 }
         let start = base
-        var count = lows.count
+        var count = sorted.count
         while count > 1 {
             let half = count / 2
             base = base[half] < x ? base + half : base
@@ -592,48 +670,109 @@ struct IntervalIndex: Sendable {
         return base - start + (base.pointee < x ? 1 : 0)
     }
 
-    mutating func insert(_ low: Double, _ high: Double, _ id: UInt32) {
+    /// Where the window for `x` can start: every lower bound before it is below `x`. `fencesBelow`
+    /// is `count(fences, below: x)`.
+    private static func windowStart(fencesBelow: Int) -> Int {
+        fencesBelow == 0 ? 0 : (fencesBelow - 1) * fenceStride
+    }
+
+    private static func firstIndex(_ lows: UnsafeBufferPointer<Double>, _ fences: UnsafeBufferPointer<Double>, notBelow x: Double) -> Int {
+        var position = windowStart(fencesBelow: count(fences, below: x))
+        while position < lows.count && lows[position] < x { position += 1 }
+        return position
+    }
+
+    private func firstIndex(inClass position: Int, notBelow x: Double) -> Int {
+        classes[position].lows.withUnsafeBufferPointer { lows in
+            classes[position].fences.withUnsafeBufferPointer { Self.firstIndex(lows, $0, notBelow: x) }
+        }
+    }
+
+    mutating func insert(_ low: Double, _ high: Double, _ id: UInt32, decides: Bool = false) {
         let key = Self.widthClass(high - low)
         let position = classes.firstIndex { $0.key >= key } ?? classes.count
         if position == classes.count || classes[position].key != key {
             let width = key == Int.min ? 0 : Double(sign: .plus, exponent: key, significand: 1)
             classes.insert(WidthClass(key: key, width: width), at: position)
         }
-        let at = classes[position].lows.withUnsafeBufferPointer { Self.firstIndex($0, notBelow: low) }
+        let at = firstIndex(inClass: position, notBelow: low)
         classes[position].lows.insert(low, at: at)
-        classes[position].tails.insert(Tail(high: high, id: id), at: at)
+        classes[position].tails.insert(Tail(high: high, id: id, decides: decides), at: at)
+        classes[position].refreshFences(from: at)
     }
 
     mutating func remove(_ low: Double, _ high: Double, _ id: UInt32) {
         let key = Self.widthClass(high - low)
         guard let position = classes.firstIndex(where: { $0.key == key }) else { return }
-        var at = classes[position].lows.withUnsafeBufferPointer { Self.firstIndex($0, notBelow: low) }
+        var at = firstIndex(inClass: position, notBelow: low)
         while at < classes[position].lows.count, classes[position].lows[at] == low {
             if classes[position].tails[at].id == id {
                 classes[position].lows.remove(at: at)
                 classes[position].tails.remove(at: at)
-                if classes[position].lows.isEmpty { classes.remove(at: position) }
+                if classes[position].lows.isEmpty {
+                    classes.remove(at: position)
+                } else {
+                    classes[position].refreshFences(from: at)
+                }
                 return
             }
             at += 1
         }
     }
 
-    func forEach(containing x: Double, slack: Double, _ body: (UInt32) -> Void) {
+    /// Calls `body` with each interval containing x (widened by `slack` on both sides), and whether
+    /// that settles its entry's verdict. With `exact` (x is the value probed, not a rounding of
+    /// it), deciding intervals are compared with x itself: those containing it are reported as
+    /// decided, the others not at all.
+    func forEach(containing x: Double, slack: Double, exact: Bool, _ body: (UInt32, _ decided: Bool) -> Void) {
         classes.withUnsafeBufferPointer { classes in
-            for widthClass in classes.indices {
-                let width = classes[widthClass].width
-                classes[widthClass].lows.withUnsafeBufferPointer { lows in
-                    classes[widthClass].tails.withUnsafeBufferPointer { tails in
-                        var position = Self.firstIndex(lows, notBelow: x - width - slack)
-                        let end = x + slack
-                        while position < lows.count, lows[position] <= end {
-                            if tails[position].high >= x - slack { body(tails[position].id) }
-                            position += 1
+            guard let base = classes.baseAddress else { return }
+            withUnsafeTemporaryAllocation(of: Int.self, capacity: classes.count) { starts in
+                // First every class's window start, from its fences (in cache), asking for the
+                // lines the windows start on...
+                for widthClass in classes.indices {
+                    let start = classes[widthClass].fences.withUnsafeBufferPointer {
+                        Self.windowStart(fencesBelow: Self.count($0, below: x - classes[widthClass].width - slack))
+                    }
+                    starts[widthClass] = start
+                    Self.prefetch(start, of: base + widthClass)
+                }
+                // ...then the windows.
+                for widthClass in classes.indices {
+                    let low = x - classes[widthClass].width - slack
+                    classes[widthClass].lows.withUnsafeBufferPointer { lows in
+                        classes[widthClass].tails.withUnsafeBufferPointer { tails in
+                            var position = starts[widthClass]
+                            while position < lows.count && lows[position] < low { position += 1 }
+                            let end = x + slack
+                            while position < lows.count, lows[position] <= end {
+                                let tail = tails[position]
+                                if exact && tail.decides {
+                                    if lows[position] <= x && x <= tail.high { body(tail.id, true) }
+                                } else if tail.high >= x - slack {
+                                    body(tail.id, false)
+                                }
+                                position += 1
+                            }
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// Asks the CPU to start loading the lower bound and tail at `position` in the class at
+    /// `widthClass`. The arrays' storage addresses are read as plain words (a retain would write
+    /// to the storage and wait for it); elements start after the 32-byte array header, and a
+    /// prefetch never faults, so a stale address costs nothing but time.
+    private static func prefetch(_ position: Int, of widthClass: UnsafePointer<WidthClass>) {
+        if let lows = widthClass.pointer(to: \.lows), let storage = UnsafeRawPointer(bitPattern: UnsafeRawPointer(lows).load(as: UInt.self)) {
+            kquery_prefetch(storage + 32 + position * MemoryLayout<Double>.stride)
+        }
+        if let tails = widthClass.pointer(to: \.tails), let storage = UnsafeRawPointer(bitPattern: UnsafeRawPointer(tails).load(as: UInt.self)) {
+            let first = storage + 32 + position * MemoryLayout<Tail>.stride
+            kquery_prefetch(first)
+            kquery_prefetch(first + 64)
         }
     }
 }

@@ -82,6 +82,8 @@ struct InternTable<Value: Hashable & Sendable>: Sendable {
     private var uses: [UInt32] = []
     private var free: [UInt32] = []
 
+    var isEmpty: Bool { ids.isEmpty }
+
     func id(of value: Value) -> UInt32? { ids[value] }
 
     subscript(id: UInt32) -> Value? { Int(id) < values.count ? values[Int(id)] : nil }

@@ -110,9 +110,9 @@ public struct SubscriptionFiring: Hashable, Sendable {
 
     /// The subscription that fired, assembled from its stored parts.
     public var subscription: Subscription {
-        get { parts.subscription }
+        get { batch.subscription(at: position) }
         set {
-            batch = FiringBatch(record: record, subscriptions: [SubscriptionParts(newValue)])
+            batch = FiringBatch(record: record, subscription: newValue)
             position = 0
         }
     }
@@ -121,7 +121,7 @@ public struct SubscriptionFiring: Hashable, Sendable {
     public var record: Record {
         get { batch.record }
         set {
-            batch = FiringBatch(record: newValue, subscriptions: [parts])
+            batch = batch.firing(position, record: newValue)
             position = 0
         }
     }
@@ -129,7 +129,7 @@ public struct SubscriptionFiring: Hashable, Sendable {
     var parts: SubscriptionParts { batch.subscriptions[position] }
 
     init(subscription: Subscription, reason: QueryNotificationReason, record: Record) {
-        self.init(batch: FiringBatch(record: record, subscriptions: [SubscriptionParts(subscription)]), position: 0, reason: reason)
+        self.init(batch: FiringBatch(record: record, subscription: subscription), position: 0, reason: reason)
     }
 
     init(batch: FiringBatch, position: Int, reason: QueryNotificationReason) {
@@ -172,14 +172,37 @@ public struct SubscriptionFiring: Hashable, Sendable {
 final class FiringBatch: Sendable {
     let record: Record
     let subscriptions: [SubscriptionParts]
+    /// The notification infos of `subscriptions`, each once: most subscriptions share one, and
+    /// the batch holds it once rather than each firing retaining it.
+    let notificationInfos: [SharedNotificationInfo]
 
-    init(record: Record, subscriptions: [SubscriptionParts]) {
+    init(record: Record, subscriptions: [SubscriptionParts], notificationInfos: [SharedNotificationInfo]) {
         self.record = record
         self.subscriptions = subscriptions
+        self.notificationInfos = notificationInfos
+    }
+
+    convenience init(record: Record, subscription: Subscription) {
+        self.init(record: record, subscriptions: [SubscriptionParts(subscription, notificationInfo: 0)],
+                  notificationInfos: [SharedNotificationInfo(subscription.notificationInfo)])
+    }
+
+    func subscription(at position: Int) -> Subscription {
+        let parts = subscriptions[position]
+        return parts.subscription(notificationInfo: notificationInfos[Int(parts.notificationInfo)].value)
+    }
+
+    /// A batch of the firing at `position` alone, for `record`.
+    func firing(_ position: Int, record: Record) -> FiringBatch {
+        var parts = subscriptions[position]
+        let info = notificationInfos[Int(parts.notificationInfo)]
+        parts.notificationInfo = 0
+        return FiringBatch(record: record, subscriptions: [parts], notificationInfos: [info])
     }
 }
 
-/// A subscription as stored parts: a query's condition packed, its notification info shared.
+/// A subscription as stored parts: a query's condition packed, its notification info a position
+/// in its batch's.
 struct SubscriptionParts: Sendable {
     enum Kind: Sendable {
         case query(recordType: String, predicate: PackedPredicate, zoneID: ZoneID?)
@@ -189,10 +212,10 @@ struct SubscriptionParts: Sendable {
     var subscriptionID: String
     var kind: Kind
     var options: SubscriptionOptions
-    var notificationInfo: SharedNotificationInfo
+    var notificationInfo: UInt32
     var owner: String
 
-    init(subscriptionID: String, kind: Kind, options: SubscriptionOptions, notificationInfo: SharedNotificationInfo, owner: String) {
+    init(subscriptionID: String, kind: Kind, options: SubscriptionOptions, notificationInfo: UInt32, owner: String) {
         self.subscriptionID = subscriptionID
         self.kind = kind
         self.options = options
@@ -200,17 +223,17 @@ struct SubscriptionParts: Sendable {
         self.owner = owner
     }
 
-    init(_ subscription: Subscription) {
+    init(_ subscription: Subscription, notificationInfo: UInt32) {
         self.init(subscriptionID: subscription.subscriptionID, kind: .given(subscription.kind), options: subscription.options,
-                  notificationInfo: SharedNotificationInfo(subscription.notificationInfo), owner: subscription.owner)
+                  notificationInfo: notificationInfo, owner: subscription.owner)
     }
 
-    var subscription: Subscription {
+    func subscription(notificationInfo: NotificationInfo) -> Subscription {
         let kind: Subscription.Kind = switch self.kind {
         case .query(let recordType, let predicate, let zoneID): .query(recordType: recordType, condition: predicate.condition, zoneID: zoneID)
         case .given(let kind): kind
         }
-        var subscription = Subscription(subscriptionID: subscriptionID, kind: kind, options: options, notificationInfo: notificationInfo.value)
+        var subscription = Subscription(subscriptionID: subscriptionID, kind: kind, options: options, notificationInfo: notificationInfo)
         subscription.owner = owner
         return subscription
     }

@@ -75,10 +75,10 @@ public struct SubscriptionSet: Sendable {
     public var subscriptions: [Subscription] {
         slots.indices.filter { slots[$0].kind != .free }
             .sorted { slots[$0].sequence < slots[$1].sequence }
-            .map { parts(at: UInt32($0)).subscription }
+            .map { subscription(at: UInt32($0)) }
     }
 
-    public subscript(id: String) -> Subscription? { slot(of: id).map { parts(at: $0).subscription } }
+    public subscript(id: String) -> Subscription? { slot(of: id).map { subscription(at: $0) } }
 
     /// Saves a subscription: a new ID adds it, an existing ID replaces it. Refuses kinds the
     /// database does not support, empty options, and duplicates of another subscription.
@@ -166,19 +166,30 @@ public struct SubscriptionSet: Sendable {
         return Identity(owner: owner, entry: entry, other: nil, zone: zone, options: subscription.options.rawValue)
     }
 
-    /// The stored subscription in slot `number`, as cheap parts.
-    private func parts(at number: UInt32) -> SubscriptionParts {
-        let slot = slots[Int(number)]
-        let kind: SubscriptionParts.Kind
-        if slot.kind == .query, let predicate = index.entries[Int(slot.entry)].predicate {
-            kind = .query(recordType: index.recordType(of: slot.entry), predicate: predicate, zoneID: slot.zone == 0 ? nil : zones[slot.zone - 1])
-        } else {
-            kind = .given(otherKinds[number] ?? .database(recordType: nil))
+    /// The stored subscription in slot `number`.
+    private func subscription(at number: UInt32) -> Subscription {
+        let info = notificationInfos[slots[Int(number)].notificationInfo]?.value ?? NotificationInfo()
+        return parts(at: number, notificationInfo: 0).subscription(notificationInfo: info)
+    }
+
+    /// The stored subscription in slot `number`, as cheap parts whose notification info is at
+    /// `notificationInfo` in their batch.
+    private func parts(at number: UInt32, notificationInfo: UInt32) -> SubscriptionParts {
+        // Read in place: a slot copied out would retain its ID twice.
+        slots.withUnsafeBufferPointer { slots in
+            let slot = slots.baseAddress.map { $0 + Int(number) }
+            let kind: SubscriptionParts.Kind
+            if let slot, slot.pointee.kind == .query, !index.entries[Int(slot.pointee.entry)].isFree {
+                let entry = slot.pointee.entry
+                kind = .query(recordType: index.recordType(of: entry), predicate: index.entries[Int(entry)].predicate,
+                              zoneID: slot.pointee.zone == 0 ? nil : zones[slot.pointee.zone - 1])
+            } else {
+                kind = .given(otherKinds[number] ?? .database(recordType: nil))
+            }
+            return SubscriptionParts(
+                subscriptionID: slot?.pointee.subscriptionID ?? "", kind: kind, options: slot?.pointee.options ?? [],
+                notificationInfo: notificationInfo, owner: slot.flatMap { owners[$0.pointee.owner] } ?? PushContext.defaultUserRecordName)
         }
-        return SubscriptionParts(
-            subscriptionID: slot.subscriptionID, kind: kind, options: slot.options,
-            notificationInfo: notificationInfos[slot.notificationInfo] ?? SharedNotificationInfo(NotificationInfo()),
-            owner: owners[slot.owner] ?? PushContext.defaultUserRecordName)
     }
 
     /// Checks that every table agrees with the slots (for tests): each live slot is found by its
@@ -240,14 +251,18 @@ public struct SubscriptionSet: Sendable {
         // One evaluation context per record: each record's token set is computed at most once.
         var newContext = EvaluationContext(now: now)
         var oldContext = EvaluationContext(now: now)
+        // Candidates are evaluated; matches (found by a range that decides them) are not.
         var candidates: [UInt32] = []
+        var matches: [UInt32] = []
         candidates.reserveCapacity(256)
+        matches.reserveCapacity(64)
         if let newType {
-            index.candidates(type: newType, record: record, into: &candidates)
+            index.candidates(type: newType, record: record, into: &candidates, matches: &matches)
             statistics.probes += 1
         }
         if let before, let oldType, index.probeReads(type: oldType, changes) {
-            index.candidates(type: oldType, record: before, into: &candidates)
+            // A match of the old record fires too: `before` is set only when leaving the results does.
+            index.candidates(type: oldType, record: before, into: &candidates, matches: &matches)
             statistics.probes += 1
             // Most entries are found by both records: evaluate each once.
             candidates.sort()
@@ -256,25 +271,27 @@ public struct SubscriptionSet: Sendable {
         // Entries and slots are spread over hundreds of megabytes: each candidate costs a cache
         // miss or two. Asking for all of them first lets the misses overlap.
         var hits: [UInt32] = []
-        hits.reserveCapacity(candidates.count)
+        hits.reserveCapacity(candidates.count + matches.count)
         index.entries.withUnsafeBufferPointer { entries in
             guard let base = entries.baseAddress else { return }
             for candidate in candidates { Self.prefetch(base + Int(candidate)) }
+            // A match is not evaluated, but its subscribers are read now and its predicate later.
+            for match in matches { Self.prefetch(base + Int(match)) }
             withUnsafePointer(to: record) { new in
                 withUnsafePointer(to: before ?? record) { old in
                     for candidate in candidates {
                         let entry = base + Int(candidate)
                         // Read in place through the pointer: a predicate copied out costs more than its test.
-                        guard entry.pointee.predicate != nil else { continue }
+                        guard !entry.pointee.isFree else { continue }
                         let type = entry.pointee.recordType
                         var verdict = false
                         if type == newType {
-                            verdict = entry.pointee.predicate?.matches(new, in: &newContext) ?? false
+                            verdict = entry.pointee.predicate.matches(new, in: &newContext)
                             statistics.evaluations += 1
                         }
                         if !verdict, before != nil, type == oldType {
-                            if type != newType || entry.pointee.predicate?.reads(changes) ?? true {
-                                verdict = entry.pointee.predicate?.matches(old, in: &oldContext) ?? false
+                            if type != newType || entry.pointee.predicate.reads(changes) {
+                                verdict = entry.pointee.predicate.matches(old, in: &oldContext)
                                 statistics.oldEvaluations += 1
                             } else {
                                 statistics.reusedVerdicts += 1
@@ -284,8 +301,9 @@ public struct SubscriptionSet: Sendable {
                     }
                 }
             }
+            for match in matches { base[Int(match)].subscribers.forEach { hits.append($0) } }
         }
-        let recordZone = zones.id(of: record.recordID.zoneID).map { $0 + 1 }
+        let recordZone = zones.isEmpty ? nil : zones.id(of: record.recordID.zoneID).map { $0 + 1 }
         // Firings come out in save order. While sequences fit 32 bits (unless billions of
         // subscriptions were saved), (sequence << 32 | slot) sorts as a plain integer.
         let compact = nextSequence <= UInt64(UInt32.max)
@@ -326,8 +344,12 @@ public struct SubscriptionSet: Sendable {
         }
         var parts: [SubscriptionParts] = []
         parts.reserveCapacity(ordered.count)
-        for number in ordered { parts.append(self.parts(at: number)) }
-        let batch = FiringBatch(record: record, subscriptions: parts)
+        var infos = BatchNotificationInfos()
+        for number in ordered {
+            let info = infos.position(of: slots[Int(number)].notificationInfo, in: notificationInfos)
+            parts.append(self.parts(at: number, notificationInfo: info))
+        }
+        let batch = FiringBatch(record: record, subscriptions: parts, notificationInfos: infos.infos)
         var firings: [SubscriptionFiring] = []
         firings.reserveCapacity(parts.count)
         for position in parts.indices { firings.append(SubscriptionFiring(batch: batch, position: position, reason: reason)) }
@@ -385,10 +407,17 @@ public struct SubscriptionSet: Sendable {
         }
     }
 
-    /// Asks the CPU to start loading the element at `address` (both its cache lines).
+    /// Asks the CPU to start loading the element at `address`: every cache line it spans. An
+    /// element need not start a line (a 56-byte slot spans two lines three times in four, an
+    /// 88-byte entry three lines one time in four), so the line of its last byte is asked for too.
     private static func prefetch<T>(_ address: UnsafePointer<T>) {
-        kquery_prefetch(address)
-        if MemoryLayout<T>.stride > 64 { kquery_prefetch(UnsafeRawPointer(address) + 64) }
+        let start = UnsafeRawPointer(address)
+        var offset = 0
+        while offset < MemoryLayout<T>.size {
+            kquery_prefetch(start + offset)
+            offset += 64
+        }
+        kquery_prefetch(start + MemoryLayout<T>.size - 1)
     }
 
     /// Zone subscriptions fire for any change in their zone; database subscriptions for any change
@@ -410,6 +439,36 @@ public struct SubscriptionSet: Sendable {
         case .updated: .recordUpdated
         case .deleted: .recordDeleted
         }
+    }
+}
+
+/// The distinct notification infos of a batch of firings, in order of first use, found by their
+/// number in the set's intern table (the last one first: most firings share one).
+private struct BatchNotificationInfos {
+    private(set) var infos: [SharedNotificationInfo] = []
+    private var ids: [UInt32] = []
+    /// Built once there are enough infos for a linear search to be slow.
+    private var positions: [UInt32: UInt32] = [:]
+    private var last: (id: UInt32, position: UInt32) = (.max, 0)
+
+    mutating func position(of id: UInt32, in table: InternTable<SharedNotificationInfo>) -> UInt32 {
+        if id == last.id { return last.position }
+        let position: UInt32
+        if ids.count <= 8, let found = ids.firstIndex(of: id) {
+            position = UInt32(found)
+        } else if ids.count > 8, let found = positions[id] {
+            position = found
+        } else {
+            position = UInt32(infos.count)
+            infos.append(table[id] ?? SharedNotificationInfo(NotificationInfo()))
+            ids.append(id)
+            if ids.count > 8 {
+                if positions.isEmpty { for (known, number) in ids.enumerated() { positions[number] = UInt32(known) } }
+                positions[id] = position
+            }
+        }
+        last = (id, position)
+        return position
     }
 }
 
