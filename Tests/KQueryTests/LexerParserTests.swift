@@ -52,6 +52,9 @@ struct LexerParserTests {
         ("42", .value(.int64(42))), ("-42", .value(.int64(-42))), ("0x1F", .value(.int64(31))), ("0o17", .value(.int64(15))),
         ("0b101", .value(.int64(5))), ("9223372036854775807", .value(.int64(.max))), ("-9223372036854775808", .value(.int64(.min))),
         ("9007199254740993", .value(.int64(9_007_199_254_740_993))),
+        // Twenty digits and more leave the fast digit loop: still exact when they fit.
+        ("00000000000000000001", .value(.int64(1))), ("00009223372036854775807", .value(.int64(.max))),
+        ("-00009223372036854775808", .value(.int64(.min))), ("1234567890123456789", .value(.int64(1_234_567_890_123_456_789))),
         ("4.5", .value(.double(4.5))), ("-0.25", .value(.double(-0.25))), ("1e3", .value(.double(1000))), ("2.5E-2", .value(.double(0.025))),
         (".5", .value(.double(0.5))), ("25.0", .value(.double(25))),
         ("nil", .null), ("NULL", .null), ("TRUE", .bool(true)), ("yes", .bool(true)), ("FALSE", .bool(false)), ("NO", .bool(false)),
@@ -117,6 +120,8 @@ struct LexerParserTests {
         ("seats + 1 > 2", "arithmetic", 7),
         ("seats ~ 3", "unexpected character '~'", 7),
         ("seats > 99999999999999999999", "INT64 range", 9),
+        ("seats > 18446744073709551616", "INT64 range", 9), ("seats > 9223372036854775808", "INT64 range", 9),
+        ("seats > -9223372036854775809", "INT64 range", 9),
         ("name == 'x\\q'", "invalid escape", 11),
         ("seats ==[z] 3", "unknown comparison option", 10),
         ("", "empty predicate", 1),
@@ -211,6 +216,24 @@ struct LexerParserTests {
         // At the very end of the text, where the lexer cannot read 16 bytes ahead, and far from it.
         #expect(try lexedKeyword(word, padding: 0) == keyword)
         #expect(try lexedKeyword(word, padding: 40) == keyword)
+    }
+
+    /// The lexer's literal tables say what their definitions say, entry by entry.
+    @Test func lexerTablesMatchTheirDefinitions() {
+        #expect(Lexer.byteClasses.count == 256)
+        for byte in 0...255 {
+            let character = UInt8(byte)
+            let isWord = character.isASCIILetter || character.isASCIIDigit || character == UInt8(ascii: "_")
+            let isSpace = [0x20, 0x09, 0x0A, 0x0D].contains(character)
+            #expect(Lexer.byteClasses[byte] == (isWord ? Lexer.word : 0) | (isSpace ? Lexer.space : 0), "byte \(byte)")
+            #expect(Lexer.isWordByte(character) == isWord)
+        }
+        var shapes = [UInt16](repeating: 0, count: 26)
+        for keyword in Keyword.allCases {
+            let word = Array(keyword.rawValue.utf8)
+            shapes[Int(word[0] - UInt8(ascii: "A"))] |= 1 << word.count
+        }
+        #expect(Lexer.keywordShapes == shapes)
     }
 
     private func lexedKeyword(_ text: String, padding: Int = 1) throws -> Keyword? {

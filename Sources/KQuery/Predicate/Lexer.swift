@@ -93,7 +93,7 @@ struct Lexer {
 
     private mutating func lex() throws(InvalidPredicateError) -> Token {
         var index = position
-        while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x09 || bytes[index] == 0x0A || bytes[index] == 0x0D {
+        while index < bytes.count, Lexer.byteClasses.withUnsafeBufferPointer({ $0[Int(bytes[index])] & Lexer.space != 0 }) {
             index &+= 1
         }
         position = index
@@ -181,12 +181,28 @@ struct Lexer {
         }
     }
 
-    /// Whether `byte` continues a word: `[0-9A-Za-z_]`, tested as a bit of one of two masks.
-    @inline(__always) private static func isWordByte(_ byte: UInt8) -> Bool {
-        // Bits 48...57 are '0'...'9'; in the second mask (bytes 64...127), bits 1...26 are
-        // 'A'...'Z', bit 31 is '_' and bits 33...58 are 'a'...'z'.
-        let mask: UInt64 = byte < 64 ? 0x03FF_0000_0000_0000 : 0x07FF_FFFE_87FF_FFFE
-        return byte < 128 && (mask >> (byte & 63)) & 1 != 0
+    /// The class of each byte: `word` for `[0-9A-Za-z_]`, `space` for space, tab, LF and CR. A
+    /// literal, so it is built into the binary (no lazy initialization); a test checks every entry.
+    static let byteClasses: [UInt8] = [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0,
+        0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1,
+        0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ]
+    /// For each first letter A...Z, a bit for each length some reserved word of that letter has.
+    /// A literal like `byteClasses`; a test checks it against `Keyword.allCases`.
+    static let keywordShapes: [UInt16] = [0x0008, 0x0480, 0x0100, 0x0000, 0x0100, 0x4120, 0x0000, 0x0000, 0x0004, 0x0000, 0x0000, 0x0010, 0x0080, 0x001C, 0x0004, 0x0000, 0x0000, 0x0000, 0x0110, 0x3010, 0x0000, 0x0000, 0x0000, 0x0000, 0x0008, 0x0000]
+
+    static let word: UInt8 = 1
+    static let space: UInt8 = 2
+
+    /// Whether `byte` continues a word: `[0-9A-Za-z_]`.
+    @inline(__always) static func isWordByte(_ byte: UInt8) -> Bool {
+        byteClasses.withUnsafeBufferPointer { $0[Int(byte)] & word != 0 }
     }
 
     /// Skips a run of word characters; false when there was none.
@@ -217,6 +233,9 @@ struct Lexer {
         }
         let count = wordEnd - start
         guard position == wordEnd, (2...14).contains(count) else { return nil }
+        // Most words are field names that no reserved word shares a first letter and length with.
+        let letter = Int((bytes[start] | 0x20) &- UInt8(ascii: "a"))
+        guard letter >= 0, letter < 26, Lexer.keywordShapes.withUnsafeBufferPointer({ $0[letter] }) & (1 << count) != 0 else { return nil }
         let (low, high) = packedUppercase(start, count)
         return Keyword(packed: low, high)
     }
@@ -331,15 +350,18 @@ struct Lexer {
             return .integer(value)
         }
         var isInteger = true
-        // Decimal integers are read as they are scanned; `overflow` defers to the error path below.
+        // Decimal integers are read as they are scanned. Nineteen digits always fit in a UInt64,
+        // so the arithmetic needs no overflow checks; longer ones take the text path below.
         var magnitude: UInt64 = 0
-        var overflow = false
-        while let byte = peek(), byte.isASCIIDigit {
-            let (times10, carry) = magnitude.multipliedReportingOverflow(by: 10)
-            let (sum, carry2) = times10.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
-            (magnitude, overflow) = (sum, overflow || carry || carry2)
-            position += 1
+        var index = position
+        while index < bytes.count {
+            let digit = bytes[index] &- UInt8(ascii: "0")
+            guard digit < 10 else { break }
+            magnitude = magnitude &* 10 &+ UInt64(digit)
+            index &+= 1
         }
+        let overflow = index - position > 19
+        position = index
         if peek() == UInt8(ascii: "."), peek(1)?.isASCIIDigit ?? false {
             isInteger = false
             position += 1
