@@ -105,6 +105,24 @@ struct Lexer {
             return Token(kind: .string(escaped: escaped), span: span(from: start))
         case UInt8(ascii: "0")...UInt8(ascii: "9"):
             return Token(kind: try readNumber(), span: span(from: start))
+        case _ where Lexer.isWordByte(byte) || byte == UInt8(ascii: "@"):
+            // A letter or `_` (digits were taken above).
+            let keyword = scanSelectorOrWord()
+            return Token(kind: .word(escaped: false), span: span(from: start), keyword: keyword)
+        default:
+            if let (symbol, length) = symbol() {
+                position += length
+                return Token(kind: .symbol(symbol), span: span(from: start))
+            }
+            return try lexRare(byte, start: start)
+        }
+    }
+
+    /// The tokens few predicates have (`.`, `%`, `$`, `#`) and unexpected characters, kept out of
+    /// `lex` so that its common path stays small.
+    @inline(never)
+    private mutating func lexRare(_ byte: UInt8, start: Int) throws(InvalidPredicateError) -> Token {
+        switch byte {
         case UInt8(ascii: "."):
             if let next = peek(1), next.isASCIIDigit { return Token(kind: try readNumber(), span: span(from: start)) }
             position += 1
@@ -120,14 +138,7 @@ struct Lexer {
             position += 1
             guard skipWord() else { throw InvalidPredicateError("expected a key after '#'", at: span(from: start)) }
             return Token(kind: .word(escaped: true), span: span(from: start))
-        case _ where byte.isASCIILetter || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "@"):
-            let keyword = scanSelectorOrWord()
-            return Token(kind: .word(escaped: false), span: span(from: start), keyword: keyword)
         default:
-            if let (symbol, length) = symbol() {
-                position += length
-                return Token(kind: .symbol(symbol), span: span(from: start))
-            }
             let character = String(decoding: bytes[start..<min(bytes.count, start + Lexer.scalarLength(byte))], as: UTF8.self)
             throw InvalidPredicateError("unexpected character '\(character)'", at: SourceSpan(start: start, end: start + 1))
         }
