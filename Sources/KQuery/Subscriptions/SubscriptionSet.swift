@@ -384,7 +384,15 @@ public struct SubscriptionSet: Sendable {
         let batch = FiringBatch(record: record, subscriptions: parts, notificationInfos: infos.infos)
         var firings: [SubscriptionFiring] = []
         firings.reserveCapacity(parts.count)
-        for position in parts.indices { firings.append(SubscriptionFiring(batch: batch, position: position, reason: reason)) }
+        // Each firing holds the batch: take all their references in one atomic add rather than
+        // one per firing (each a wait on the same cache line), and hand one to each firing.
+        if let count = UInt32(exactly: parts.count), count > 0 {
+            let shared = Unmanaged.passUnretained(batch)
+            _ = swift_retain_n(shared.toOpaque(), count)
+            for position in parts.indices { firings.append(SubscriptionFiring(batch: shared.takeRetainedValue(), position: position, reason: reason)) }
+        } else {
+            for position in parts.indices { firings.append(SubscriptionFiring(batch: batch, position: position, reason: reason)) }
+        }
         return firings
     }
 
