@@ -150,7 +150,7 @@ struct SubscriptionTests {
         for _ in 0..<300 {
             let x = Double.random(in: -1100...1100, using: &rng)
             var found = Set<UInt32>()
-            index.forEach(containing: x, slack: 0, exact: false) { entry, _ in found.insert(entry) }
+            index.forEach(containing: x, slack: 0, exact: false) { entry, _, _, _, _ in found.insert(entry) }
             #expect(found == Set(intervals.filter { $0.value.0 <= x && x <= $0.value.1 }.keys))
         }
     }
@@ -266,6 +266,58 @@ struct SubscriptionTests {
                 if exact { #expect(statistics.evaluations <= 5, "price \(value.map { "\($0)" } ?? "missing")") }
             }
         }
+    }
+
+    /// A lone INT64 BETWEEN with one subscriber fires from its interval alone (the entry unread):
+    /// the firings, whole subscriptions included, are the naive loop's as subscribers of a shared
+    /// predicate come and go, at the bounds and beside them, with zones, options and an update.
+    @Test func soleSubscribersFireFromIntervals() throws {
+        var set = SubscriptionSet(database: .private, reportsRecordsLeavingResults: true)
+        let zone = ZoneID(zoneName: "Z", ownerName: "_o")
+        let bounds: [(Int64, Int64)] = [(5, 10), (10, 10), (-3, 4), (0, 1 << 53), (-(1 << 53), 0), (7, 7)]
+        for (number, (low, high)) in bounds.enumerated() {
+            try set.save(.query("b\(number)", recordType: "Artwork", predicate: "price BETWEEN {\(low), \(high)}",
+                                options: number % 2 == 0 ? .default : .firesOnRecordCreation, zoneID: number == 2 ? zone : nil))
+        }
+        try set.save(.query("other type", recordType: "Print", predicate: "price BETWEEN {5, 10}"))
+        func check(_ step: String) {
+            #expect(set._checkInvariants().isEmpty, "\(step): \(set._checkInvariants())")
+            for x: Int64 in [-(1 << 53) - 1, -(1 << 53), -4, -3, 0, 4, 5, 6, 7, 9, 10, 11, 1 << 53, (1 << 53) + 1] {
+                for zoneID in [ZoneID.default, zone] {
+                    for type in ["Artwork", "Print"] {
+                        var record = Record(recordType: type, recordName: "r", fields: ["price": .int64(x)])
+                        record.recordID.zoneID = zoneID
+                        var old = Record(recordType: type, recordName: "r", fields: ["price": .int64(x + 3)])
+                        old.recordID.zoneID = zoneID
+                        for change in [RecordChange.created(record), .deleted(record), .updated(before: old, after: record)] {
+                            let indexed = set.firings(for: change, now: 0).map(\.subscription)
+                            let naive = set.naiveFirings(for: change, now: 0).map(\.subscription)
+                            #expect(indexed == naive, "\(step): price \(x) in \(zoneID.zoneName) \(type)")
+                        }
+                    }
+                }
+            }
+        }
+        check("one subscriber each")
+        var statistics = SubscriptionSet.MatchStatistics()
+        _ = set.firings(for: .created(Record(recordType: "Artwork", recordName: "r", fields: ["price": .int64(7)])), now: 0, statistics: &statistics)
+        #expect(statistics.soleMatches == 3 && statistics.evaluations == 0)
+        // A second subscriber (another owner) shares the entry: no longer sole.
+        var shared = try Subscription.query("shared", recordType: "Artwork", predicate: "price BETWEEN {5, 10}")
+        shared.owner = "_other"
+        try set.save(shared)
+        check("shared")
+        // The first subscriber goes: the one left is sole again.
+        set.remove(id: "b0")
+        check("first removed")
+        try set.save(.query("b0", recordType: "Artwork", predicate: "price BETWEEN {5, 10}", options: .firesOnRecordDeletion))
+        check("first back")
+        set.remove(id: "shared")
+        set.remove(id: "b0")
+        check("all of one entry removed")
+        // Saving again under the same ID replaces the subscription (a new slot).
+        try set.save(.query("b1", recordType: "Artwork", predicate: "price BETWEEN {10, 10}", options: .default))
+        check("replaced")
     }
 
     /// Token numbers are reused after their last posting goes, and lookups find only live tokens.

@@ -7,4 +7,10 @@ static inline void kquery_prefetch(const void *address) {
     __builtin_prefetch(address, 0, 3);
 }
 
+#include <stdint.h>
+
+/// The Swift runtime's retain of `count` references at once (one atomic add, where `count`
+/// retains of a shared object are as many). It returns `object`.
+void *swift_retain_n(void *object, uint32_t count);
+
 #endif

@@ -39,6 +39,9 @@ struct QuerySubscriptionIndex: Sendable {
 
         var isEmpty: Bool { first == .max }
 
+        /// The only subscriber, or `UInt32.max` when there are none or several.
+        var sole: UInt32 { rest.isEmpty ? first : .max }
+
         mutating func append(_ slot: UInt32) {
             if first == .max { first = slot } else { rest.append(slot) }
         }
@@ -88,6 +91,19 @@ struct QuerySubscriptionIndex: Sendable {
 
     enum RangeKind: Hashable, Sendable {
         case number, timestamp
+    }
+
+    /// A match settled by an interval whose entry has one subscriber: the interval holds all the
+    /// firing needs (the subscriber, and the predicate `key BETWEEN {low, high}` on record type
+    /// `type`), so the entry is not read.
+    struct SoleMatch: Sendable {
+        var slot: UInt32
+        var type: UInt32
+        var key: FieldKey
+        var low: Int64
+        var high: Int64
+
+        var predicate: PackedPredicate { .one(.between(key, low, high)) }
     }
 
     /// One record type's postings. A record is probed field by field: its fields and the indexed
@@ -144,6 +160,8 @@ struct QuerySubscriptionIndex: Sendable {
 
     func recordType(of entry: UInt32) -> String { recordTypes[Int(entries[Int(entry)].recordType)] }
 
+    func recordTypeName(_ type: UInt32) -> String { recordTypes[Int(type)] }
+
     /// The entry with this record type and predicate, if some subscription has it.
     func entry(for key: EntryKey) -> UInt32? {
         entryTable.first(hash: key.hash) { entry in
@@ -159,6 +177,7 @@ struct QuerySubscriptionIndex: Sendable {
     mutating func insert(_ slot: UInt32, key: EntryKey) -> UInt32 {
         if let existing = entry(for: key) {
             entries[Int(existing)].subscribers.append(slot)
+            updateSole(of: existing)
             return existing
         }
         let type: UInt32
@@ -181,7 +200,8 @@ struct QuerySubscriptionIndex: Sendable {
             entries.append(entry)
         }
         entryTable.insert(id, hash: key.hash)
-        Self.file(id, under: Self.anchor(of: key.predicate.condition), decides: Self.decidesByInterval(key.predicate), in: &types[Int(type)])
+        Self.file(id, under: Self.anchor(of: key.predicate.condition), decides: Self.decidesByInterval(key.predicate), sole: slot,
+                  in: &types[Int(type)])
         return id
     }
 
@@ -190,7 +210,10 @@ struct QuerySubscriptionIndex: Sendable {
         guard Int(id) < entries.count, !entries[Int(id)].isFree else { return }
         let predicate = entries[Int(id)].predicate
         entries[Int(id)].subscribers.remove(slot)
-        guard entries[Int(id)].subscribers.isEmpty else { return }
+        guard entries[Int(id)].subscribers.isEmpty else {
+            updateSole(of: id)
+            return
+        }
         let type = entries[Int(id)].recordType
         entryTable.remove(id, hash: EntryKey(recordType: recordTypes[Int(type)], predicate: predicate).hash)
         Self.unfile(id, under: Self.anchor(of: predicate.condition), in: &types[Int(type)])
@@ -198,21 +221,59 @@ struct QuerySubscriptionIndex: Sendable {
         freeEntries.append(id)
     }
 
+    /// Tells the interval deciding entry `id` (if one does) the entry's sole subscriber, after its
+    /// subscribers changed.
+    private mutating func updateSole(of id: UInt32) {
+        let entry = entries[Int(id)]
+        guard Self.decidesByInterval(entry.predicate), case .one(.between(let key, let low, let high)) = entry.predicate else { return }
+        types[Int(entry.recordType)].updatePostings(of: .user(key)) {
+            $0.numbers.intervals.setSole(Double(low), Double(high), id, entry.subscribers.sole)
+        }
+    }
+
     // MARK: Probing
 
-    /// Appends to `candidates` the entries of record type `type` that `record` could match, and to
-    /// `matches` those it is known to match (an entry may come more than once).
-    func candidates(type: UInt32, record: Record, into candidates: inout [UInt32], matches: inout [UInt32]) {
+    /// Appends to `candidates` the entries of record type `type` that `record` could match, to
+    /// `matches` those it is known to match, and to `soleMatches` the known matches of entries with
+    /// one subscriber that an interval describes whole (an entry may come more than once).
+    func candidates(type: UInt32, record: Record, into candidates: inout [UInt32], matches: inout [UInt32], soleMatches: inout [SoleMatch]) {
         // Read in place: a type index copied out of its array costs a retain per table.
         types.withUnsafeBufferPointer { types in
             guard let base = types.baseAddress, Int(type) < types.count else { return }
-            TypeIndex.probe(base + Int(type), record: record, into: &candidates, matches: &matches)
+            var found = Found(type: type, candidates: candidates, matches: matches, soleMatches: soleMatches)
+            candidates = []
+            matches = []
+            soleMatches = []
+            TypeIndex.probe(base + Int(type), record: record, into: &found)
+            candidates = found.candidates
+            matches = found.matches
+            soleMatches = found.soleMatches
         }
+    }
+
+    /// What a probe finds (see `candidates(type:record:into:matches:soleMatches:)`).
+    struct Found {
+        let type: UInt32
+        var candidates: [UInt32]
+        var matches: [UInt32]
+        var soleMatches: [SoleMatch]
     }
 
     /// Whether probing the record of type `type` could find other entries once `changes` are made.
     func probeReads(type: UInt32, _ changes: FieldChanges) -> Bool {
         types[Int(type)].probeReads(changes)
+    }
+
+    /// Checks that every interval deciding an entry names the entry's sole subscriber (for tests).
+    func _checkSoleSubscribers() -> [String] {
+        var problems: [String] = []
+        for (id, entry) in entries.enumerated() where !entry.isFree && Self.decidesByInterval(entry.predicate) {
+            guard case .one(.between(let key, let low, let high)) = entry.predicate else { continue }
+            let index = types[Int(entry.recordType)]
+            let recorded = index.userKeys.firstIndex(of: key).flatMap { index.userFields[$0].numbers.intervals.sole(Double(low), Double(high), UInt32(id)) }
+            if recorded != entry.subscribers.sole { problems.append("entry \(id): interval names \(recorded.map(String.init) ?? "nothing") as its sole subscriber") }
+        }
+        return problems
     }
 
     // MARK: Anchors
@@ -285,7 +346,8 @@ struct QuerySubscriptionIndex: Sendable {
 
     /// Files entry `id` under `anchor`. With `decides`, the anchor is the whole predicate (a lone
     /// INT64 BETWEEN), and stabbing its interval settles the verdict.
-    private static func file(_ id: UInt32, under anchor: Anchor, decides: Bool = false, in index: inout TypeIndex) {
+    /// `sole` is the entry's one subscriber.
+    private static func file(_ id: UInt32, under anchor: Anchor, decides: Bool, sole: UInt32, in index: inout TypeIndex) {
         switch anchor {
         case .equality(let field, let values):
             index.updatePostings(of: field) { postings in
@@ -303,7 +365,7 @@ struct QuerySubscriptionIndex: Sendable {
         case .upperBound(let field, let kind, let bound):
             index.updatePostings(of: field) { $0.updateRanges(kind) { $0.upperBounds.insert(bound, id) } }
         case .interval(let field, let kind, let low, let high):
-            index.updatePostings(of: field) { $0.updateRanges(kind) { $0.intervals.insert(low, high, id, decides: decides) } }
+            index.updatePostings(of: field) { $0.updateRanges(kind) { $0.intervals.insert(low, high, id, decides: decides, sole: sole) } }
         case .none:
             index.unanchored.insert(id)
         }
@@ -443,11 +505,11 @@ extension QuerySubscriptionIndex.TypeIndex {
         return low
     }
 
-    /// Appends to `candidates` the entries the record could match, and to `matches` those it is
-    /// known to match (found by a range that decides them). An entry may come more than once.
+    /// Adds to `found` the entries the record could match, and those it is known to match (found
+    /// by a range that decides them). An entry may come more than once.
     /// The index is read through a pointer, the record's fields in place: copies would retain.
-    static func probe(_ index: UnsafePointer<Self>, record: Record, into candidates: inout [UInt32], matches: inout [UInt32]) {
-        if !index.pointee.unanchored.isEmpty { candidates.append(contentsOf: index.pointee.unanchored) }
+    static func probe(_ index: UnsafePointer<Self>, record: Record, into found: inout QuerySubscriptionIndex.Found) {
+        if !index.pointee.unanchored.isEmpty { found.candidates.append(contentsOf: index.pointee.unanchored) }
         record.fields._entries.withUnsafeBufferPointer { fields in
             index.pointee.userKeys.withUnsafeBufferPointer { keys in
                 index.pointee.userFields.withUnsafeBufferPointer { postings in
@@ -461,7 +523,7 @@ extension QuerySubscriptionIndex.TypeIndex {
                         } else if a > b {
                             j += 1
                         } else {
-                            FieldPostings.probe(postings + j, fields[i].value, into: &candidates, matches: &matches)
+                            FieldPostings.probe(postings + j, fields[i].value, key: keys[j], into: &found)
                             i += 1
                             j += 1
                         }
@@ -473,12 +535,12 @@ extension QuerySubscriptionIndex.TypeIndex {
             index.pointee.systemFields.withUnsafeBufferPointer { postings in
                 guard let postings = postings.baseAddress else { return }
                 for (position, field) in index.pointee.systemKeys.enumerated() {
-                    if let value = record.value(of: field) { FieldPostings.probe(postings + position, value, into: &candidates, matches: &matches) }
+                    if let value = record.value(of: field) { FieldPostings.probe(postings + position, value, key: nil, into: &found) }
                 }
             }
         }
         guard !index.pointee.tokens.isEmpty else { return }
-        index.pointee.tokens.probe(record, into: &candidates)
+        index.pointee.tokens.probe(record, into: &found.candidates)
     }
 
     /// Whether a field in `changes` is one probing reads, so the old record may find other entries.
@@ -498,28 +560,29 @@ extension QuerySubscriptionIndex.TypeIndex {
 }
 
 extension QuerySubscriptionIndex.FieldPostings {
-    /// Probes the postings at `postings` (read in place) with one value of their field.
-    static func probe(_ postings: UnsafePointer<Self>, _ value: FieldValue, into candidates: inout [UInt32], matches: inout [UInt32]) {
+    /// Probes the postings at `postings` (read in place) with one value of their field, the user
+    /// field `key` (nil for a system field).
+    static func probe(_ postings: UnsafePointer<Self>, _ value: FieldValue, key: FieldKey?, into found: inout QuerySubscriptionIndex.Found) {
         if !postings.pointee.equality.isEmpty {
             if case .list(_, let members) = value {
                 for member in members {
-                    if let found = postings.pointee.equality[EqualityKey(member)] { candidates.append(contentsOf: found) }
+                    if let entries = postings.pointee.equality[EqualityKey(member)] { found.candidates.append(contentsOf: entries) }
                 }
-            } else if let found = postings.pointee.equality[EqualityKey(value)] {
-                candidates.append(contentsOf: found)
+            } else if let entries = postings.pointee.equality[EqualityKey(value)] {
+                found.candidates.append(contentsOf: entries)
             }
         }
         if !postings.pointee.cells.isEmpty, case .location(let location) = value,
-           let found = postings.pointee.cells[QuerySubscriptionIndex.cell(latitude: location.latitude, longitude: location.longitude)] {
-            candidates.append(contentsOf: found)
+           let entries = postings.pointee.cells[QuerySubscriptionIndex.cell(latitude: location.latitude, longitude: location.longitude)] {
+            found.candidates.append(contentsOf: entries)
         }
         typealias RangePostings = QuerySubscriptionIndex.RangePostings
         switch value {
         case .int64(let i):
             RangePostings.probe(postings.pointer(to: \.numbers), Double(i), exact: i.magnitude <= QuerySubscriptionIndex.maximumExactInteger,
-                                into: &candidates, matches: &matches)
-        case .double(let d): RangePostings.probe(postings.pointer(to: \.numbers), d, exact: d.isFinite, into: &candidates, matches: &matches)
-        case .timestamp(let t): RangePostings.probe(postings.pointer(to: \.timestamps), Double(t), exact: false, into: &candidates, matches: &matches)
+                                key: key, into: &found)
+        case .double(let d): RangePostings.probe(postings.pointer(to: \.numbers), d, exact: d.isFinite, key: key, into: &found)
+        case .timestamp(let t): RangePostings.probe(postings.pointer(to: \.timestamps), Double(t), exact: false, key: key, into: &found)
         default: break
         }
     }
@@ -527,16 +590,23 @@ extension QuerySubscriptionIndex.FieldPostings {
 
 extension QuerySubscriptionIndex.RangePostings {
     /// With `exact`, `x` is the probed value itself (not rounded), so intervals that decide their
-    /// entries settle them: an entry whose interval holds `x` matches, any other does not.
-    static func probe(_ ranges: UnsafePointer<Self>?, _ x: Double, exact: Bool, into candidates: inout [UInt32], matches: inout [UInt32]) {
+    /// entries settle them: an entry whose interval holds `x` matches, any other does not. A
+    /// settled entry with one subscriber on the user field `key` is a sole match.
+    static func probe(_ ranges: UnsafePointer<Self>?, _ x: Double, exact: Bool, key: FieldKey?, into found: inout QuerySubscriptionIndex.Found) {
         guard let ranges, !ranges.pointee.isEmpty else { return }
         // Doubles round integers above 2^53: widen the probe so rounding never loses a candidate.
         let slack = max(1, abs(x) * 1e-15)
-        if !ranges.pointee.lowerBounds.isEmpty { ranges.pointee.lowerBounds.forEach(boundAtMost: x + slack) { candidates.append($0) } }
-        if !ranges.pointee.upperBounds.isEmpty { ranges.pointee.upperBounds.forEach(boundAtLeast: x - slack) { candidates.append($0) } }
+        if !ranges.pointee.lowerBounds.isEmpty { ranges.pointee.lowerBounds.forEach(boundAtMost: x + slack) { found.candidates.append($0) } }
+        if !ranges.pointee.upperBounds.isEmpty { ranges.pointee.upperBounds.forEach(boundAtLeast: x - slack) { found.candidates.append($0) } }
         if !ranges.pointee.intervals.isEmpty {
-            ranges.pointee.intervals.forEach(containing: x, slack: slack, exact: exact) { entry, decided in
-                if decided { matches.append(entry) } else { candidates.append(entry) }
+            ranges.pointee.intervals.forEach(containing: x, slack: slack, exact: exact) { entry, decided, sole, low, high in
+                if !decided {
+                    found.candidates.append(entry)
+                } else if sole != .max, let key, let low = Int64(exactly: low), let high = Int64(exactly: high) {
+                    found.soleMatches.append(QuerySubscriptionIndex.SoleMatch(slot: sole, type: found.type, key: key, low: low, high: high))
+                } else {
+                    found.matches.append(entry)
+                }
             }
         }
     }
@@ -614,11 +684,14 @@ struct SortedBounds: Sendable {
 ///
 /// An interval may *decide* its entry (the entry's predicate is exactly "lo <= x <= hi"): a probe
 /// with an exact value then reports whether the entry matches, and the entry is not evaluated.
+/// While such an entry has one subscriber the interval names it too, so a match need not read
+/// the entry at all (its cache lines were a third of a change's misses).
 struct IntervalIndex: Sendable {
     private struct Tail: Sendable {
         var high: Double
         var id: UInt32
-        /// In the padding after `id`: the tail stays 16 bytes.
+        /// For an interval that decides its entry: the entry's one subscriber, or `UInt32.max`.
+        var sole: UInt32
         var decides: Bool
     }
 
@@ -688,7 +761,7 @@ struct IntervalIndex: Sendable {
         }
     }
 
-    mutating func insert(_ low: Double, _ high: Double, _ id: UInt32, decides: Bool = false) {
+    mutating func insert(_ low: Double, _ high: Double, _ id: UInt32, decides: Bool = false, sole: UInt32 = .max) {
         let key = Self.widthClass(high - low)
         let position = classes.firstIndex { $0.key >= key } ?? classes.count
         if position == classes.count || classes[position].key != key {
@@ -697,7 +770,7 @@ struct IntervalIndex: Sendable {
         }
         let at = firstIndex(inClass: position, notBelow: low)
         classes[position].lows.insert(low, at: at)
-        classes[position].tails.insert(Tail(high: high, id: id, decides: decides), at: at)
+        classes[position].tails.insert(Tail(high: high, id: id, sole: decides ? sole : .max, decides: decides), at: at)
         classes[position].refreshFences(from: at)
     }
 
@@ -720,11 +793,37 @@ struct IntervalIndex: Sendable {
         }
     }
 
-    /// Calls `body` with each interval containing x (widened by `slack` on both sides), and whether
-    /// that settles its entry's verdict. With `exact` (x is the value probed, not a rounding of
-    /// it), deciding intervals are compared with x itself: those containing it are reported as
-    /// decided, the others not at all.
-    func forEach(containing x: Double, slack: Double, exact: Bool, _ body: (UInt32, _ decided: Bool) -> Void) {
+    /// Records `sole` as the one subscriber of entry `id`, whose interval decides it (`UInt32.max`
+    /// for none or several).
+    mutating func setSole(_ low: Double, _ high: Double, _ id: UInt32, _ sole: UInt32) {
+        let key = Self.widthClass(high - low)
+        guard let position = classes.firstIndex(where: { $0.key == key }) else { return }
+        var at = firstIndex(inClass: position, notBelow: low)
+        while at < classes[position].lows.count, classes[position].lows[at] == low {
+            if classes[position].tails[at].id == id {
+                if classes[position].tails[at].decides { classes[position].tails[at].sole = sole }
+                return
+            }
+            at += 1
+        }
+    }
+
+    /// The entry's one subscriber as an interval that decides it records it (for tests).
+    func sole(_ low: Double, _ high: Double, _ id: UInt32) -> UInt32? {
+        for widthClass in classes {
+            for at in widthClass.lows.indices where widthClass.lows[at] == low && widthClass.tails[at].high == high && widthClass.tails[at].id == id {
+                return widthClass.tails[at].sole
+            }
+        }
+        return nil
+    }
+
+    /// Calls `body` with each interval containing x (widened by `slack` on both sides), whether
+    /// that settles its entry's verdict, the entry's sole subscriber as recorded, and the bounds.
+    /// With `exact` (x is the value probed, not a rounding of it), deciding intervals are compared
+    /// with x itself: those containing it are reported as decided, the others not at all.
+    func forEach(containing x: Double, slack: Double, exact: Bool,
+                 _ body: (UInt32, _ decided: Bool, _ sole: UInt32, _ low: Double, _ high: Double) -> Void) {
         classes.withUnsafeBufferPointer { classes in
             guard let base = classes.baseAddress else { return }
             withUnsafeTemporaryAllocation(of: Int.self, capacity: classes.count) { starts in
@@ -748,9 +847,9 @@ struct IntervalIndex: Sendable {
                             while position < lows.count, lows[position] <= end {
                                 let tail = tails[position]
                                 if exact && tail.decides {
-                                    if lows[position] <= x && x <= tail.high { body(tail.id, true) }
+                                    if lows[position] <= x && x <= tail.high { body(tail.id, true, tail.sole, lows[position], tail.high) }
                                 } else if tail.high >= x - slack {
-                                    body(tail.id, false)
+                                    body(tail.id, false, .max, lows[position], tail.high)
                                 }
                                 position += 1
                             }

@@ -52,6 +52,8 @@ public struct SubscriptionSet: Sendable {
         var oldEvaluations = 0
         /// Verdicts on the record before an update reused because the predicate reads no changed field.
         var reusedVerdicts = 0
+        /// Matches whose firings were made from their interval alone (see `SoleMatch`).
+        var soleMatches = 0
     }
 
     private var slots: [Slot] = []
@@ -173,13 +175,17 @@ public struct SubscriptionSet: Sendable {
     }
 
     /// The stored subscription in slot `number`, as cheap parts whose notification info is at
-    /// `notificationInfo` in their batch.
-    private func parts(at number: UInt32, notificationInfo: UInt32) -> SubscriptionParts {
+    /// `notificationInfo` in their batch. A `sole` match gives its record type and predicate, so
+    /// its entry is not read.
+    private func parts(at number: UInt32, notificationInfo: UInt32, sole: QuerySubscriptionIndex.SoleMatch? = nil) -> SubscriptionParts {
         // Read in place: a slot copied out would retain its ID twice.
         slots.withUnsafeBufferPointer { slots in
             let slot = slots.baseAddress.map { $0 + Int(number) }
             let kind: SubscriptionParts.Kind
-            if let slot, slot.pointee.kind == .query, !index.entries[Int(slot.pointee.entry)].isFree {
+            if let slot, let sole, slot.pointee.kind == .query {
+                kind = .query(recordType: index.recordTypeName(sole.type), predicate: sole.predicate,
+                              zoneID: slot.pointee.zone == 0 ? nil : zones[slot.pointee.zone - 1])
+            } else if let slot, slot.pointee.kind == .query, !index.entries[Int(slot.pointee.entry)].isFree {
                 let entry = slot.pointee.entry
                 kind = .query(recordType: index.recordType(of: entry), predicate: index.entries[Int(entry)].predicate,
                               zoneID: slot.pointee.zone == 0 ? nil : zones[slot.pointee.zone - 1])
@@ -215,6 +221,7 @@ public struct SubscriptionSet: Sendable {
                 if !subscribed { problems.append("'\(slot.subscriptionID)' missing from its entry") }
             }
         }
+        problems += index._checkSoleSubscribers()
         if live != count || slotByID.count != count || slotByIdentity.count != count {
             problems.append("count \(count), live slots \(live), by ID \(slotByID.count), by identity \(slotByIdentity.count)")
         }
@@ -254,24 +261,33 @@ public struct SubscriptionSet: Sendable {
         // Candidates are evaluated; matches (found by a range that decides them) are not.
         var candidates: [UInt32] = []
         var matches: [UInt32] = []
+        var soleMatches: [QuerySubscriptionIndex.SoleMatch] = []
         candidates.reserveCapacity(256)
         matches.reserveCapacity(64)
+        soleMatches.reserveCapacity(64)
         if let newType {
-            index.candidates(type: newType, record: record, into: &candidates, matches: &matches)
+            index.candidates(type: newType, record: record, into: &candidates, matches: &matches, soleMatches: &soleMatches)
             statistics.probes += 1
         }
         if let before, let oldType, index.probeReads(type: oldType, changes) {
             // A match of the old record fires too: `before` is set only when leaving the results does.
-            index.candidates(type: oldType, record: before, into: &candidates, matches: &matches)
+            index.candidates(type: oldType, record: before, into: &candidates, matches: &matches, soleMatches: &soleMatches)
             statistics.probes += 1
             // Most entries are found by both records: evaluate each once.
             candidates.sort()
             candidates.removeDuplicates()
         }
+        statistics.soleMatches += soleMatches.count
         // Entries and slots are spread over hundreds of megabytes: each candidate costs a cache
         // miss or two. Asking for all of them first lets the misses overlap.
+        if !soleMatches.isEmpty {
+            slots.withUnsafeBufferPointer { slots in
+                guard let base = slots.baseAddress else { return }
+                for match in soleMatches where Int(match.slot) < slots.count { Self.prefetch(base + Int(match.slot)) }
+            }
+        }
         var hits: [UInt32] = []
-        hits.reserveCapacity(candidates.count + matches.count)
+        hits.reserveCapacity(candidates.count + matches.count + soleMatches.count)
         index.entries.withUnsafeBufferPointer { entries in
             guard let base = entries.baseAddress else { return }
             for candidate in candidates { Self.prefetch(base + Int(candidate)) }
@@ -303,9 +319,13 @@ public struct SubscriptionSet: Sendable {
             }
             for match in matches { base[Int(match)].subscribers.forEach { hits.append($0) } }
         }
+        // Sole matches come last in `hits`: their firings are made without reading their entries.
+        let soleStart = hits.count
+        for match in soleMatches { hits.append(match.slot) }
         let recordZone = zones.isEmpty ? nil : zones.id(of: record.recordID.zoneID).map { $0 + 1 }
         // Firings come out in save order. While sequences fit 32 bits (unless billions of
-        // subscriptions were saved), (sequence << 32 | slot) sorts as a plain integer.
+        // subscriptions were saved), (sequence << 32 | position in hits) sorts as a plain integer,
+        // and the position tells a sole match.
         let compact = nextSequence <= UInt64(UInt32.max)
         var keys: [UInt64] = []
         var wide: [(sequence: UInt64, slot: UInt32)] = []
@@ -314,10 +334,10 @@ public struct SubscriptionSet: Sendable {
             slots.withUnsafeBufferPointer { slots in
                 guard let base = slots.baseAddress else { return }
                 for number in hits { Self.prefetch(base + Int(number)) }
-                for number in hits {
+                for (position, number) in hits.enumerated() {
                     let slot = base + Int(number)
                     guard slot.pointee.options.contains(required), slot.pointee.zone == 0 || slot.pointee.zone == recordZone else { continue }
-                    if compact { keys.append(slot.pointee.sequence << 32 | UInt64(number)) } else { wide.append((slot.pointee.sequence, number)) }
+                    if compact { keys.append(slot.pointee.sequence << 32 | UInt64(position)) } else { wide.append((slot.pointee.sequence, number)) }
                     // The owner's name is read when the firing is made: tens of thousands of
                     // owners do not stay in cache either.
                     if let owner = owners.baseAddress, Int(slot.pointee.owner) < owners.count { kquery_prefetch(owner + Int(slot.pointee.owner)) }
@@ -326,14 +346,25 @@ public struct SubscriptionSet: Sendable {
         }
         for (number, kind) in otherKinds where Self.otherFires(kind, record) {
             let sequence = slots[Int(number)].sequence
-            if compact { keys.append(sequence << 32 | UInt64(number)) } else { wide.append((sequence, number)) }
+            hits.append(number)
+            if compact { keys.append(sequence << 32 | UInt64(hits.count - 1)) } else { wide.append((sequence, number)) }
         }
         // An entry found twice (several postings, or both records) fires once.
         var ordered: [UInt32] = []
+        /// For each firing in `ordered`, the position in `soleMatches` of the match it comes from,
+        /// or a negative number (empty when there are no sole matches).
+        var known: [Int] = []
         if compact {
             keys.sort()
-            keys.removeDuplicates()
-            ordered = keys.map { UInt32(truncatingIfNeeded: $0) }
+            ordered.reserveCapacity(keys.count)
+            if !soleMatches.isEmpty { known.reserveCapacity(keys.count) }
+            var last = UInt64.max
+            for key in keys where key >> 32 != last {
+                last = key >> 32
+                let position = Int(truncatingIfNeeded: key & 0xFFFF_FFFF)
+                ordered.append(hits[position])
+                if !soleMatches.isEmpty { known.append(position >= soleStart && position - soleStart < soleMatches.count ? position - soleStart : -1) }
+            }
         } else {
             wide.sort { $0.sequence < $1.sequence }
             var last: UInt64?
@@ -345,14 +376,23 @@ public struct SubscriptionSet: Sendable {
         var parts: [SubscriptionParts] = []
         parts.reserveCapacity(ordered.count)
         var infos = BatchNotificationInfos()
-        for number in ordered {
+        for (position, number) in ordered.enumerated() {
             let info = infos.position(of: slots[Int(number)].notificationInfo, in: notificationInfos)
-            parts.append(self.parts(at: number, notificationInfo: info))
+            let sole = known.isEmpty || known[position] < 0 ? nil : soleMatches[known[position]]
+            parts.append(self.parts(at: number, notificationInfo: info, sole: sole))
         }
         let batch = FiringBatch(record: record, subscriptions: parts, notificationInfos: infos.infos)
         var firings: [SubscriptionFiring] = []
         firings.reserveCapacity(parts.count)
-        for position in parts.indices { firings.append(SubscriptionFiring(batch: batch, position: position, reason: reason)) }
+        // Each firing holds the batch: take all their references in one atomic add rather than
+        // one per firing (each a wait on the same cache line), and hand one to each firing.
+        if let count = UInt32(exactly: parts.count), count > 0 {
+            let shared = Unmanaged.passUnretained(batch)
+            _ = swift_retain_n(shared.toOpaque(), count)
+            for position in parts.indices { firings.append(SubscriptionFiring(batch: shared.takeRetainedValue(), position: position, reason: reason)) }
+        } else {
+            for position in parts.indices { firings.append(SubscriptionFiring(batch: batch, position: position, reason: reason)) }
+        }
         return firings
     }
 
