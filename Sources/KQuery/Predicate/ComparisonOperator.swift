@@ -1,7 +1,8 @@
 /// The comparison operators of the format-string syntax.
 ///
-/// `ComparisonOperator.table` is the one operator table: the lexer and parser read spellings from it,
-/// the printer writes `canonical`, the validator checks `cloudKit`, and the Web Services mapping reads
+/// `ComparisonOperator.table` is the one operator table: the parser's spelling switches
+/// (`Symbol.comparisonOperator`, `Keyword.comparisonOperator`) are checked against it by a test, the
+/// printer writes `canonical`, the validator checks `cloudKit`, and the Web Services mapping reads
 /// the comparator names.
 public enum ComparisonOperator: String, Hashable, Sendable, CaseIterable {
     case equal, notEqual, lessThan, lessThanOrEqual, greaterThan, greaterThanOrEqual
@@ -67,24 +68,6 @@ public enum ComparisonOperator: String, Hashable, Sendable, CaseIterable {
         case .tokenMatches: 13
         }
     }
-
-    /// Symbol spellings (`==`, `=<`, ...) to operators, for the parser.
-    static let bySymbol: [String: ComparisonOperator] = {
-        var map: [String: ComparisonOperator] = [:]
-        for (op, info) in table {
-            for spelling in info.spellings where !(spelling.first?.isLetter ?? false) { map[spelling] = op }
-        }
-        return map
-    }()
-
-    /// Keyword spellings, upper-cased, to operators.
-    static let byKeyword: [String: ComparisonOperator] = {
-        var map: [String: ComparisonOperator] = [:]
-        for (op, info) in table {
-            for spelling in info.spellings where spelling.first?.isLetter ?? false { map[spelling] = op }
-        }
-        return map
-    }()
 
     /// Relational operators (the six that compare values).
     public var isRelational: Bool {
