@@ -10,7 +10,7 @@ struct SubscriptionTests {
         Record(recordType: type, recordID: RecordID(recordName: name, zoneID: zone), fields: Fields(fields.map { ($0, $1) }))
     }
 
-    func ids(_ firings: [SubscriptionFiring]) -> [String] { firings.map(\.subscription.subscriptionID) }
+    func ids(_ firings: some Collection<SubscriptionFiring>) -> [String] { firings.map(\.subscription.subscriptionID) }
 
     @Test func firingRulesForCreateUpdateDelete() throws {
         var set = SubscriptionSet(database: .public)
@@ -125,12 +125,47 @@ struct SubscriptionTests {
                                 notificationInfo: NotificationInfo(alertBody: "info \(number % 12)"), owner: "_user\(number)"))
         }
         let record = Self.artwork("a", ["price": .int64(5)])
-        var firings = set.firings(for: .created(record), now: 0)
+        let firings = set.firings(for: .created(record), now: 0)
         #expect(firings.map(\.subscription.notificationInfo.alertBody) == (0..<30).map { "info \($0 % 12)" })
         #expect(firings.map(\.subscription) == set.naiveFirings(for: .created(record), now: 0).map(\.subscription))
-        firings[17].record = Self.artwork("b", ["price": .int64(6)])
-        #expect(firings[17].subscription.notificationInfo.alertBody == "info 5" && firings[17].record.recordID.recordName == "b")
+        var replaced = firings[17]
+        replaced.record = Self.artwork("b", ["price": .int64(6)])
+        #expect(replaced.subscription.notificationInfo.alertBody == "info 5" && replaced.record.recordID.recordName == "b")
+        #expect(replaced.subscription == firings[17].subscription && firings[17].record.recordID.recordName == "a")
         #expect(firings[18].subscription.notificationInfo.alertBody == "info 6" && firings[18].record.recordID.recordName == "a")
+    }
+
+    /// Firings are put in save order by ranking distinct keys below 2^63 (up to 64 of them) and
+    /// by a comparison sort above that: both give the sorted order, at the edges of the range too.
+    @Test(arguments: [0, 1, 2, 3, 17, 45, 63, 64, 65, 200])
+    func sortingDistinctKeys(count: Int) {
+        var rng = SplitMix(seed: UInt64(count))
+        var keys: Set<UInt64> = count >= 2 ? [0, UInt64(Int64.max)] : []
+        while keys.count < count {
+            // Keys near each other and keys far apart, as sequences and positions make them.
+            keys.insert(rng.next() % 2 == 0 ? rng.next() >> 1 : rng.next() % 100)
+        }
+        var sorted = Array(keys)
+        sorted.sortDistinctKeys()
+        #expect(sorted == keys.sorted())
+    }
+
+    /// The firings of a change are one value: empty when nothing fires, equal when the same
+    /// subscriptions fire for the same record, and each firing reads its own subscription.
+    @Test func firingsAreACollection() throws {
+        var set = SubscriptionSet(database: .public)
+        try set.save(.query("cheap", recordType: "Artwork", predicate: "price < 10"))
+        try set.save(.query("any", recordType: "Artwork", predicate: "price > 0"))
+        let cheap = Self.artwork("a", ["price": .int64(5)])
+        let none = set.firings(for: .created(Self.artwork("b", ["price": .int64(10)], type: "Artist")), now: 0)
+        #expect(none.isEmpty && none.count == 0 && none.startIndex == none.endIndex)
+        let firings = set.firings(for: .deleted(cheap), now: 0)
+        #expect(firings.count == 2 && firings.reason == .recordDeleted)
+        #expect(firings == set.firings(for: .deleted(cheap), now: 0))
+        #expect(firings.hashValue == set.firings(for: .deleted(cheap), now: 0).hashValue)
+        #expect(firings != set.firings(for: .created(cheap), now: 0))
+        #expect(Array(firings) == set.naiveFirings(for: .deleted(cheap), now: 0))
+        #expect(firings.reversed().map(\.subscription.subscriptionID) == ["any", "cheap"])
     }
 
     /// Stabbing finds exactly the intervals that contain a point, whatever their widths.
@@ -142,15 +177,22 @@ struct SubscriptionTests {
             let low = Double.random(in: -1000...1000, using: &rng)
             let width: Double = [0, 0.5, 3, 40, 700].randomElement(using: &rng) ?? 1
             intervals[id] = (low, low + width)
-            index.insert(low, low + width, id)
+            // Every other interval decides its entry, with the entry's number as its one subscriber.
+            index.insert(low, low + width, id, decides: id.isMultiple(of: 2), sole: id)
         }
         for id in stride(from: UInt32(0), to: 2000, by: 3) {
             if let (low, high) = intervals.removeValue(forKey: id) { index.remove(low, high, id) }
         }
-        for _ in 0..<300 {
+        // Windows of the widest class hold over a hundred intervals: several scan blocks.
+        for probe in 0..<300 {
             let x = Double.random(in: -1100...1100, using: &rng)
+            let exact = probe.isMultiple(of: 2)
             var found = Set<UInt32>()
-            index.forEach(containing: x, slack: 0, exact: false) { entry, _, _, _, _ in found.insert(entry) }
+            index.forEach(containing: x, slack: 0, exact: exact) { entry, decided, sole, low, high in
+                #expect(decided == (exact && entry.isMultiple(of: 2)) && sole == (decided ? entry : .max))
+                #expect(intervals[entry].map { $0 == (low, high) } == true)
+                found.insert(entry)
+            }
             #expect(found == Set(intervals.filter { $0.value.0 <= x && x <= $0.value.1 }.keys))
         }
     }
@@ -318,6 +360,26 @@ struct SubscriptionTests {
         // Saving again under the same ID replaces the subscription (a new slot).
         try set.save(.query("b1", recordType: "Artwork", predicate: "price BETWEEN {10, 10}", options: .default))
         check("replaced")
+    }
+
+    /// Probing finds a record's tokens whatever their case, ASCII (looked up by their bytes) or
+    /// not (folded first), in strings and string lists, and only whole tokens.
+    @Test func tokenProbesFoldTheRecordsText() {
+        var table = TokenTable()
+        let dusk = table.retain("dusk")
+        table.add(TokenTable.Posting(entry: 1, requires: dusk), under: "sunset")
+        table.add(TokenTable.Posting(entry: 2, requires: .max), under: "elegant")
+        table.add(TokenTable.Posting(entry: 3, requires: .max), under: "harbour")
+        func probe(_ fields: [String: FieldValue]) -> [UInt32] {
+            var found: [UInt32] = []
+            table.probe(Record(recordType: "Artwork", recordName: "a", fields: fields), into: &found)
+            return found.sorted()
+        }
+        #expect(probe(["title": .string("SUNSET at Dusk")]) == [1])
+        #expect(probe(["title": .string("Sunset"), "tags": .list(.string, [.string("x"), .string("DUSK")])]) == [1])
+        #expect(probe(["title": .string("Sunsets at dusk, harbours")]) == [])
+        #expect(probe(["title": .string("ÉLÉGANT HarBour")]) == [2, 3])
+        #expect(probe(["title": .string("dusk"), "price": .int64(5)]) == [])
     }
 
     /// Token numbers are reused after their last posting goes, and lookups find only live tokens.

@@ -168,6 +168,42 @@ public struct SubscriptionFiring: Hashable, Sendable {
     }
 }
 
+/// The firings of one record change, in the order their subscriptions were saved.
+///
+/// A collection over one shared batch (the change's record and the parts of the subscriptions
+/// that fired): making it takes one reference, however many subscriptions fired, and each
+/// `SubscriptionFiring` is made when it is read.
+public struct SubscriptionFirings: RandomAccessCollection, Hashable, Sendable {
+    /// Nil when nothing fired.
+    private let batch: FiringBatch?
+    /// Why the change fires its query subscriptions (the same for all of one change's firings).
+    public let reason: QueryNotificationReason
+
+    init(batch: FiringBatch?, reason: QueryNotificationReason) {
+        self.batch = batch
+        self.reason = reason
+    }
+
+    public var startIndex: Int { 0 }
+    public var endIndex: Int { batch?.subscriptions.count ?? 0 }
+
+    public subscript(position: Int) -> SubscriptionFiring {
+        guard let batch, batch.subscriptions.indices.contains(position) else {
+            preconditionFailure("firing \(position) out of range 0..<\(count)")
+        }
+        return SubscriptionFiring(batch: batch, position: position, reason: reason)
+    }
+
+    public static func == (lhs: SubscriptionFirings, rhs: SubscriptionFirings) -> Bool {
+        lhs.elementsEqual(rhs)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(count)
+        for firing in self { hasher.combine(firing) }
+    }
+}
+
 /// The record of one change and the subscriptions it fired, shared by the firings.
 final class FiringBatch: Sendable {
     let record: Record
