@@ -45,6 +45,10 @@ public enum Tokenizer {
     protocol TokenSink {
         /// `fingerprint` is `Tokenizer.fingerprint` of the token's UTF-8.
         mutating func add(_ token: String, fingerprint: UInt64)
+        /// Adds a run of ASCII letters and digits, not yet lower-cased, that is not a stop word.
+        /// The default makes the token's string; a sink that only looks tokens up can read the
+        /// bytes instead.
+        mutating func addASCII(_ run: UnsafeBufferPointer<UInt8>)
     }
 
     /// FNV-1a of UTF-8 bytes.
@@ -165,7 +169,7 @@ public enum Tokenizer {
         }
     }
 
-    /// Lower-cases an ASCII run, drops it if it is a stop word, and adds it.
+    /// Drops an ASCII run if it is a stop word, and else adds it.
     @inline(__always)
     static func addASCII<Sink: TokenSink>(_ run: UnsafeBufferPointer<UInt8>, to sink: inout Sink) {
         let n = run.count
@@ -174,13 +178,7 @@ public enum Tokenizer {
             for j in 0..<n { key |= UInt64(TextFolding.asciiLower(run[j])) << (8 * UInt64(j)) }
             if isStopWordKey(key) { return }
         }
-        var hash: UInt64 = 0
-        let token = String(unsafeUninitializedCapacity: n) { out in
-            for j in 0..<n { out[j] = TextFolding.asciiLower(run[j]) }
-            hash = fingerprint(UnsafeBufferPointer(rebasing: out[0..<n]))
-            return n
-        }
-        sink.add(token, fingerprint: hash)
+        sink.addASCII(run)
     }
 
     /// Whether a folded token is a stop word.
@@ -227,5 +225,20 @@ public enum Tokenizer {
                 slot = (slot + 1) & 127
             }
         }
+    }
+}
+
+extension Tokenizer.TokenSink {
+    /// Lower-cases the run into a new string, and adds it.
+    @inline(__always)
+    mutating func addASCII(_ run: UnsafeBufferPointer<UInt8>) {
+        let n = run.count
+        var hash: UInt64 = 0
+        let token = String(unsafeUninitializedCapacity: n) { out in
+            for j in 0..<n { out[j] = TextFolding.asciiLower(run[j]) }
+            hash = Tokenizer.fingerprint(UnsafeBufferPointer(rebasing: out[0..<n]))
+            return n
+        }
+        add(token, fingerprint: hash)
     }
 }

@@ -12,6 +12,16 @@ struct SlotHashTable: Sendable {
 
     /// The slot whose key hashes to `hash` and that `matches` accepts.
     func first(hash: Int, where matches: (UInt32) -> Bool) -> UInt32? {
+        buckets.withUnsafeBufferPointer { Self.first(in: $0, hash: hash, where: matches) }
+    }
+
+    /// Calls `body` with the buckets, for lookups by `first(in:hash:where:)` that hold no reference.
+    func withBuckets<R>(_ body: (UnsafeBufferPointer<UInt64>) -> R) -> R {
+        buckets.withUnsafeBufferPointer(body)
+    }
+
+    /// `first(hash:where:)` in a table's buckets.
+    static func first(in buckets: UnsafeBufferPointer<UInt64>, hash: Int, where matches: (UInt32) -> Bool) -> UInt32? {
         guard !buckets.isEmpty else { return nil }
         let mask = buckets.count - 1
         let fingerprint = UInt32(truncatingIfNeeded: hash)

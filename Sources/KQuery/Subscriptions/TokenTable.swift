@@ -37,15 +37,22 @@ struct TokenTable: Sendable {
     /// Appends to `candidates` the entries whose token search `record`'s text could satisfy: those
     /// under one of its tokens whose required second token (if any) it has too.
     func probe(_ record: Record, into candidates: inout [UInt32]) {
-        var probe = Probe(lookup: lookup, names: names)
-        record.fields._entries.withUnsafeBufferPointer { fields in
-            for field in fields {
-                switch field.value {
-                case .string(let text): Tokenizer.scan(text, into: &probe)
-                case .list(.string, let members):
-                    for case .string(let text) in members { Tokenizer.scan(text, into: &probe) }
-                default: break
+        // The lookup reads the tables through pointers: held as arrays, each token looked up
+        // would retain and release them.
+        let probe = lookup.withBuckets { buckets in
+            names.withUnsafeBufferPointer { names in
+                var probe = Probe(buckets: buckets, names: names)
+                record.fields._entries.withUnsafeBufferPointer { fields in
+                    for field in fields {
+                        switch field.value {
+                        case .string(let text): Tokenizer.scan(text, into: &probe)
+                        case .list(.string, let members):
+                            for case .string(let text) in members { Tokenizer.scan(text, into: &probe) }
+                        default: break
+                        }
+                    }
                 }
+                return probe.found
             }
         }
         guard !probe.present.isEmpty else { return }
@@ -67,30 +74,54 @@ struct TokenTable: Sendable {
         }
     }
 
-    /// Collects the numbers of a record's tokens that have postings, once each.
-    private struct Probe: Tokenizer.TokenSink {
-        /// What lookups read, and no more: each array held is a retain.
-        let lookup: SlotHashTable
-        let names: [String]
+    /// The numbers of a record's tokens that have postings, once each.
+    private struct Present {
         var present: [UInt32] = []
         /// Bit `n % 64` set for each present number n: most required tokens are ruled out by it.
         var mask: UInt64 = 0
 
-        init(lookup: SlotHashTable, names: [String]) {
-            self.lookup = lookup
-            self.names = names
-            present.reserveCapacity(16)
+        func has(_ number: UInt32) -> Bool {
+            mask & 1 << UInt64(number & 63) != 0 && present.contains(number)
         }
 
-        mutating func add(_ token: String, fingerprint: UInt64) {
-            guard let number = TokenTable.number(of: token, fingerprint: fingerprint, lookup: lookup, names: names),
-                  !has(number) else { return }
+        mutating func add(_ number: UInt32) {
+            guard !has(number) else { return }
             present.append(number)
             mask |= 1 << UInt64(number & 63)
         }
+    }
 
-        func has(_ number: UInt32) -> Bool {
-            mask & 1 << UInt64(number & 63) != 0 && present.contains(number)
+    /// Looks up each token of a record's text, collecting those that have postings.
+    private struct Probe: Tokenizer.TokenSink {
+        /// What lookups read, borrowed for the probe.
+        let buckets: UnsafeBufferPointer<UInt64>
+        let names: UnsafeBufferPointer<String>
+        var found = Present()
+
+        init(buckets: UnsafeBufferPointer<UInt64>, names: UnsafeBufferPointer<String>) {
+            self.buckets = buckets
+            self.names = names
+            found.present.reserveCapacity(16)
+        }
+
+        mutating func add(_ token: String, fingerprint: UInt64) {
+            let names = names
+            guard let number = SlotHashTable.first(in: buckets, hash: TokenTable.hash(fingerprint), where: { names[Int($0)] == token }) else { return }
+            found.add(number)
+        }
+
+        /// Looks an ASCII token up by its bytes, lower-cased into a temporary buffer: no string is made.
+        mutating func addASCII(_ run: UnsafeBufferPointer<UInt8>) {
+            let (buckets, names) = (buckets, names)
+            let number: UInt32? = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: run.count) { lowered in
+                for j in run.indices { lowered[j] = TextFolding.asciiLower(run[j]) }
+                let token = UnsafeBufferPointer(lowered)
+                return SlotHashTable.first(in: buckets, hash: TokenTable.hash(Tokenizer.fingerprint(token))) { number in
+                    var name = names[Int(number)]
+                    return name.withUTF8 { $0.elementsEqual(token) }
+                }
+            }
+            if let number { found.add(number) }
         }
     }
 
@@ -147,5 +178,5 @@ struct TokenTable: Sendable {
         release(token)
     }
 
-    private static func hash(_ fingerprint: UInt64) -> Int { Int(truncatingIfNeeded: fingerprint ^ fingerprint >> 32) }
+    fileprivate static func hash(_ fingerprint: UInt64) -> Int { Int(truncatingIfNeeded: fingerprint ^ fingerprint >> 32) }
 }
