@@ -197,7 +197,7 @@ struct QuerySubscriptionIndex: Sendable {
             entries[Int(id)] = entry
         } else {
             id = UInt32(entries.count)
-            entries.append(entry)
+            entries.appendAdvisingHugePages(entry)
         }
         entryTable.insert(id, hash: key.hash)
         Self.file(id, under: Self.anchor(of: key.predicate.condition), decides: Self.decidesByInterval(key.predicate), sole: slot,
@@ -836,22 +836,38 @@ struct IntervalIndex: Sendable {
                     starts[widthClass] = start
                     Self.prefetch(start, of: base + widthClass)
                 }
-                // ...then the windows.
-                for widthClass in classes.indices {
-                    let low = x - classes[widthClass].width - slack
-                    classes[widthClass].lows.withUnsafeBufferPointer { lows in
-                        classes[widthClass].tails.withUnsafeBufferPointer { tails in
-                            var position = starts[widthClass]
-                            while position < lows.count && lows[position] < low { position += 1 }
-                            let end = x + slack
-                            while position < lows.count, lows[position] <= end {
-                                let tail = tails[position]
-                                if exact && tail.decides {
-                                    if lows[position] <= x && x <= tail.high { body(tail.id, true, tail.sole, lows[position], tail.high) }
-                                } else if tail.high >= x - slack {
-                                    body(tail.id, false, .max, lows[position], tail.high)
+                // ...then the windows. Whether an interval in a window holds x is a coin toss, so
+                // a branch on it would be mispredicted half the time: the intervals that do are
+                // collected without one, a block at a time, and reported after. Reporting outside
+                // the arrays' borrow also spares a retain and release of each array (a call the
+                // compiler cannot see into would need them kept alive).
+                withUnsafeTemporaryAllocation(of: (low: Double, tail: Tail).self, capacity: Self.scanBlock) { held in
+                    guard let held = held.baseAddress else { return }
+                    for widthClass in classes.indices {
+                        let low = x - classes[widthClass].width - slack
+                        let end = x + slack
+                        var position = starts[widthClass]
+                        var more = true
+                        while more {
+                            var count = 0
+                            classes[widthClass].lows.withUnsafeBufferPointer { lows in
+                                classes[widthClass].tails.withUnsafeBufferPointer { tails in
+                                    while position < lows.count && lows[position] < low { position += 1 }
+                                    let stop = min(lows.count, position + Self.scanBlock)
+                                    while position < stop, lows[position] <= end {
+                                        let tail = tails[position]
+                                        let holdsExactly = (lows[position] <= x ? 1 : 0) & (x <= tail.high ? 1 : 0)
+                                        let holdsWidened = tail.high >= x - slack ? 1 : 0
+                                        held[count] = (lows[position], tail)
+                                        count &+= exact && tail.decides ? holdsExactly : holdsWidened
+                                        position += 1
+                                    }
+                                    more = position < lows.count && lows[position] <= end
                                 }
-                                position += 1
+                            }
+                            for (low, tail) in UnsafeBufferPointer(start: held, count: count) {
+                                let decided = exact && tail.decides
+                                body(tail.id, decided, decided ? tail.sole : .max, low, tail.high)
                             }
                         }
                     }
@@ -859,6 +875,9 @@ struct IntervalIndex: Sendable {
             }
         }
     }
+
+    /// Window positions collected before they are reported.
+    private static let scanBlock = 64
 
     /// Asks the CPU to start loading the lower bound and tail at `position` in the class at
     /// `widthClass`. The arrays' storage addresses are read as plain words (a retain would write
