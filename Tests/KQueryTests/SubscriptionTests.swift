@@ -150,6 +150,22 @@ struct SubscriptionTests {
         #expect(sorted == keys.sorted())
     }
 
+    /// A slot is 48 bytes (a slot read at random then spans one cache line half the time), and
+    /// its kind is read from its entry field: every kind survives saving, replacing and removing.
+    @Test func slotsAreSmall() throws {
+        #expect(MemoryLayout<SubscriptionSet.Slot>.stride == 48)
+        var set = SubscriptionSet(database: .private)
+        try set.save(.query("q", recordType: "Artwork", predicate: "price < 10"))
+        try set.save(Subscription(subscriptionID: "z", kind: .recordZone(zoneID: ZoneID(zoneName: "Z", ownerName: "_o"), recordType: nil)))
+        try set.save(Subscription(subscriptionID: "d", kind: .database(recordType: nil)))
+        #expect(set["q"]?.kind == .query(recordType: "Artwork", condition: try ValidatedPredicate("price < 10").condition, zoneID: nil))
+        #expect(set["z"]?.kind == .recordZone(zoneID: ZoneID(zoneName: "Z", ownerName: "_o"), recordType: nil))
+        #expect(set["d"]?.kind == .database(recordType: nil))
+        set.remove(id: "z")
+        try set.save(.query("z", recordType: "Artwork", predicate: "price > 10"))
+        #expect(set._checkInvariants() == [] && set.count == 3 && set["z"]?.subscriptionID == "z")
+    }
+
     /// The firings of a change are one value: empty when nothing fires, equal when the same
     /// subscriptions fire for the same record, and each firing reads its own subscription.
     @Test func firingsAreACollection() throws {
