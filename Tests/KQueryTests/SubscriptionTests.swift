@@ -150,6 +150,21 @@ struct SubscriptionTests {
         #expect(sorted == keys.sorted())
     }
 
+    /// Past 4 MiB an array grows into storage advised to use huge pages: every element, plain or
+    /// holding a reference, comes through each such growth unchanged.
+    @Test func growingIntoHugePagesKeepsEveryElement() {
+        var numbers: [UInt64] = []
+        var names: [String] = []
+        let count = 700_000  // 5.6 MB of numbers and 11.2 MB of strings: both cross the threshold
+        for number in 0..<count {
+            numbers.appendAdvisingHugePages(UInt64(number) &* 0x9E37_79B9_7F4A_7C15)
+            names.appendAdvisingHugePages(number.isMultiple(of: 1000) ? "a name long enough to be stored apart \(number)" : "n\(number)")
+        }
+        #expect(numbers.count * MemoryLayout<UInt64>.stride > hugePageThreshold)
+        #expect(numbers == (0..<count).map { UInt64($0) &* 0x9E37_79B9_7F4A_7C15 })
+        #expect(names.enumerated().allSatisfy { $1 == ($0.isMultiple(of: 1000) ? "a name long enough to be stored apart \($0)" : "n\($0)") })
+    }
+
     /// A slot is 48 bytes (a slot read at random then spans one cache line half the time), and
     /// its kind is read from its entry field: every kind survives saving, replacing and removing.
     @Test func slotsAreSmall() throws {
