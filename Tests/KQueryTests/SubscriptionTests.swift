@@ -253,7 +253,8 @@ struct SubscriptionTests {
         var set = SubscriptionSet(database: .public, reportsRecordsLeavingResults: true)
         try set.save(.query("cheap", recordType: "Artwork", predicate: "price < 100"))
         try set.save(.query("mei", recordType: "Artwork", predicate: "artist == 'mei' AND price < 100"))
-        try set.save(.query("sunset", recordType: "Artwork", predicate: "ALL tokenize('sunset harbour', 'Cdl') IN allTokens"))
+        // Three tokens: more than its postings check, so it is evaluated (see the next test).
+        try set.save(.query("sunset", recordType: "Artwork", predicate: "ALL tokenize('sunset over harbour', 'Cdl') IN allTokens"))
         try set.save(.query("near", recordType: "Artwork", predicate: "distanceToLocation:fromLocation:(location, location(48.85, 2.35)) < 5000"))
         try set.save(.query("ranked", recordType: "Artwork", predicate: "rank BETWEEN {1, 10}"))
         let base: [String: FieldValue] = [
@@ -341,6 +342,30 @@ struct SubscriptionTests {
         }
     }
 
+    /// A token search whose postings check all its tokens (ANY, or ALL of at most two) fires
+    /// without being evaluated; one on more tokens, or with another conjunct, is evaluated. Either
+    /// way the firings are the naive loop's.
+    @Test func tokenPostingsDecideWholeTokenSearches() throws {
+        var set = SubscriptionSet(database: .public)
+        try set.save(.query("two", recordType: "Artwork", predicate: "ALL tokenize('Sunset harbour', 'Cdl') IN allTokens"))
+        try set.save(.query("one", recordType: "Artwork", predicate: "ALL tokenize('harbour harbour', 'Cdl') IN allTokens"))
+        try set.save(.query("any", recordType: "Artwork", predicate: "ANY tokenize('dusk harbour', 'Cdl') IN allTokens"))
+        try set.save(.query("three", recordType: "Artwork", predicate: "ALL tokenize('sunset harbour dusk', 'Cdl') IN allTokens"))
+        try set.save(.query("priced", recordType: "Artwork", predicate: "price > 5 AND ALL tokenize('sunset harbour', 'Cdl') IN allTokens"))
+        func check(_ fields: [String: FieldValue], fires expected: [String], evaluations: Int) {
+            let change = RecordChange.created(Self.artwork("a", fields))
+            var statistics = SubscriptionSet.MatchStatistics()
+            let fired = ids(set.firings(for: change, now: 0, statistics: &statistics))
+            #expect(fired == expected, "\(fields)")
+            #expect(fired == ids(set.naiveFirings(for: change, now: 0)), "\(fields)")
+            #expect(statistics.evaluations == evaluations, "\(fields)")
+        }
+        check(["title": .string("SUNSET over the Harbour"), "price": .int64(10)], fires: ["two", "one", "any", "priced"], evaluations: 2)
+        check(["title": .string("harbour"), "price": .int64(1)], fires: ["one", "any"], evaluations: 0)
+        check(["title": .string("sunsets"), "tags": .list(.string, [.string("dusk")])], fires: ["any"], evaluations: 0)
+        check(["title": .string("sunset, harbour at dusk")], fires: ["two", "one", "any", "three"], evaluations: 2)
+    }
+
     /// A lone INT64 BETWEEN with one subscriber fires from its interval alone (the entry unread):
     /// the firings, whole subscriptions included, are the naive loop's as subscribers of a shared
     /// predicate come and go, at the bounds and beside them, with zones, options and an update.
@@ -403,7 +428,9 @@ struct SubscriptionTests {
         table.add(TokenTable.Posting(entry: 3, requires: .max), under: "harbour")
         func probe(_ fields: [String: FieldValue]) -> [UInt32] {
             var found: [UInt32] = []
-            table.probe(Record(recordType: "Artwork", recordName: "a", fields: fields), into: &found)
+            var decided: [UInt32] = []
+            table.probe(Record(recordType: "Artwork", recordName: "a", fields: fields), into: &found, matches: &decided)
+            #expect(decided.isEmpty)
             return found.sorted()
         }
         #expect(probe(["title": .string("SUNSET at Dusk")]) == [1])

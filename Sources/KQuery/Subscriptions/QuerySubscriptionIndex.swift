@@ -200,7 +200,8 @@ struct QuerySubscriptionIndex: Sendable {
             entries.appendAdvisingHugePages(entry)
         }
         entryTable.insert(id, hash: key.hash)
-        Self.file(id, under: Self.anchor(of: key.predicate.condition), decides: Self.decidesByInterval(key.predicate), sole: slot,
+        Self.file(id, under: Self.anchor(of: key.predicate.condition),
+                  decides: Self.decidesByInterval(key.predicate) || Self.decidesByTokens(key.predicate), sole: slot,
                   in: &types[Int(type)])
         return id
     }
@@ -345,8 +346,8 @@ struct QuerySubscriptionIndex: Sendable {
     }
 
     /// Files entry `id` under `anchor`. With `decides`, the anchor is the whole predicate (a lone
-    /// INT64 BETWEEN), and stabbing its interval settles the verdict.
-    /// `sole` is the entry's one subscriber.
+    /// INT64 BETWEEN, or a token search on at most the two tokens its postings check), and finding
+    /// the entry through it settles the verdict. `sole` is the entry's one subscriber.
     private static func file(_ id: UInt32, under anchor: Anchor, decides: Bool, sole: UInt32, in index: inout TypeIndex) {
         switch anchor {
         case .equality(let field, let values):
@@ -355,7 +356,7 @@ struct QuerySubscriptionIndex: Sendable {
             }
         case .tokens(let tokens, let requiring):
             let requires = requiring.map { index.tokens.retain($0) } ?? .max
-            for token in Set(tokens) { index.tokens.add(TokenTable.Posting(entry: id, requires: requires), under: token) }
+            for token in Set(tokens) { index.tokens.add(TokenTable.Posting(entry: id, requires: requires, decides: decides), under: token) }
         case .cells(let field, let cells):
             index.updatePostings(of: field) { postings in
                 for cell in cells { postings.cells[cell, default: []].append(id) }
@@ -408,6 +409,15 @@ struct QuerySubscriptionIndex: Sendable {
     static func decidesByInterval(_ predicate: PackedPredicate) -> Bool {
         guard case .one(.between(_, let low, let high)) = predicate else { return false }
         return low <= high && low.magnitude <= maximumExactInteger && high.magnitude <= maximumExactInteger
+    }
+
+    /// Whether `predicate` is exactly a token search whose postings check all its tokens: `ANY`
+    /// (filed under every token), or `ALL` of at most two distinct tokens (filed under the longest,
+    /// requiring the other). A record found through such a posting has the tokens, in the same
+    /// folded bytes the evaluation's token set holds, so it matches without being evaluated.
+    static func decidesByTokens(_ predicate: PackedPredicate) -> Bool {
+        guard case .one(.tokens(let match, _, let tokens)) = predicate, !tokens.isEmpty else { return false }
+        return match == .any || Set(tokens).count <= 2
     }
 
     /// 2^53: every integer up to it in magnitude is a double exactly.
@@ -540,7 +550,7 @@ extension QuerySubscriptionIndex.TypeIndex {
             }
         }
         guard !index.pointee.tokens.isEmpty else { return }
-        index.pointee.tokens.probe(record, into: &found.candidates)
+        index.pointee.tokens.probe(record, into: &found.candidates, matches: &found.matches)
     }
 
     /// Whether a field in `changes` is one probing reads, so the old record may find other entries.

@@ -11,6 +11,9 @@ struct TokenTable: Sendable {
         var entry: UInt32
         /// The number of a second token the record must have, or `UInt32.max`.
         var requires: UInt32
+        /// Whether a record with the token (and the required one) matches the entry: its predicate
+        /// is the token search alone, on no other tokens.
+        var decides = false
     }
 
     private var lookup = SlotHashTable()
@@ -34,9 +37,10 @@ struct TokenTable: Sendable {
         lookup.first(hash: hash(fingerprint)) { names[Int($0)] == token }
     }
 
-    /// Appends to `candidates` the entries whose token search `record`'s text could satisfy: those
-    /// under one of its tokens whose required second token (if any) it has too.
-    func probe(_ record: Record, into candidates: inout [UInt32]) {
+    /// Appends the entries whose token search `record`'s text could satisfy (those under one of
+    /// its tokens whose required second token, if any, it has too) to `matches` when their posting
+    /// decides them, else to `candidates`.
+    func probe(_ record: Record, into candidates: inout [UInt32], matches: inout [UInt32]) {
         // The lookup reads the tables through pointers: held as arrays, each token looked up
         // would retain and release them.
         let probe = lookup.withBuckets { buckets in
@@ -69,7 +73,8 @@ struct TokenTable: Sendable {
         }
         for number in probe.present {
             forEachPosting(of: number) { posting in
-                if posting.requires == .max || probe.has(posting.requires) { candidates.append(posting.entry) }
+                guard posting.requires == .max || probe.has(posting.requires) else { return }
+                if posting.decides { matches.append(posting.entry) } else { candidates.append(posting.entry) }
             }
         }
     }
