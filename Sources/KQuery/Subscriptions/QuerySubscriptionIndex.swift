@@ -10,7 +10,8 @@ import CKQuerySupport
 ///
 /// 1. equality (`K == v`, `K IN {...}`, list membership): a hash from (field, value) to entries;
 /// 2. `ALL tokenize(...)`: the entry's longest query token, in token postings; each posting also
-///    names a second token the record must have, checked before the entry is looked at;
+///    names a second token the record must have, checked before the entry is looked at (a search
+///    that is the whole predicate, on at most those two tokens, is then settled without evaluation);
 /// 3. `distanceToLocation < r`: the grid cells (0.1°) its circle's bounding box covers;
 /// 4. `ANY tokenize(...)`: every query token;
 /// 5. ranges: `K > c` and `K < c` as sorted bounds per field, probed by binary search, and
