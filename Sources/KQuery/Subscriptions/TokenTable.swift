@@ -26,15 +26,11 @@ struct TokenTable: Sendable {
 
     var isEmpty: Bool { lookup.count == 0 }
 
-    /// The number of `token`, whose fingerprint is `Tokenizer.fingerprint` of its UTF-8.
+    /// The number of `token`, whose fingerprint is `Tokenizer.fingerprint` of its UTF-8. The
+    /// table's buckets hold 32 bits of each token's hash, so a name is read (a cache miss, at
+    /// thousands of tokens) only when those bits match.
     func number(of token: String, fingerprint: UInt64) -> UInt32? {
-        Self.number(of: token, fingerprint: fingerprint, lookup: lookup, names: names)
-    }
-
-    /// The table's buckets hold 32 bits of each token's hash, so a name is read (a cache miss,
-    /// at thousands of tokens) only when those bits match.
-    private static func number(of token: String, fingerprint: UInt64, lookup: SlotHashTable, names: [String]) -> UInt32? {
-        lookup.first(hash: hash(fingerprint)) { names[Int($0)] == token }
+        lookup.first(hash: Self.hash(fingerprint)) { names[Int($0)] == token }
     }
 
     /// Appends the entries whose token search `record`'s text could satisfy (those under one of
