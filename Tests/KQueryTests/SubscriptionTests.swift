@@ -135,19 +135,37 @@ struct SubscriptionTests {
         #expect(firings[18].subscription.notificationInfo.alertBody == "info 6" && firings[18].record.recordID.recordName == "a")
     }
 
-    /// Firings are put in save order by ranking distinct keys below 2^63 (up to 64 of them) and
-    /// by a comparison sort above that: both give the sorted order, at the edges of the range too.
+    /// Firings are put in save order by ranking sequences below 2^31 (up to 64 of them) and by a
+    /// comparison sort otherwise: both give the sequences' sorted order with each sequence once
+    /// (one subscription found twice fires once), at the edges of the range too.
     @Test(arguments: [0, 1, 2, 3, 17, 45, 63, 64, 65, 200])
-    func sortingDistinctKeys(count: Int) {
+    func savingOrder(count: Int) {
         var rng = SplitMix(seed: UInt64(count))
-        var keys: Set<UInt64> = count >= 2 ? [0, UInt64(Int64.max)] : []
-        while keys.count < count {
-            // Keys near each other and keys far apart, as sequences and positions make them.
-            keys.insert(rng.next() % 2 == 0 ? rng.next() >> 1 : rng.next() % 100)
+        let largest = UInt32(Int32.max)
+        var sequences: [UInt32] = count >= 2 ? [0, largest] : []
+        while sequences.count < count {
+            // Sequences near each other, far apart, and repeated.
+            switch rng.next() % 3 {
+            case 0: sequences.append(UInt32(rng.next() % UInt64(largest)))
+            case 1: sequences.append(UInt32(rng.next() % 100))
+            default: sequences.append(sequences.isEmpty ? 7 : sequences[Int(rng.next() % UInt64(sequences.count))])
+            }
         }
-        var sorted = Array(keys)
-        sorted.sortDistinctKeys()
-        #expect(sorted == keys.sorted())
+        // A source stands for its subscription, so equal sequences have equal sources.
+        func source(_ sequence: UInt32) -> UInt32 { sequence ^ 0x5555_5555 }
+        let sources = sequences.map(source)
+        let expected = Set(sequences).sorted().map(source)
+        var ordered = [UInt32](repeating: 0, count: count + 1)
+        let sorted = ordered.withUnsafeMutableBufferPointer { ordered in
+            SaveOrder.sort(sources, count: count, into: ordered.baseAddress!) { UInt64($0 ^ 0x5555_5555) }
+        }
+        #expect(Array(ordered.prefix(sorted)) == expected)
+        guard count <= SaveOrder.rankLimit else { return }
+        ordered = [UInt32](repeating: 0, count: count + 1)
+        let ranked = ordered.withUnsafeMutableBufferPointer { ordered in
+            SaveOrder.rank(sources, by: sequences, count: count, into: ordered.baseAddress!)
+        }
+        #expect(Array(ordered.prefix(ranked)) == expected)
     }
 
     /// Past 4 MiB an array grows into storage advised to use huge pages: every element, plain or
@@ -428,9 +446,8 @@ struct SubscriptionTests {
         table.add(TokenTable.Posting(entry: 3, requires: .max), under: "harbour")
         func probe(_ fields: [String: FieldValue]) -> [UInt32] {
             var found: [UInt32] = []
-            var decided: [UInt32] = []
-            table.probe(Record(recordType: "Artwork", recordName: "a", fields: fields), into: &found, matches: &decided)
-            #expect(decided.isEmpty)
+            table.probe(Record(recordType: "Artwork", recordName: "a", fields: fields), into: &found)
+            #expect(found.allSatisfy { $0 & QuerySubscriptionIndex.Found.decided == 0 })
             return found.sorted()
         }
         #expect(probe(["title": .string("SUNSET at Dusk")]) == [1])

@@ -40,6 +40,8 @@ struct QuerySubscriptionIndex: Sendable {
 
         var isEmpty: Bool { first == .max }
 
+        var count: Int { first == .max ? 0 : 1 + rest.count }
+
         /// The only subscriber, or `UInt32.max` when there are none or several.
         var sole: UInt32 { rest.isEmpty ? first : .max }
 
@@ -157,7 +159,13 @@ struct QuerySubscriptionIndex: Sendable {
 
     // MARK: Adding and removing
 
-    func typeID(of recordType: String) -> UInt32? { recordTypeIDs[recordType] }
+    /// The number of a record type some entry has. Among a few types, compared in turn: each
+    /// change asks, and hashing a string costs more than a few comparisons.
+    func typeID(of recordType: String) -> UInt32? {
+        guard recordTypes.count <= 8 else { return recordTypeIDs[recordType] }
+        for (number, name) in recordTypes.enumerated() where name == recordType { return UInt32(number) }
+        return nil
+    }
 
     func recordType(of entry: UInt32) -> String { recordTypes[Int(entries[Int(entry)].recordType)] }
 
@@ -235,30 +243,34 @@ struct QuerySubscriptionIndex: Sendable {
 
     // MARK: Probing
 
-    /// Appends to `candidates` the entries of record type `type` that `record` could match, to
-    /// `matches` those it is known to match, and to `soleMatches` the known matches of entries with
-    /// one subscriber that an interval describes whole (an entry may come more than once).
-    func candidates(type: UInt32, record: Record, into candidates: inout [UInt32], matches: inout [UInt32], soleMatches: inout [SoleMatch]) {
+    /// Adds to `found` the entries of record type `found.type` that `record` could match (those it
+    /// is known to match marked `Found.decided`), and the known matches of entries with one
+    /// subscriber that an interval describes whole. An entry may come more than once.
+    func probe(_ record: Record, into found: inout Found) {
         // Read in place: a type index copied out of its array costs a retain per table.
         types.withUnsafeBufferPointer { types in
-            guard let base = types.baseAddress, Int(type) < types.count else { return }
-            var found = Found(type: type, candidates: candidates, matches: matches, soleMatches: soleMatches)
-            candidates = []
-            matches = []
-            soleMatches = []
-            TypeIndex.probe(base + Int(type), record: record, into: &found)
-            candidates = found.candidates
-            matches = found.matches
-            soleMatches = found.soleMatches
+            guard let base = types.baseAddress, Int(found.type) < types.count else { return }
+            TypeIndex.probe(base + Int(found.type), record: record, into: &found)
         }
     }
 
-    /// What a probe finds (see `candidates(type:record:into:matches:soleMatches:)`).
+    /// What a probe finds (see `probe(_:into:)`).
     struct Found {
-        let type: UInt32
-        var candidates: [UInt32]
-        var matches: [UInt32]
-        var soleMatches: [SoleMatch]
+        /// The record type probed.
+        var type: UInt32
+        /// Entry numbers; with `decided` set, the record is known to match the entry (a range or
+        /// token posting decided it), else the entry's predicate is to be evaluated.
+        var candidates: [UInt32] = []
+        var soleMatches: [SoleMatch] = []
+
+        /// The flag of a decided entry: entry numbers stay below it (an entry takes tens of bytes,
+        /// and `SubscriptionSet` holds fewer than 2^31 subscriptions).
+        static let decided: UInt32 = 1 << 31
+
+        init(type: UInt32) {
+            self.type = type
+            candidates.reserveCapacity(256)
+        }
     }
 
     /// Whether probing the record of type `type` could find other entries once `changes` are made.
@@ -551,7 +563,7 @@ extension QuerySubscriptionIndex.TypeIndex {
             }
         }
         guard !index.pointee.tokens.isEmpty else { return }
-        index.pointee.tokens.probe(record, into: &found.candidates, matches: &found.matches)
+        index.pointee.tokens.probe(record, into: &found.candidates)
     }
 
     /// Whether a field in `changes` is one probing reads, so the old record may find other entries.
@@ -610,13 +622,14 @@ extension QuerySubscriptionIndex.RangePostings {
         if !ranges.pointee.lowerBounds.isEmpty { ranges.pointee.lowerBounds.forEach(boundAtMost: x + slack) { found.candidates.append($0) } }
         if !ranges.pointee.upperBounds.isEmpty { ranges.pointee.upperBounds.forEach(boundAtLeast: x - slack) { found.candidates.append($0) } }
         if !ranges.pointee.intervals.isEmpty {
+            if key != nil && found.soleMatches.capacity == 0 { found.soleMatches.reserveCapacity(64) }
             ranges.pointee.intervals.forEach(containing: x, slack: slack, exact: exact) { entry, decided, sole, low, high in
                 if !decided {
                     found.candidates.append(entry)
                 } else if sole != .max, let key, let low = Int64(exactly: low), let high = Int64(exactly: high) {
                     found.soleMatches.append(QuerySubscriptionIndex.SoleMatch(slot: sole, type: found.type, key: key, low: low, high: high))
                 } else {
-                    found.matches.append(entry)
+                    found.candidates.append(entry | QuerySubscriptionIndex.Found.decided)
                 }
             }
         }
@@ -887,8 +900,9 @@ struct IntervalIndex: Sendable {
         }
     }
 
-    /// Window positions collected before they are reported.
-    private static let scanBlock = 64
+    /// Window positions collected before they are reported: 32 of 32 bytes, the most a temporary
+    /// allocation holds on the stack here (past 1 KiB it is made on the heap).
+    private static let scanBlock = 32
 
     /// Asks the CPU to start loading the lower bound and tail at `position` in the class at
     /// `widthClass`. The arrays' storage addresses are read as plain words (a retain would write

@@ -208,70 +208,134 @@ public struct SubscriptionFirings: RandomAccessCollection, Hashable, Sendable {
 final class FiringBatch: Sendable {
     let record: Record
     let subscriptions: [SubscriptionParts]
-    /// The notification infos of `subscriptions`, each once: most subscriptions share one, and
-    /// the batch holds it once rather than each firing retaining it.
-    let notificationInfos: [SharedNotificationInfo]
+    /// What the subscriptions share, each once (the batch holds it once rather than each firing
+    /// retaining it): their notification infos (most share one) and scopes.
+    private let notificationInfos: SharedValues<SharedNotificationInfo>
+    private let scopes: SharedValues<SubscriptionParts.Scope>
 
-    init(record: Record, subscriptions: [SubscriptionParts], notificationInfos: [SharedNotificationInfo]) {
+    init(record: Record, subscriptions: [SubscriptionParts], notificationInfos: SharedValues<SharedNotificationInfo>,
+         scopes: SharedValues<SubscriptionParts.Scope>) {
         self.record = record
         self.subscriptions = subscriptions
         self.notificationInfos = notificationInfos
+        self.scopes = scopes
     }
 
     convenience init(record: Record, subscription: Subscription) {
-        self.init(record: record, subscriptions: [SubscriptionParts(subscription, notificationInfo: 0)],
-                  notificationInfos: [SharedNotificationInfo(subscription.notificationInfo)])
+        let (parts, scope) = SubscriptionParts.split(subscription)
+        self.init(record: record, subscriptions: [parts], notificationInfos: SharedValues(SharedNotificationInfo(subscription.notificationInfo)),
+                  scopes: SharedValues(scope))
     }
 
     func subscription(at position: Int) -> Subscription {
         let parts = subscriptions[position]
-        return parts.subscription(notificationInfo: notificationInfos[Int(parts.notificationInfo)].value)
+        return parts.subscription(notificationInfo: notificationInfos[parts.notificationInfo].value, scope: scopes[parts.scope])
     }
 
     /// A batch of the firing at `position` alone, for `record`.
     func firing(_ position: Int, record: Record) -> FiringBatch {
         var parts = subscriptions[position]
-        let info = notificationInfos[Int(parts.notificationInfo)]
+        let (info, scope) = (notificationInfos[parts.notificationInfo], scopes[parts.scope])
         parts.notificationInfo = 0
-        return FiringBatch(record: record, subscriptions: [parts], notificationInfos: [info])
+        parts.scope = 0
+        return FiringBatch(record: record, subscriptions: [parts], notificationInfos: SharedValues(info), scopes: SharedValues(scope))
     }
 }
 
-/// A subscription as stored parts: a query's condition packed, its notification info a position
-/// in its batch's.
+/// A subscription as stored parts: a query's condition packed; its notification info and scope
+/// positions in its batch's.
 struct SubscriptionParts: Sendable {
-    enum Kind: Sendable {
-        case query(recordType: String, predicate: PackedPredicate, zoneID: ZoneID?)
+    /// What a subscription fires for, apart from a query's predicate. A batch's firings share
+    /// few (most fire for one record type, in no zone).
+    enum Scope: Sendable {
+        case query(recordType: String, zoneID: ZoneID?)
         case given(Subscription.Kind)
     }
 
     var subscriptionID: String
-    var kind: Kind
+    var owner: String
+    /// A query subscription's predicate; `PackedPredicate.free` for other kinds.
+    var predicate: PackedPredicate
     var options: SubscriptionOptions
     var notificationInfo: UInt32
-    var owner: String
+    var scope: UInt32
 
-    init(subscriptionID: String, kind: Kind, options: SubscriptionOptions, notificationInfo: UInt32, owner: String) {
-        self.subscriptionID = subscriptionID
-        self.kind = kind
-        self.options = options
-        self.notificationInfo = notificationInfo
-        self.owner = owner
+    /// A subscription's parts (in a batch of its own), and its scope.
+    static func split(_ subscription: Subscription) -> (SubscriptionParts, Scope) {
+        let parts = SubscriptionParts(subscriptionID: subscription.subscriptionID, owner: subscription.owner, predicate: .free,
+                                      options: subscription.options, notificationInfo: 0, scope: 0)
+        return (parts, .given(subscription.kind))
     }
 
-    init(_ subscription: Subscription, notificationInfo: UInt32) {
-        self.init(subscriptionID: subscription.subscriptionID, kind: .given(subscription.kind), options: subscription.options,
-                  notificationInfo: notificationInfo, owner: subscription.owner)
-    }
-
-    func subscription(notificationInfo: NotificationInfo) -> Subscription {
-        let kind: Subscription.Kind = switch self.kind {
-        case .query(let recordType, let predicate, let zoneID): .query(recordType: recordType, condition: predicate.condition, zoneID: zoneID)
+    func subscription(notificationInfo: NotificationInfo, scope: Scope) -> Subscription {
+        let kind: Subscription.Kind = switch scope {
+        case .query(let recordType, let zoneID): .query(recordType: recordType, condition: predicate.condition, zoneID: zoneID)
         case .given(let kind): kind
         }
         var subscription = Subscription(subscriptionID: subscriptionID, kind: kind, options: options, notificationInfo: notificationInfo)
         subscription.owner = owner
         return subscription
+    }
+}
+
+/// Values the firings of a batch share, each stored once: the first, then the others (usually
+/// none, so no array is made).
+struct SharedValues<Value: Sendable>: Sendable {
+    private let first: Value
+    private let others: [Value]
+
+    init(_ first: Value, others: [Value] = []) {
+        self.first = first
+        self.others = others
+    }
+
+    subscript(position: UInt32) -> Value { position == 0 ? first : others[Int(position) - 1] }
+}
+
+/// Collects the values a batch's firings share, in order of first use, each found by a key
+/// (the last one first: most firings share one).
+struct SharedValuesBuilder<Value: Sendable> {
+    private var first: Value?
+    private var others: [Value] = []
+    /// No key is `UInt64.max`.
+    private var last: (key: UInt64, position: UInt32) = (.max, 0)
+    /// The keys in order, once there are several.
+    private var keys: [UInt64] = []
+    /// Built once there are enough values for a linear search to be slow.
+    private var positions: [UInt64: UInt32] = [:]
+
+    var values: SharedValues<Value>? { first.map { SharedValues($0, others: others) } }
+
+    /// The position of the value with `key`, made by `value` when it is new.
+    @inline(__always)
+    mutating func position(of key: UInt64, _ value: () -> Value) -> UInt32 {
+        if key == last.key { return last.position }
+        return add(key, value)
+    }
+
+    private mutating func add(_ key: UInt64, _ value: () -> Value) -> UInt32 {
+        let position: UInt32
+        if first == nil {
+            first = value()
+            position = 0
+        } else {
+            if keys.isEmpty { keys.append(last.key) }
+            if keys.count <= 8, let found = keys.firstIndex(of: key) {
+                position = UInt32(found)
+            } else if keys.count > 8, let found = positions[key] {
+                position = found
+            } else {
+                position = UInt32(keys.count)
+                others.append(value())
+                keys.append(key)
+                if keys.count > 8 {
+                    if positions.isEmpty { for (known, number) in keys.enumerated() { positions[number] = UInt32(known) } }
+                    positions[key] = position
+                }
+            }
+        }
+        last = (key, position)
+        return position
     }
 }
 

@@ -77,6 +77,9 @@ public struct SubscriptionSet: Sendable {
     private var index = QuerySubscriptionIndex()
     private var nextSequence: UInt64 = 0
     public private(set) var count = 0
+    /// The most subscriptions a set holds: slot and entry numbers stay below 2^31, so the matcher
+    /// can mark them with the top bit.
+    public static let capacity = Int(Int32.max)
 
     public init(database: DatabaseScope, reportsRecordsLeavingResults: Bool = false) {
         self.database = database
@@ -103,6 +106,9 @@ public struct SubscriptionSet: Sendable {
            let existing = slotByIdentity.first(hash: identity.hashValue, where: { self.identity(ofSlot: $0) == identity }),
            slots[Int(existing)].subscriptionID != subscription.subscriptionID {
             throw SubscriptionError("subscription is duplicate of '\(slots[Int(existing)].subscriptionID)'")
+        }
+        if freeSlots.isEmpty, slots.count >= Self.capacity, slot(of: subscription.subscriptionID) == nil {
+            throw SubscriptionError("subscription '\(subscription.subscriptionID)': the set already holds \(Self.capacity) subscriptions, the most it can")
         }
         remove(id: subscription.subscriptionID)
         let number: UInt32
@@ -178,32 +184,55 @@ public struct SubscriptionSet: Sendable {
 
     /// The stored subscription in slot `number`.
     private func subscription(at number: UInt32) -> Subscription {
-        let info = notificationInfos[slots[Int(number)].notificationInfo]?.value ?? NotificationInfo()
-        return parts(at: number, notificationInfo: 0).subscription(notificationInfo: info)
+        let slot = slots[Int(number)]
+        let kind: Subscription.Kind
+        if slot.kind == .query, Int(slot.entry) < index.entries.count, !index.entries[Int(slot.entry)].isFree {
+            kind = .query(recordType: index.recordType(of: slot.entry), condition: index.entries[Int(slot.entry)].predicate.condition,
+                          zoneID: slot.zone == 0 ? nil : zones[slot.zone - 1])
+        } else {
+            kind = otherKinds[number] ?? .database(recordType: nil)
+        }
+        var subscription = Subscription(subscriptionID: slot.subscriptionID, kind: kind, options: slot.options,
+                                        notificationInfo: notificationInfos[slot.notificationInfo]?.value ?? NotificationInfo())
+        subscription.owner = owners[slot.owner] ?? PushContext.defaultUserRecordName
+        return subscription
     }
 
-    /// The stored subscription in slot `number`, as cheap parts whose notification info is at
-    /// `notificationInfo` in their batch. A `sole` match gives its record type and predicate, so
-    /// its entry is not read.
-    private func parts(at number: UInt32, notificationInfo: UInt32, sole: QuerySubscriptionIndex.SoleMatch? = nil) -> SubscriptionParts {
-        // Read in place: a slot copied out would retain its ID twice.
-        slots.withUnsafeBufferPointer { slots in
-            let slot = slots.baseAddress.map { $0 + Int(number) }
-            let kind: SubscriptionParts.Kind
-            if let slot, let sole, slot.pointee.kind == .query {
-                kind = .query(recordType: index.recordTypeName(sole.type), predicate: sole.predicate,
-                              zoneID: slot.pointee.zone == 0 ? nil : zones[slot.pointee.zone - 1])
-            } else if let slot, slot.pointee.kind == .query, !index.entries[Int(slot.pointee.entry)].isFree {
-                let entry = slot.pointee.entry
-                kind = .query(recordType: index.recordType(of: entry), predicate: index.entries[Int(entry)].predicate,
-                              zoneID: slot.pointee.zone == 0 ? nil : zones[slot.pointee.zone - 1])
-            } else {
-                kind = .given(otherKinds[number] ?? .database(recordType: nil))
-            }
-            return SubscriptionParts(
-                subscriptionID: slot?.pointee.subscriptionID ?? "", kind: kind, options: slot?.pointee.options ?? [],
-                notificationInfo: notificationInfo, owner: slot.flatMap { owners[$0.pointee.owner] } ?? PushContext.defaultUserRecordName)
+    /// The parts of the subscription in `slot`, slot number `number`, with their notification info
+    /// and scope added to a batch's. A `sole` match gives its record type and predicate, so its
+    /// entry is not read.
+    private func parts(
+        of slot: UnsafePointer<Slot>, number: UInt32, sole: QuerySubscriptionIndex.SoleMatch?,
+        infos: inout SharedValuesBuilder<SharedNotificationInfo>, scopes: inout SharedValuesBuilder<SubscriptionParts.Scope>
+    ) -> SubscriptionParts {
+        let info = slot.pointee.notificationInfo
+        let infoPosition = infos.position(of: UInt64(info)) { notificationInfos[info] ?? SharedNotificationInfo(NotificationInfo()) }
+        let entry = slot.pointee.entry
+        let predicate: PackedPredicate
+        let scope: UInt32
+        let type: UInt32? = if slot.pointee.kind != .query {
+            nil
+        } else if let sole {
+            sole.type
+        } else if Int(entry) < index.entries.count, !index.entries[Int(entry)].isFree {
+            index.entries[Int(entry)].recordType
+        } else {
+            nil
         }
+        if let type {
+            predicate = sole?.predicate ?? index.entries[Int(entry)].predicate
+            let zone = slot.pointee.zone
+            scope = scopes.position(of: UInt64(type) << 32 | UInt64(zone)) {
+                .query(recordType: index.recordTypeName(type), zoneID: zone == 0 ? nil : zones[zone - 1])
+            }
+        } else {
+            predicate = .free
+            // Zone and database subscriptions are few: each has a scope of its own.
+            scope = scopes.position(of: 1 << 63 | UInt64(number)) { .given(otherKinds[number] ?? .database(recordType: nil)) }
+        }
+        return SubscriptionParts(
+            subscriptionID: slot.pointee.subscriptionID, owner: owners[slot.pointee.owner] ?? PushContext.defaultUserRecordName,
+            predicate: predicate, options: slot.pointee.options, notificationInfo: infoPosition, scope: scope)
     }
 
     /// Checks that every table agrees with the slots (for tests): each live slot is found by its
@@ -252,39 +281,50 @@ public struct SubscriptionSet: Sendable {
     /// the two verdicts are equal. Likewise the index is probed with the old record only when a
     /// field probing reads has changed (else it would find the same entries).
     func firings(for change: RecordChange, now: Int64, statistics: inout MatchStatistics) -> SubscriptionFirings {
-        let record = change.record
-        let (required, reason): (SubscriptionOptions, QueryNotificationReason) = switch change {
-        case .created: (.firesOnRecordCreation, .recordCreated)
-        case .updated: (.firesOnRecordUpdate, .recordUpdated)
-        case .deleted: (.firesOnRecordDeletion, .recordDeleted)
+        // The records are read through pointers: each copy of a record retains its every part.
+        switch change {
+        case .created(let record):
+            withUnsafePointer(to: record) { firings(of: $0, before: nil, .firesOnRecordCreation, .recordCreated, now, &statistics) }
+        case .updated(let old, let record):
+            withUnsafePointer(to: record) { new in
+                withUnsafePointer(to: old) { old in
+                    firings(of: new, before: reportsRecordsLeavingResults ? old : nil, .firesOnRecordUpdate, .recordUpdated, now, &statistics)
+                }
+            }
+        case .deleted(let record):
+            withUnsafePointer(to: record) { firings(of: $0, before: nil, .firesOnRecordDeletion, .recordDeleted, now, &statistics) }
         }
-        var before: Record?
-        if case .updated(let old, _) = change, reportsRecordsLeavingResults { before = old }
-        let changes = before.map { FieldChanges(from: $0, to: record) } ?? FieldChanges()
-        let newType = index.typeID(of: record.recordType)
-        let oldType = before.flatMap { index.typeID(of: $0.recordType) }
-        // One evaluation context per record: each record's token set is computed at most once.
-        var newContext = EvaluationContext(now: now)
-        var oldContext = EvaluationContext(now: now)
-        // Candidates are evaluated; matches (found by a range that decides them) are not.
-        var candidates: [UInt32] = []
-        var matches: [UInt32] = []
-        var soleMatches: [QuerySubscriptionIndex.SoleMatch] = []
-        candidates.reserveCapacity(256)
-        matches.reserveCapacity(64)
-        soleMatches.reserveCapacity(64)
-        if let newType {
-            index.candidates(type: newType, record: record, into: &candidates, matches: &matches, soleMatches: &soleMatches)
+    }
+
+    /// The firings for a change to `record` that needs `required` among a subscription's options.
+    /// `before` is the record before an update, when records leaving the results fire too.
+    ///
+    /// In three steps: probe the index and evaluate the candidates; list the subscriptions of the
+    /// entries that match, with the sole matches (see `SoleMatch`), keeping those whose options
+    /// and zone fire; put them in save order and make their parts. The lists live in one
+    /// temporary allocation (on the stack, unless it is large).
+    private func firings(
+        of record: UnsafePointer<Record>, before: UnsafePointer<Record>?, _ required: SubscriptionOptions,
+        _ reason: QueryNotificationReason, _ now: Int64, _ statistics: inout MatchStatistics
+    ) -> SubscriptionFirings {
+        let changes = before.map { FieldChanges(from: $0.pointee, to: record.pointee) } ?? FieldChanges()
+        let newType = index.typeID(of: record.pointee.recordType)
+        let oldType = before.flatMap { index.typeID(of: $0.pointee.recordType) }
+        var found = QuerySubscriptionIndex.Found(type: newType ?? 0)
+        if newType != nil {
+            index.probe(record.pointee, into: &found)
             statistics.probes += 1
         }
         if let before, let oldType, index.probeReads(type: oldType, changes) {
             // A match of the old record fires too: `before` is set only when leaving the results does.
-            index.candidates(type: oldType, record: before, into: &candidates, matches: &matches, soleMatches: &soleMatches)
+            found.type = oldType
+            index.probe(before.pointee, into: &found)
             statistics.probes += 1
             // Most entries are found by both records: evaluate each once.
-            candidates.sort()
-            candidates.removeDuplicates()
+            found.candidates.sort()
+            found.candidates.removeDuplicates()
         }
+        let soleMatches = found.soleMatches
         statistics.soleMatches += soleMatches.count
         // Entries and slots are spread over hundreds of megabytes: each candidate costs a cache
         // miss or two. Asking for all of them first lets the misses overlap.
@@ -294,103 +334,130 @@ public struct SubscriptionSet: Sendable {
                 for match in soleMatches where Int(match.slot) < slots.count { Self.prefetch(base + Int(match.slot)) }
             }
         }
-        var hits: [UInt32] = []
-        hits.reserveCapacity(candidates.count + matches.count + soleMatches.count)
-        index.entries.withUnsafeBufferPointer { entries in
-            guard let base = entries.baseAddress else { return }
-            for candidate in candidates { Self.prefetch(base + Int(candidate)) }
-            // A match is not evaluated, but its subscribers are read now and its predicate later.
-            for match in matches { Self.prefetch(base + Int(match)) }
-            withUnsafePointer(to: record) { new in
-                withUnsafePointer(to: before ?? record) { old in
-                    for candidate in candidates {
-                        let entry = base + Int(candidate)
-                        // Read in place through the pointer: a predicate copied out costs more than its test.
-                        guard !entry.pointee.isFree else { continue }
-                        let type = entry.pointee.recordType
-                        var verdict = false
-                        if type == newType {
-                            verdict = entry.pointee.predicate.matches(new, in: &newContext)
-                            statistics.evaluations += 1
-                        }
-                        if !verdict, before != nil, type == oldType {
-                            if type != newType || entry.pointee.predicate.reads(changes) {
-                                verdict = entry.pointee.predicate.matches(old, in: &oldContext)
-                                statistics.oldEvaluations += 1
-                            } else {
-                                statistics.reusedVerdicts += 1
-                            }
-                        }
-                        if verdict { entry.pointee.subscribers.forEach { hits.append($0) } }
+        let (passing, subscriberCount) = evaluate(&found.candidates, record, before, newType, oldType, changes, now, &statistics)
+        let total = subscriberCount + soleMatches.count + otherKinds.count
+        guard total > 0 else { return SubscriptionFirings(batch: nil, reason: reason) }
+        let recordZone = zones.isEmpty ? nil : zones.id(of: record.pointee.recordID.zoneID).map { $0 + 1 }
+        let candidates = found.candidates
+        return withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 3 * total) { scratch -> SubscriptionFirings in
+            // Sources: a slot number, or `Self.soleSource` and a position in `soleMatches`.
+            guard let sources = scratch.baseAddress else { return SubscriptionFirings(batch: nil, reason: reason) }
+            let sequences = sources + total
+            let ordered = sources + 2 * total
+            var count = 0
+            index.entries.withUnsafeBufferPointer { entries in
+                for entry in candidates.prefix(passing) {
+                    entries[Int(entry)].subscribers.forEach {
+                        sources[count] = $0
+                        count += 1
                     }
                 }
             }
-            for match in matches { base[Int(match)].subscribers.forEach { hits.append($0) } }
+            return slots.withUnsafeBufferPointer { slots -> SubscriptionFirings in
+                guard let base = slots.baseAddress else { return SubscriptionFirings(batch: nil, reason: reason) }
+                for position in 0..<count { Self.prefetch(base + Int(sources[position])) }
+                for position in soleMatches.indices {
+                    sources[count] = Self.soleSource | UInt32(position)
+                    count += 1
+                }
+                // Keep the subscriptions whose options and zone fire, with their sequences.
+                var kept = 0
+                owners.withValues { owners in
+                    for position in 0..<count {
+                        let source = sources[position]
+                        let slot = base + Int(source & Self.soleSource == 0 ? source : soleMatches[Int(source & ~Self.soleSource)].slot)
+                        guard slot.pointee.options.contains(required), slot.pointee.zone == 0 || slot.pointee.zone == recordZone else { continue }
+                        sources[kept] = source
+                        sequences[kept] = UInt32(truncatingIfNeeded: slot.pointee.sequence)
+                        kept += 1
+                        // The owner's name is read when the firing is made: tens of thousands of
+                        // owners do not stay in cache either.
+                        if let owner = owners.baseAddress, Int(slot.pointee.owner) < owners.count { kquery_prefetch(owner + Int(slot.pointee.owner)) }
+                    }
+                }
+                for (number, kind) in otherKinds where Self.otherFires(kind, record.pointee) {
+                    sources[kept] = number
+                    sequences[kept] = UInt32(truncatingIfNeeded: slots[Int(number)].sequence)
+                    kept += 1
+                }
+                // Firings come out in save order; a subscription found twice (several postings,
+                // or both records) fires once.
+                let firingCount: Int
+                if nextSequence <= 1 << 31 && kept <= SaveOrder.rankLimit {
+                    firingCount = SaveOrder.rank(sources, by: sequences, count: kept, into: ordered)
+                } else {
+                    firingCount = SaveOrder.sort(sources, count: kept, into: ordered) { source in
+                        slots[Int(source & Self.soleSource == 0 ? source : soleMatches[Int(source & ~Self.soleSource)].slot)].sequence
+                    }
+                }
+                var infos = SharedValuesBuilder<SharedNotificationInfo>()
+                var scopes = SharedValuesBuilder<SubscriptionParts.Scope>()
+                let parts = [SubscriptionParts](unsafeUninitializedCapacity: firingCount) { parts, initialized in
+                    guard let out = parts.baseAddress else { return }
+                    for position in 0..<firingCount {
+                        let source = ordered[position]
+                        let sole = source & Self.soleSource == 0 ? nil : soleMatches[Int(source & ~Self.soleSource)]
+                        let number = sole?.slot ?? source
+                        (out + position).initialize(to: self.parts(of: base + Int(number), number: number, sole: sole, infos: &infos, scopes: &scopes))
+                        initialized = position + 1
+                    }
+                }
+                guard let infos = infos.values, let scopes = scopes.values else { return SubscriptionFirings(batch: nil, reason: reason) }
+                let batch = FiringBatch(record: record.pointee, subscriptions: parts, notificationInfos: infos, scopes: scopes)
+                return SubscriptionFirings(batch: batch, reason: reason)
+            }
         }
-        // Sole matches come last in `hits`: their firings are made without reading their entries.
-        let soleStart = hits.count
-        for match in soleMatches { hits.append(match.slot) }
-        let recordZone = zones.isEmpty ? nil : zones.id(of: record.recordID.zoneID).map { $0 + 1 }
-        // Firings come out in save order. While sequences fit 31 bits (unless billions of
-        // subscriptions were saved), (sequence << 32 | position in hits) sorts as a plain integer
-        // below 2^63 (see `sortDistinctKeys`), and the position tells a sole match.
-        let compact = nextSequence < 1 << 31
-        var keys: [UInt64] = []
-        var wide: [(sequence: UInt64, slot: UInt32)] = []
-        keys.reserveCapacity(hits.count)
-        owners.withValues { owners in
-            slots.withUnsafeBufferPointer { slots in
-                guard let base = slots.baseAddress else { return }
-                for number in hits { Self.prefetch(base + Int(number)) }
-                for (position, number) in hits.enumerated() {
-                    let slot = base + Int(number)
-                    guard slot.pointee.options.contains(required), slot.pointee.zone == 0 || slot.pointee.zone == recordZone else { continue }
-                    if compact { keys.append(slot.pointee.sequence << 32 | UInt64(position)) } else { wide.append((slot.pointee.sequence, number)) }
-                    // The owner's name is read when the firing is made: tens of thousands of
-                    // owners do not stay in cache either.
-                    if let owner = owners.baseAddress, Int(slot.pointee.owner) < owners.count { kquery_prefetch(owner + Int(slot.pointee.owner)) }
+    }
+
+    /// Marks a source that is a sole match (slot numbers stay below it: see `capacity`).
+    private static let soleSource: UInt32 = 1 << 31
+
+    /// Evaluates the candidates (entries decided by the probe are not evaluated) and moves those
+    /// that match to the front of `candidates`, without their flags. Returns how many match and
+    /// how many subscribers they have.
+    private func evaluate(
+        _ candidates: inout [UInt32], _ record: UnsafePointer<Record>, _ before: UnsafePointer<Record>?, _ newType: UInt32?,
+        _ oldType: UInt32?, _ changes: FieldChanges, _ now: Int64, _ statistics: inout MatchStatistics
+    ) -> (passing: Int, subscribers: Int) {
+        // One evaluation context per record: each record's token set is computed at most once.
+        var newContext = EvaluationContext(now: now)
+        var oldContext = EvaluationContext(now: now)
+        var passing = 0
+        var subscribers = 0
+        let decided = QuerySubscriptionIndex.Found.decided
+        candidates.withUnsafeMutableBufferPointer { candidates in
+            index.entries.withUnsafeBufferPointer { entries in
+                guard let base = entries.baseAddress else { return }
+                // A decided entry is not evaluated, but its subscribers are read.
+                for candidate in candidates where Int(candidate & ~decided) < entries.count { Self.prefetch(base + Int(candidate & ~decided)) }
+                for position in candidates.indices {
+                    let number = candidates[position] & ~decided
+                    guard Int(number) < entries.count else { continue }
+                    let entry = base + Int(number)
+                    // Read in place through the pointer: a predicate copied out costs more than its test.
+                    guard !entry.pointee.isFree else { continue }
+                    var verdict = candidates[position] & decided != 0
+                    let type = entry.pointee.recordType
+                    if !verdict, type == newType {
+                        verdict = entry.pointee.predicate.matches(record, in: &newContext)
+                        statistics.evaluations += 1
+                    }
+                    if !verdict, let before, type == oldType {
+                        if type != newType || entry.pointee.predicate.reads(changes) {
+                            verdict = entry.pointee.predicate.matches(before, in: &oldContext)
+                            statistics.oldEvaluations += 1
+                        } else {
+                            statistics.reusedVerdicts += 1
+                        }
+                    }
+                    guard verdict else { continue }
+                    candidates[passing] = number
+                    passing += 1
+                    subscribers += entry.pointee.subscribers.count
                 }
             }
         }
-        for (number, kind) in otherKinds where Self.otherFires(kind, record) {
-            let sequence = slots[Int(number)].sequence
-            hits.append(number)
-            if compact { keys.append(sequence << 32 | UInt64(hits.count - 1)) } else { wide.append((sequence, number)) }
-        }
-        // An entry found twice (several postings, or both records) fires once.
-        var ordered: [UInt32] = []
-        /// For each firing in `ordered`, the position in `soleMatches` of the match it comes from,
-        /// or a negative number (empty when there are no sole matches).
-        var known: [Int] = []
-        if compact {
-            keys.sortDistinctKeys()
-            ordered.reserveCapacity(keys.count)
-            if !soleMatches.isEmpty { known.reserveCapacity(keys.count) }
-            var last = UInt64.max
-            for key in keys where key >> 32 != last {
-                last = key >> 32
-                let position = Int(truncatingIfNeeded: key & 0xFFFF_FFFF)
-                ordered.append(hits[position])
-                if !soleMatches.isEmpty { known.append(position >= soleStart && position - soleStart < soleMatches.count ? position - soleStart : -1) }
-            }
-        } else {
-            wide.sort { $0.sequence < $1.sequence }
-            var last: UInt64?
-            for (sequence, number) in wide where sequence != last {
-                last = sequence
-                ordered.append(number)
-            }
-        }
-        var parts: [SubscriptionParts] = []
-        parts.reserveCapacity(ordered.count)
-        var infos = BatchNotificationInfos()
-        for (position, number) in ordered.enumerated() {
-            let info = infos.position(of: slots[Int(number)].notificationInfo, in: notificationInfos)
-            let sole = known.isEmpty || known[position] < 0 ? nil : soleMatches[known[position]]
-            parts.append(self.parts(at: number, notificationInfo: info, sole: sole))
-        }
-        guard !parts.isEmpty else { return SubscriptionFirings(batch: nil, reason: reason) }
-        return SubscriptionFirings(batch: FiringBatch(record: record, subscriptions: parts, notificationInfos: infos.infos), reason: reason)
+        return (passing, subscribers)
     }
 
     /// The same answer by evaluating every subscription in turn, compiling its predicate afresh:
@@ -479,58 +546,49 @@ public struct SubscriptionSet: Sendable {
     }
 }
 
-/// The distinct notification infos of a batch of firings, in order of first use, found by their
-/// number in the set's intern table (the last one first: most firings share one).
-private struct BatchNotificationInfos {
-    private(set) var infos: [SharedNotificationInfo] = []
-    private var ids: [UInt32] = []
-    /// Built once there are enough infos for a linear search to be slow.
-    private var positions: [UInt32: UInt32] = [:]
-    private var last: (id: UInt32, position: UInt32) = (.max, 0)
+/// Putting firings in save order: sources (what a firing is made from) sorted by their
+/// subscriptions' sequence numbers, one kept of those with equal sequences (a subscription found
+/// twice, through several postings or through both records of an update).
+enum SaveOrder {
+    /// The most sources `rank` sorts: past it, its n² comparisons cost more than a sort's branches.
+    static let rankLimit = 64
 
-    mutating func position(of id: UInt32, in table: InternTable<SharedNotificationInfo>) -> UInt32 {
-        if id == last.id { return last.position }
-        let position: UInt32
-        if ids.count <= 8, let found = ids.firstIndex(of: id) {
-            position = UInt32(found)
-        } else if ids.count > 8, let found = positions[id] {
-            position = found
-        } else {
-            position = UInt32(infos.count)
-            infos.append(table[id] ?? SharedNotificationInfo(NotificationInfo()))
-            ids.append(id)
-            if ids.count > 8 {
-                if positions.isEmpty { for (known, number) in ids.enumerated() { positions[number] = UInt32(known) } }
-                positions[id] = position
-            }
+    /// Places each of `count` sources by rank: the number of sequences below its own, counted
+    /// without a branch (`other - key` is negative exactly when `other < key`, as both are below
+    /// 2^31). That is n² subtractions of 32 bits, four at a time in a vector register, against
+    /// the n log n mispredicted branches of a comparison sort. Sources with equal sequences have
+    /// equal ranks, so one overwrites the others and the ranks after it stay empty. Writes the
+    /// sources in order to `output`; returns how many.
+    static func rank(_ sources: UnsafePointer<UInt32>, by sequences: UnsafePointer<UInt32>, count: Int, into output: UnsafeMutablePointer<UInt32>) -> Int {
+        let empty = UInt32.max
+        output.update(repeating: empty, count: count)
+        for position in 0..<count {
+            let key = sequences[position]
+            var rank: Int32 = 0
+            for other in 0..<count { rank &-= Int32(bitPattern: sequences[other] &- key) >> 31 }
+            output[Int(rank)] = sources[position]
         }
-        last = (id, position)
-        return position
+        var kept = 0
+        for position in 0..<count where output[position] != empty {
+            output[kept] = output[position]
+            kept += 1
+        }
+        return kept
     }
-}
 
-extension Array where Element == UInt64 {
-    /// Sorts keys that are distinct and below 2^63.
-    ///
-    /// Up to 64 keys are placed by rank: each key's position is the number of keys below it,
-    /// counted without a branch (`other - key` is negative exactly when `other < key`, since both
-    /// are below 2^63). That is n² subtractions, which the compiler vectorizes, against the
-    /// n log n mispredicted branches of a comparison sort: for the forty-odd firings of a typical
-    /// change, about half the time.
-    mutating func sortDistinctKeys() {
-        guard count > 1 else { return }
-        guard count <= 64 else { return sort() }
-        var sorted = [UInt64](repeating: 0, count: count)
-        sorted.withUnsafeMutableBufferPointer { output in
-            withUnsafeBufferPointer { keys in
-                for key in keys {
-                    var rank = 0
-                    for other in keys { rank &-= Int(truncatingIfNeeded: Int64(bitPattern: other &- key) >> 63) }
-                    output[rank] = key
-                }
-            }
+    /// The same with a comparison sort, for any number of sources and sequences of 64 bits, read
+    /// through `sequence`.
+    static func sort(_ sources: UnsafePointer<UInt32>, count: Int, into output: UnsafeMutablePointer<UInt32>, sequence: (UInt32) -> UInt64) -> Int {
+        var keyed = (0..<count).map { (sequence: sequence(sources[$0]), source: sources[$0]) }
+        keyed.sort { $0.sequence < $1.sequence }
+        var kept = 0
+        var last: UInt64?
+        for (sequence, source) in keyed where sequence != last {
+            last = sequence
+            output[kept] = source
+            kept += 1
         }
-        self = sorted
+        return kept
     }
 }
 

@@ -33,10 +33,10 @@ struct TokenTable: Sendable {
         lookup.first(hash: Self.hash(fingerprint)) { names[Int($0)] == token }
     }
 
-    /// Appends the entries whose token search `record`'s text could satisfy (those under one of
-    /// its tokens whose required second token, if any, it has too) to `matches` when their posting
-    /// decides them, else to `candidates`.
-    func probe(_ record: Record, into candidates: inout [UInt32], matches: inout [UInt32]) {
+    /// Appends to `candidates` the entries whose token search `record`'s text could satisfy (those
+    /// under one of its tokens whose required second token, if any, it has too), marked
+    /// `QuerySubscriptionIndex.Found.decided` when their posting decides them.
+    func probe(_ record: Record, into candidates: inout [UInt32]) {
         // The lookup reads the tables through pointers: held as arrays, each token looked up
         // would retain and release them.
         let probe = lookup.withBuckets { buckets in
@@ -70,7 +70,7 @@ struct TokenTable: Sendable {
         for number in probe.present {
             forEachPosting(of: number) { posting in
                 guard posting.requires == .max || probe.has(posting.requires) else { return }
-                if posting.decides { matches.append(posting.entry) } else { candidates.append(posting.entry) }
+                candidates.append(posting.decides ? posting.entry | QuerySubscriptionIndex.Found.decided : posting.entry)
             }
         }
     }
