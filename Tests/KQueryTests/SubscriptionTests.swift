@@ -217,32 +217,43 @@ struct SubscriptionTests {
         #expect(firings.reversed().map(\.subscription.subscriptionID) == ["any", "cheap"])
     }
 
-    /// Stabbing finds exactly the intervals that contain a point, whatever their widths.
-    @Test func intervalIndexStabbing() {
+    /// Stabbing finds exactly the intervals that contain a point, whatever their widths. With an
+    /// exact point, an interval that decides its entry settles it: as a sole match naming the
+    /// entry's one subscriber (on a user field), or as a decided candidate (on a system field).
+    @Test(arguments: [true, false])
+    func intervalIndexStabbing(onUserField: Bool) {
         var rng = SplitMix(seed: 7)
         var index = IntervalIndex()
         var intervals: [UInt32: (Double, Double)] = [:]
         for id in UInt32(0)..<2000 {
-            let low = Double.random(in: -1000...1000, using: &rng)
-            let width: Double = [0, 0.5, 3, 40, 700].randomElement(using: &rng) ?? 1
+            let low = Double.random(in: -1000...1000, using: &rng).rounded()
+            let width: Double = [0, 1, 3, 40, 700].randomElement(using: &rng) ?? 1
             intervals[id] = (low, low + width)
-            // Every other interval decides its entry, with the entry's number as its one subscriber.
-            index.insert(low, low + width, id, decides: id.isMultiple(of: 2), sole: id)
+            // Every other interval decides its entry, with the entry's number + 5000 as its one subscriber.
+            index.insert(low, low + width, id, decides: id.isMultiple(of: 2), sole: id + 5000)
         }
         for id in stride(from: UInt32(0), to: 2000, by: 3) {
             if let (low, high) = intervals.removeValue(forKey: id) { index.remove(low, high, id) }
         }
+        let key = FieldKey("price")
         // Windows of the widest class hold over a hundred intervals: several scan blocks.
         for probe in 0..<300 {
-            let x = Double.random(in: -1100...1100, using: &rng)
+            let x = probe.isMultiple(of: 5) ? Double(Int.random(in: -1100...1100, using: &rng)) : Double.random(in: -1100...1100, using: &rng)
             let exact = probe.isMultiple(of: 2)
-            var found = Set<UInt32>()
-            index.forEach(containing: x, slack: 0, exact: exact) { entry, decided, sole, low, high in
-                #expect(decided == (exact && entry.isMultiple(of: 2)) && sole == (decided ? entry : .max))
-                #expect(intervals[entry].map { $0 == (low, high) } == true)
-                found.insert(entry)
+            var found = QuerySubscriptionIndex.Found(type: 3)
+            index.stab(x, slack: 0, exact: exact, key: onUserField ? key : nil, into: &found)
+            let decided = found.candidates.filter { $0 & QuerySubscriptionIndex.Found.decided != 0 }.map { $0 & ~QuerySubscriptionIndex.Found.decided }
+            let undecided = found.candidates.filter { $0 & QuerySubscriptionIndex.Found.decided == 0 }
+            #expect(undecided.allSatisfy { !exact || !$0.isMultiple(of: 2) })
+            #expect(decided.allSatisfy { exact && $0.isMultiple(of: 2) } && (onUserField ? decided.isEmpty : found.soleMatches.isEmpty))
+            for match in found.soleMatches {
+                let entry = match.slot &- 5000
+                #expect(exact && entry.isMultiple(of: 2) && match.type == 3 && match.key == key)
+                #expect(intervals[entry].map { $0 == (match.low, match.high) } == true)
             }
-            #expect(found == Set(intervals.filter { $0.value.0 <= x && x <= $0.value.1 }.keys))
+            let all = undecided + decided + found.soleMatches.map { $0.slot &- 5000 }
+            #expect(all.count == Set(all).count)
+            #expect(Set(all) == Set(intervals.filter { $0.value.0 <= x && x <= $0.value.1 }.keys))
         }
     }
 

@@ -103,10 +103,12 @@ struct QuerySubscriptionIndex: Sendable {
         var slot: UInt32
         var type: UInt32
         var key: FieldKey
-        var low: Int64
-        var high: Int64
+        /// The bounds as the interval holds them: INT64s that doubles represent exactly (see
+        /// `decidesByInterval`), converted back only when a firing is made.
+        var low: Double
+        var high: Double
 
-        var predicate: PackedPredicate { .one(.between(key, low, high)) }
+        var predicate: PackedPredicate { .one(.between(key, Int64(low), Int64(high))) }
     }
 
     /// One record type's postings. A record is probed field by field: its fields and the indexed
@@ -623,15 +625,7 @@ extension QuerySubscriptionIndex.RangePostings {
         if !ranges.pointee.upperBounds.isEmpty { ranges.pointee.upperBounds.forEach(boundAtLeast: x - slack) { found.candidates.append($0) } }
         if !ranges.pointee.intervals.isEmpty {
             if key != nil && found.soleMatches.capacity == 0 { found.soleMatches.reserveCapacity(64) }
-            ranges.pointee.intervals.forEach(containing: x, slack: slack, exact: exact) { entry, decided, sole, low, high in
-                if !decided {
-                    found.candidates.append(entry)
-                } else if sole != .max, let key, let low = Int64(exactly: low), let high = Int64(exactly: high) {
-                    found.soleMatches.append(QuerySubscriptionIndex.SoleMatch(slot: sole, type: found.type, key: key, low: low, high: high))
-                } else {
-                    found.candidates.append(entry | QuerySubscriptionIndex.Found.decided)
-                }
-            }
+            ranges.pointee.intervals.stab(x, slack: slack, exact: exact, key: key, into: &found)
         }
     }
 }
@@ -842,12 +836,18 @@ struct IntervalIndex: Sendable {
         return nil
     }
 
-    /// Calls `body` with each interval containing x (widened by `slack` on both sides), whether
-    /// that settles its entry's verdict, the entry's sole subscriber as recorded, and the bounds.
-    /// With `exact` (x is the value probed, not a rounding of it), deciding intervals are compared
-    /// with x itself: those containing it are reported as decided, the others not at all.
-    func forEach(containing x: Double, slack: Double, exact: Bool,
-                 _ body: (UInt32, _ decided: Bool, _ sole: UInt32, _ low: Double, _ high: Double) -> Void) {
+    /// Adds to `found` each interval containing x (widened by `slack` on both sides).
+    ///
+    /// With `exact` (x is the value probed, not a rounding of it), an interval that decides its
+    /// entry is compared with x itself: if it holds x, the entry is known to match, and is added
+    /// as a sole match when the interval names its one subscriber and the field is the user field
+    /// `key`, else as a decided candidate; if not, the entry is known not to match and is left out.
+    /// Every other interval that holds x adds its entry as a candidate.
+    func stab(_ x: Double, slack: Double, exact: Bool, key: FieldKey?, into found: inout QuerySubscriptionIndex.Found) {
+        let type = found.type
+        let soleKey = key ?? FieldKey(rawValue: 0)
+        let solesAllowed = key == nil ? 0 : 1
+        let exactly = exact ? 1 : 0
         classes.withUnsafeBufferPointer { classes in
             guard let base = classes.baseAddress else { return }
             withUnsafeTemporaryAllocation(of: Int.self, capacity: classes.count) { starts in
@@ -861,37 +861,44 @@ struct IntervalIndex: Sendable {
                     Self.prefetch(start, of: base + widthClass)
                 }
                 // ...then the windows. Whether an interval in a window holds x is a coin toss, so
-                // a branch on it would be mispredicted half the time: the intervals that do are
-                // collected without one, a block at a time, and reported after. Reporting outside
-                // the arrays' borrow also spares a retain and release of each array (a call the
-                // compiler cannot see into would need them kept alive).
-                withUnsafeTemporaryAllocation(of: (low: Double, tail: Tail).self, capacity: Self.scanBlock) { held in
-                    guard let held = held.baseAddress else { return }
-                    for widthClass in classes.indices {
-                        let low = x - classes[widthClass].width - slack
-                        let end = x + slack
-                        var position = starts[widthClass]
-                        var more = true
-                        while more {
-                            var count = 0
-                            classes[widthClass].lows.withUnsafeBufferPointer { lows in
-                                classes[widthClass].tails.withUnsafeBufferPointer { tails in
-                                    while position < lows.count && lows[position] < low { position += 1 }
-                                    let stop = min(lows.count, position + Self.scanBlock)
-                                    while position < stop, lows[position] <= end {
-                                        let tail = tails[position]
-                                        let holdsExactly = (lows[position] <= x ? 1 : 0) & (x <= tail.high ? 1 : 0)
-                                        let holdsWidened = tail.high >= x - slack ? 1 : 0
-                                        held[count] = (lows[position], tail)
-                                        count &+= exact && tail.decides ? holdsExactly : holdsWidened
-                                        position += 1
+                // a branch on it would be mispredicted half the time: each interval is written to
+                // both outputs, as an entry and as a sole match, and the counts advance only for
+                // what it is. The block is added after, outside the arrays' borrow (a call the
+                // compiler cannot see into would need them retained).
+                withUnsafeTemporaryAllocation(of: UInt32.self, capacity: Self.scanBlock) { entries in
+                    withUnsafeTemporaryAllocation(of: QuerySubscriptionIndex.SoleMatch.self, capacity: Self.scanBlock) { soles in
+                        guard let entries = entries.baseAddress, let soles = soles.baseAddress else { return }
+                        for widthClass in classes.indices {
+                            let low = x - classes[widthClass].width - slack
+                            let end = x + slack
+                            var position = starts[widthClass]
+                            var more = true
+                            while more {
+                                var (entryCount, soleCount) = (0, 0)
+                                classes[widthClass].lows.withUnsafeBufferPointer { lows in
+                                    classes[widthClass].tails.withUnsafeBufferPointer { tails in
+                                        while position < lows.count && lows[position] < low { position += 1 }
+                                        let stop = min(lows.count, position + Self.scanBlock)
+                                        while position < stop, lows[position] <= end {
+                                            let tail = tails[position]
+                                            let lowBound = lows[position]
+                                            let decided = exactly & (tail.decides ? 1 : 0)
+                                            let holdsExactly = (lowBound <= x ? 1 : 0) & (x <= tail.high ? 1 : 0)
+                                            let holdsWidened = tail.high >= x - slack ? 1 : 0
+                                            let holds = (decided & holdsExactly) | ((decided ^ 1) & holdsWidened)
+                                            let sole = decided & holds & (tail.sole == .max ? 0 : 1) & solesAllowed
+                                            entries[entryCount] = tail.id | UInt32(truncatingIfNeeded: decided) &* QuerySubscriptionIndex.Found.decided
+                                            entryCount &+= holds & (sole ^ 1)
+                                            soles[soleCount] = QuerySubscriptionIndex.SoleMatch(
+                                                slot: tail.sole, type: type, key: soleKey, low: lowBound, high: tail.high)
+                                            soleCount &+= sole
+                                            position += 1
+                                        }
+                                        more = position < lows.count && lows[position] <= end
                                     }
-                                    more = position < lows.count && lows[position] <= end
                                 }
-                            }
-                            for (low, tail) in UnsafeBufferPointer(start: held, count: count) {
-                                let decided = exact && tail.decides
-                                body(tail.id, decided, decided ? tail.sole : .max, low, tail.high)
+                                if entryCount > 0 { found.candidates.append(contentsOf: UnsafeBufferPointer(start: entries, count: entryCount)) }
+                                if soleCount > 0 { found.soleMatches.append(contentsOf: UnsafeBufferPointer(start: soles, count: soleCount)) }
                             }
                         }
                     }
@@ -900,8 +907,8 @@ struct IntervalIndex: Sendable {
         }
     }
 
-    /// Window positions collected before they are reported: 32 of 32 bytes, the most a temporary
-    /// allocation holds on the stack here (past 1 KiB it is made on the heap).
+    /// Window positions scanned before their finds are added: 32 sole matches of 32 bytes, the
+    /// most a temporary allocation holds on the stack here (past 1 KiB it is made on the heap).
     private static let scanBlock = 32
 
     /// Asks the CPU to start loading the lower bound and tail at `position` in the class at

@@ -306,17 +306,18 @@ struct SharedValuesBuilder<Value: Sendable> {
 
     var values: SharedValues<Value>? { first.map { SharedValues($0, others: others) } }
 
-    /// The position of the value with `key`, made by `value` when it is new.
+    /// The position of the value with `key`, if it has been added.
     @inline(__always)
-    mutating func position(of key: UInt64, _ value: () -> Value) -> UInt32 {
-        if key == last.key { return last.position }
-        return add(key, value)
+    func position(of key: UInt64) -> UInt32? {
+        key == last.key ? last.position : nil
     }
 
-    private mutating func add(_ key: UInt64, _ value: () -> Value) -> UInt32 {
+    /// Adds `value` with `key` unless a value with that key is there; returns its position. (The
+    /// value is made by the caller: a closure making it would capture, and copy, what it reads.)
+    mutating func add(_ key: UInt64, _ value: Value) -> UInt32 {
         let position: UInt32
         if first == nil {
-            first = value()
+            first = value
             position = 0
         } else {
             if keys.isEmpty { keys.append(last.key) }
@@ -326,7 +327,7 @@ struct SharedValuesBuilder<Value: Sendable> {
                 position = found
             } else {
                 position = UInt32(keys.count)
-                others.append(value())
+                others.append(value)
                 keys.append(key)
                 if keys.count > 8 {
                     if positions.isEmpty { for (known, number) in keys.enumerated() { positions[number] = UInt32(known) } }

@@ -206,10 +206,9 @@ public struct SubscriptionSet: Sendable {
         infos: inout SharedValuesBuilder<SharedNotificationInfo>, scopes: inout SharedValuesBuilder<SubscriptionParts.Scope>
     ) -> SubscriptionParts {
         let info = slot.pointee.notificationInfo
-        let infoPosition = infos.position(of: UInt64(info)) { notificationInfos[info] ?? SharedNotificationInfo(NotificationInfo()) }
+        var infoPosition = infos.position(of: UInt64(info))
+        if infoPosition == nil { infoPosition = infos.add(UInt64(info), notificationInfos[info] ?? SharedNotificationInfo(NotificationInfo())) }
         let entry = slot.pointee.entry
-        let predicate: PackedPredicate
-        let scope: UInt32
         let type: UInt32? = if slot.pointee.kind != .query {
             nil
         } else if let sole {
@@ -219,20 +218,25 @@ public struct SubscriptionSet: Sendable {
         } else {
             nil
         }
+        let predicate: PackedPredicate
+        let key: UInt64
+        var scope: UInt32?
         if let type {
             predicate = sole?.predicate ?? index.entries[Int(entry)].predicate
             let zone = slot.pointee.zone
-            scope = scopes.position(of: UInt64(type) << 32 | UInt64(zone)) {
-                .query(recordType: index.recordTypeName(type), zoneID: zone == 0 ? nil : zones[zone - 1])
-            }
+            key = UInt64(type) << 32 | UInt64(zone)
+            scope = scopes.position(of: key)
+            if scope == nil { scope = scopes.add(key, .query(recordType: index.recordTypeName(type), zoneID: zone == 0 ? nil : zones[zone - 1])) }
         } else {
             predicate = .free
             // Zone and database subscriptions are few: each has a scope of its own.
-            scope = scopes.position(of: 1 << 63 | UInt64(number)) { .given(otherKinds[number] ?? .database(recordType: nil)) }
+            key = 1 << 63 | UInt64(number)
+            scope = scopes.position(of: key)
+            if scope == nil { scope = scopes.add(key, .given(otherKinds[number] ?? .database(recordType: nil))) }
         }
         return SubscriptionParts(
             subscriptionID: slot.pointee.subscriptionID, owner: owners[slot.pointee.owner] ?? PushContext.defaultUserRecordName,
-            predicate: predicate, options: slot.pointee.options, notificationInfo: infoPosition, scope: scope)
+            predicate: predicate, options: slot.pointee.options, notificationInfo: infoPosition ?? 0, scope: scope ?? 0)
     }
 
     /// Checks that every table agrees with the slots (for tests): each live slot is found by its
