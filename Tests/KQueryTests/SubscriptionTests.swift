@@ -199,6 +199,24 @@ struct SubscriptionTests {
         #expect(set._checkInvariants() == [] && set.count == 3 && set["z"]?.subscriptionID == "z")
     }
 
+    /// A batch's shared values are kept once each, in order of first use, and found again by
+    /// key: after the last one, among a few by a linear search, and past eight through a table.
+    @Test func sharedValuesAreKeptOnceInFirstUseOrder() {
+        var builder = SharedValuesBuilder<String>()
+        #expect(builder.values == nil)
+        let keys: [UInt64] = [7, 7, 3, 7, 3, 3, 1 << 63] + (10..<30).map { $0 * 1000 } + [7, 25_000, 3, 1 << 63]
+        var positions: [UInt64: UInt32] = [:]
+        for key in keys {
+            let position = builder.position(of: key) ?? builder.add(key, "value \(key)")
+            // A key keeps its first position; a new key takes the next one.
+            #expect(position == positions[key, default: UInt32(positions.count)])
+            positions[key] = position
+        }
+        let values = builder.values
+        for (key, position) in positions { #expect(values?[position] == "value \(key)") }
+        #expect(positions.count == 23 && positions[7] == 0 && positions[3] == 1 && positions[1 << 63] == 2)
+    }
+
     /// The firings of a change are one value: empty when nothing fires, equal when the same
     /// subscriptions fire for the same record, and each firing reads its own subscription.
     @Test func firingsAreACollection() throws {
