@@ -343,6 +343,10 @@ public struct SubscriptionSet: Sendable {
         guard total > 0 else { return SubscriptionFirings(batch: nil, reason: reason) }
         let recordZone = zones.isEmpty ? nil : zones.id(of: record.pointee.recordID.zoneID).map { $0 + 1 }
         let candidates = found.candidates
+        /// The sole match a source stands for, if it is one.
+        func soleMatch(_ source: UInt32) -> QuerySubscriptionIndex.SoleMatch? {
+            source & Self.soleSource == 0 ? nil : soleMatches[Int(source & ~Self.soleSource)]
+        }
         return withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 3 * total) { scratch -> SubscriptionFirings in
             // Sources: a slot number, or `Self.soleSource` and a position in `soleMatches`.
             guard let sources = scratch.baseAddress else { return SubscriptionFirings(batch: nil, reason: reason) }
@@ -369,7 +373,7 @@ public struct SubscriptionSet: Sendable {
                 owners.withValues { owners in
                     for position in 0..<count {
                         let source = sources[position]
-                        let slot = base + Int(source & Self.soleSource == 0 ? source : soleMatches[Int(source & ~Self.soleSource)].slot)
+                        let slot = base + Int(soleMatch(source)?.slot ?? source)
                         guard slot.pointee.options.contains(required), slot.pointee.zone == 0 || slot.pointee.zone == recordZone else { continue }
                         sources[kept] = source
                         sequences[kept] = UInt32(truncatingIfNeeded: slot.pointee.sequence)
@@ -391,7 +395,7 @@ public struct SubscriptionSet: Sendable {
                     firingCount = SaveOrder.rank(sources, by: sequences, count: kept, into: ordered)
                 } else {
                     firingCount = SaveOrder.sort(sources, count: kept, into: ordered) { source in
-                        slots[Int(source & Self.soleSource == 0 ? source : soleMatches[Int(source & ~Self.soleSource)].slot)].sequence
+                        slots[Int(soleMatch(source)?.slot ?? source)].sequence
                     }
                 }
                 var infos = SharedValuesBuilder<SharedNotificationInfo>()
@@ -400,7 +404,7 @@ public struct SubscriptionSet: Sendable {
                     guard let out = parts.baseAddress else { return }
                     for position in 0..<firingCount {
                         let source = ordered[position]
-                        let sole = source & Self.soleSource == 0 ? nil : soleMatches[Int(source & ~Self.soleSource)]
+                        let sole = soleMatch(source)
                         let number = sole?.slot ?? source
                         (out + position).initialize(to: self.parts(of: base + Int(number), number: number, sole: sole, infos: &infos, scopes: &scopes))
                         initialized = position + 1
