@@ -182,20 +182,17 @@ public struct SubscriptionSet: Sendable {
         return Identity(owner: owner, entry: entry, other: nil, zone: zone, options: subscription.options.rawValue)
     }
 
-    /// The stored subscription in slot `number`.
+    /// The stored subscription in slot `number` (a live slot), made from its parts as a firing's is.
     private func subscription(at number: UInt32) -> Subscription {
-        let slot = slots[Int(number)]
-        let kind: Subscription.Kind
-        if slot.kind == .query, Int(slot.entry) < index.entries.count, !index.entries[Int(slot.entry)].isFree {
-            kind = .query(recordType: index.recordType(of: slot.entry), condition: index.entries[Int(slot.entry)].predicate.condition,
-                          zoneID: slot.zone == 0 ? nil : zones[slot.zone - 1])
-        } else {
-            kind = otherKinds[number] ?? .database(recordType: nil)
+        var infos = SharedValuesBuilder<SharedNotificationInfo>()
+        var scopes = SharedValuesBuilder<SubscriptionParts.Scope>()
+        let stored = slots.withUnsafeBufferPointer { slots -> SubscriptionParts? in
+            Int(number) < slots.count ? slots.baseAddress.map { self.parts(of: $0 + Int(number), number: number, sole: nil, infos: &infos, scopes: &scopes) } : nil
         }
-        var subscription = Subscription(subscriptionID: slot.subscriptionID, kind: kind, options: slot.options,
-                                        notificationInfo: notificationInfos[slot.notificationInfo]?.value ?? NotificationInfo())
-        subscription.owner = owners[slot.owner] ?? PushContext.defaultUserRecordName
-        return subscription
+        guard let stored, let info = infos.values?[stored.notificationInfo], let scope = scopes.values?[stored.scope] else {
+            return Subscription(subscriptionID: "", kind: .database(recordType: nil))
+        }
+        return stored.subscription(notificationInfo: info.value, scope: scope)
     }
 
     /// The parts of the subscription in `slot`, slot number `number`, with their notification info
