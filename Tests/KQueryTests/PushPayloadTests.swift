@@ -68,7 +68,7 @@ struct PushPayloadTests {
         let expected = """
             {"aps":{"alert":{"body":"New artwork by Mei Chen"},"badge":1,"sound":"default","content-available":1,"category":"NEW_ART"},\
             "ck":{"ce":2,"cid":"iCloud.com.example.Gallery","nid":"\(fixedID)","ckuserid":"_owner",\
-            "qry":{"sid":"art-by-mei","rid":"art-1","zid":"_defaultZone","zoid":"_owner","dbs":2,"fo":1,"af":{"title":"Sunset"}}}}
+            "qry":{"sid":"art-by-mei","rid":"art-1","zid":"_defaultZone","zoid":"_owner","dbs":1,"fo":1,"af":{"title":"Sunset"}}}}
             """
         #expect(push.json.serialized == expected)
         #expect(push.json == (try JSON.parse(expected)))
@@ -85,6 +85,26 @@ struct PushPayloadTests {
         #expect(queryPush(NotificationInfo(), reason: reason).json["ck"]?["qry"]?["fo"] == .int(code))
     }
 
+    /// `dbs` is CKDatabase.Scope's raw value: a device decodes `databaseScope` from it. Written out
+    /// as numbers, not read back through `rawValue`, so a swapped enum fails here.
+    static let scopeCodes: [(DatabaseScope, Int64)] = [(.public, 1), (.private, 2), (.shared, 3)]
+
+    @Test(arguments: scopeCodes)
+    func databaseScopeCodes(scope: DatabaseScope, code: Int64) {
+        let context = PushContext(containerIdentifier: "iCloud.c", database: scope, userRecordName: "_u")
+        let query = PushPayload.query(
+            subscriptionID: "q", record: artwork("r", []), reason: .recordCreated, notificationInfo: NotificationInfo(),
+            context: context, notificationID: fixedID)
+        #expect(query.json["ck"]?["qry"]?["dbs"] == .int(code))
+        let zone = PushPayload.recordZone(
+            subscriptionID: "z", zoneID: ZoneID(zoneName: "Z", ownerName: "_u"), notificationInfo: NotificationInfo(),
+            context: context, notificationID: fixedID)
+        #expect(zone.json["ck"]?["fet"]?["dbs"] == .int(code))
+        let database = PushPayload.database(
+            subscriptionID: "d", zoneID: nil, notificationInfo: NotificationInfo(), context: context, notificationID: fixedID)
+        #expect(database.json["ck"]?["met"]?["dbs"] == .int(code))
+    }
+
     @Test func contextCodes() {
         for environment in ContainerEnvironment.allCases {
             for database in DatabaseScope.allCases {
@@ -99,7 +119,7 @@ struct PushPayloadTests {
             }
         }
         #expect(ContainerEnvironment.production.rawValue == 1 && ContainerEnvironment.development.rawValue == 2)
-        #expect(DatabaseScope.private.rawValue == 1 && DatabaseScope.public.rawValue == 2 && DatabaseScope.shared.rawValue == 3)
+        #expect(DatabaseScope.public.rawValue == 1 && DatabaseScope.private.rawValue == 2 && DatabaseScope.shared.rawValue == 3)
         for scope in DatabaseScope.allCases { #expect(DatabaseScope(name: scope.name) == scope) }
         for environment in ContainerEnvironment.allCases { #expect(ContainerEnvironment(name: environment.name) == environment) }
         #expect(DatabaseScope(name: "Public") == nil)
@@ -247,7 +267,7 @@ struct PushPayloadTests {
         let push = zonePush(NotificationInfo(shouldSendContentAvailable: true))
         #expect(push.json.serialized == """
             {"aps":{"content-available":1},"ck":{"ce":2,"cid":"iCloud.c","nid":"\(fixedID)","ckuserid":"_owner",\
-            "fet":{"sid":"zone-sub","zid":"Drafts","zoid":"_owner","dbs":1}}}
+            "fet":{"sid":"zone-sub","zid":"Drafts","zoid":"_owner","dbs":2}}}
             """)
         #expect(push.priority == 5 && push.pushType == "background" && !push.isPruned)
     }

@@ -291,7 +291,7 @@ struct ShellTests {
         #expect(section(created)?["sid"] == .string("french"))
         #expect(section(created)?["rid"] == .string("p9"))
         #expect(section(created)?["fo"] == .int(1))
-        #expect(section(created)?["dbs"] == .int(2))
+        #expect(section(created)?["dbs"] == .int(1))
         #expect(created["payload"]?["ck"]?["cid"] == .string("iCloud.kquery.shell"))
         #expect(created["payload"]?["ck"]?["ce"] == .int(2))
         #expect(created["payload"]?["ck"]?["nid"]?.stringValue != nil)
@@ -413,10 +413,10 @@ struct ShellTests {
         guard pushes.count == 4 else { return }
         #expect(section(pushes[0], "fet")?["sid"] == .string("notes"))
         #expect(section(pushes[0], "fet")?["zid"] == .string("Notes"))
-        #expect(section(pushes[0], "fet")?["dbs"] == .int(1))
+        #expect(section(pushes[0], "fet")?["dbs"] == .int(2))
         #expect(pushes[0]["payload"]?["aps"]?["alert"]?["body"] == .string("zone changed"))
         #expect(section(pushes[1], "met")?["sid"] == .string("everything"))
-        #expect(section(pushes[1], "met")?["dbs"] == .int(1))
+        #expect(section(pushes[1], "met")?["dbs"] == .int(2))
         #expect(section(pushes[2], "fet")?["sid"] == .string("notes"))
         #expect(section(pushes[3], "met")?["sid"] == .string("everything"))
     }

@@ -48,9 +48,9 @@ struct SimulateTests {
         #expect(run.status == 0, "\(run.standardError)")
         let lines = try pushes(run.standardOutput).map(\.serialized)
         #expect(lines == [
-            #"{"payload":{"aps":{"alert":{"body":"New artwork by Mei Chen"},"badge":1,"sound":"default","category":"NEW_ART"},"ck":{"ce":2,"cid":"iCloud.com.example.Gallery","ckuserid":"_defaultUser","qry":{"sid":"art-by-mei","rid":"a1","zid":"_defaultZone","zoid":"__defaultOwner__","dbs":2,"fo":1,"af":{"title":"Sunset"}}}},"priority":10,"pushType":"alert"}"#,
-            #"{"payload":{"aps":{"content-available":1},"ck":{"ce":2,"cid":"iCloud.com.example.Gallery","ckuserid":"_defaultUser","qry":{"sid":"cheap","rid":"a1","zid":"_defaultZone","zoid":"__defaultOwner__","dbs":2,"fo":1}}},"priority":5,"pushType":"background"}"#,
-            #"{"payload":{"aps":{"alert":{"body":"New artwork by Mei Chen"},"badge":1,"sound":"default","category":"NEW_ART"},"ck":{"ce":2,"cid":"iCloud.com.example.Gallery","ckuserid":"_defaultUser","qry":{"sid":"art-by-mei","rid":"a1","zid":"_defaultZone","zoid":"__defaultOwner__","dbs":2,"fo":2,"af":{"title":"Sunset"}}}},"priority":10,"pushType":"alert"}"#,
+            #"{"payload":{"aps":{"alert":{"body":"New artwork by Mei Chen"},"badge":1,"sound":"default","category":"NEW_ART"},"ck":{"ce":2,"cid":"iCloud.com.example.Gallery","ckuserid":"_defaultUser","qry":{"sid":"art-by-mei","rid":"a1","zid":"_defaultZone","zoid":"__defaultOwner__","dbs":1,"fo":1,"af":{"title":"Sunset"}}}},"priority":10,"pushType":"alert"}"#,
+            #"{"payload":{"aps":{"content-available":1},"ck":{"ce":2,"cid":"iCloud.com.example.Gallery","ckuserid":"_defaultUser","qry":{"sid":"cheap","rid":"a1","zid":"_defaultZone","zoid":"__defaultOwner__","dbs":1,"fo":1}}},"priority":5,"pushType":"background"}"#,
+            #"{"payload":{"aps":{"alert":{"body":"New artwork by Mei Chen"},"badge":1,"sound":"default","category":"NEW_ART"},"ck":{"ce":2,"cid":"iCloud.com.example.Gallery","ckuserid":"_defaultUser","qry":{"sid":"art-by-mei","rid":"a1","zid":"_defaultZone","zoid":"__defaultOwner__","dbs":1,"fo":2,"af":{"title":"Sunset"}}}},"priority":10,"pushType":"alert"}"#,
         ])
     }
 
@@ -70,7 +70,7 @@ struct SimulateTests {
         #expect(lines.first?["payload"]?["ck"]?["fet"]?["sid"] == .string("zone"))
         #expect(lines.first?["payload"]?["ck"]?["ce"] == .int(1))
         #expect(lines.last?["payload"]?["ck"]?["met"]?["sid"] == .string("db"))
-        #expect(lines.last?["payload"]?["ck"]?["met"]?["dbs"] == .int(1))
+        #expect(lines.last?["payload"]?["ck"]?["met"]?["dbs"] == .int(2))
     }
 
     @Test(arguments: [

@@ -4,12 +4,14 @@ import FoundationEssentials
 import Foundation
 #endif
 
-/// Which database a subscription lives in (CloudKit's `dbs`: private 1, public 2, shared 3).
+/// Which database a subscription lives in. The raw value is CloudKit's `dbs`, which is
+/// CKDatabase.Scope's raw value (public 1, private 2, shared 3): a device decodes its
+/// notification's `databaseScope` from it, so a wrong number sends the app to the wrong database.
 public enum DatabaseScope: Int, Hashable, Sendable, CaseIterable {
-    /// The user's private database.
-    case `private` = 1
     /// The container's public database.
-    case `public` = 2
+    case `public` = 1
+    /// The user's private database.
+    case `private` = 2
     /// The database of records other users share with the user.
     case shared = 3
 
