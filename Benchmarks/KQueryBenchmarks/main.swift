@@ -69,7 +69,7 @@ func insertRows(_ db: GRDB.Database) throws {
 // MARK: Benchmarks
 
 let scanPredicate = CompiledPredicate(try ValidatedPredicate("price > 50000 AND artist == 'artist7'"))
-let distancePredicate = CompiledPredicate(try ValidatedPredicate("distanceToLocation:fromLocation:(location, location(48.5, 2.5)) < 5000"))
+let distancePredicate = CompiledPredicate(try ValidatedPredicate("distanceToLocation:fromLocation:(location, location(48.5, 2.5)) < 5"))
 let tokenPredicate = CompiledPredicate(try ValidatedPredicate("ALL tokenize('sunset harbour', 'Cdl') IN allTokens"))
 let typical = "price > 50000 AND artist == 'artist7' AND tags CONTAINS 'sea' AND year >= 1990"
 let parsedTypical = try PredicateParser.parse(typical)
@@ -169,7 +169,7 @@ func allPages(_ query: KQuery.Query) throws -> [KQuery.Record] {
 let collectorQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("collector == 'collector123'"))
 let priceQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("price BETWEEN {50000, 50049}"))
 let tokenQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("ALL tokenize('harbour w123', 'Cdl') IN allTokens"))
-let radiusQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(location, location(49.0, 3.0)) < 3200"))
+let radiusQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(location, location(49.0, 3.0)) < 3.2"))
 let radiusScan = CompiledPredicate(radiusQuery.predicate.condition)
 
 // The two sides must agree before they are timed.
@@ -278,7 +278,8 @@ func subscriptionPredicate(_ i: Int, _ lcg: inout Lcg) -> String {
     default:
         let latitude = 40 + Double(lcg.next() % 15_000) / 1000
         let longitude = -5 + Double(lcg.next() % 25_000) / 1000
-        return "distanceToLocation:fromLocation:(location, location(\(latitude), \(longitude))) < \(1000 + lcg.next() % 9000)"
+        // 1 to 10 km, as CloudKit reads the number.
+        return "distanceToLocation:fromLocation:(location, location(\(latitude), \(longitude))) < \(Double(1000 + lcg.next() % 9000) / 1000)"
     }
 }
 

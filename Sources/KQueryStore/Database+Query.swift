@@ -299,7 +299,7 @@ extension Database {
             let estimate = match == .all ? (counts.min() ?? 0) : counts.reduce(0, +)
             return Probe(lookup: .tokens(match, tokens), condition: conjunct, estimate: estimate, isExact: true)
         case .distance(let field, let center, let relation, let radius) where relation == .lessThan || relation == .lessThanOrEqual:
-            guard let (level, cells) = SpatialIndex.cells(center: center, radius: radius),
+            guard let (level, cells) = SpatialIndex.cells(center: center, radius: Condition.radiusInMetres(radius)),
                   ensureSpatialIndex(on: field, type: type, built: &built), let index = tables[type]?.spatialIndexes[field]
             else { return nil }
             return Probe(lookup: .spatial(field, level: level, cells: cells), condition: conjunct,

@@ -6,8 +6,10 @@ import KQuery
 /// Layout (integers little-endian, lengths and counts as LEB128 varints, strings as length + UTF-8):
 ///
 ///     version(1) recordType recordName zoneName ownerName
-///     presence(1: bit 0 creationDate, 1 creator, 2 modificationDate, 3 modifier, 4 changeTag)
+///     presence(1: bit 0 creationDate, 1 creator, 2 modificationDate, 3 modifier, 4 changeTag,
+///              5 parent, 6 share)
 ///     [creationDate i64] [creator str] [modificationDate i64] [modifier str] [changeTag str]
+///     [parent: recordName zoneName ownerName] [share: recordName zoneName ownerName]
 ///     fieldCount { name tag(1) value }
 ///
 /// A value's tag is its `FieldType` code, plus 0x80 for a list (then: count, then that many
@@ -30,12 +32,20 @@ enum RecordCoding {
         if record.modificationDate != nil { presence |= 4 }
         if record.lastModifiedUserRecordName != nil { presence |= 8 }
         if record.recordChangeTag != nil { presence |= 16 }
+        if record.parent != nil { presence |= 32 }
+        if record.share != nil { presence |= 64 }
         out.append(presence)
         if let value = record.creationDate { writeInt64(value, to: &out) }
         if let value = record.creatorUserRecordName { writeString(value, to: &out) }
         if let value = record.modificationDate { writeInt64(value, to: &out) }
         if let value = record.lastModifiedUserRecordName { writeString(value, to: &out) }
         if let value = record.recordChangeTag { writeString(value, to: &out) }
+        for reference in [record.parent, record.share] {
+            guard let id = reference?.recordID else { continue }
+            writeString(id.recordName, to: &out)
+            writeString(id.zoneID.zoneName, to: &out)
+            writeString(id.zoneID.ownerName, to: &out)
+        }
         writeVarint(UInt64(record.fields.count), to: &out)
         for (key, value) in record.fields {
             writeString(key.name, to: &out)
@@ -75,6 +85,8 @@ enum RecordCoding {
         if presence & 4 != 0 { record.modificationDate = try reader.int64() }
         if presence & 8 != 0 { record.lastModifiedUserRecordName = try reader.string() }
         if presence & 16 != 0 { record.recordChangeTag = try reader.string() }
+        if presence & 32 != 0 { record.parent = try reader.reference() }
+        if presence & 64 != 0 { record.share = try reader.reference() }
         let count = try reader.count()
         var fields = Fields()
         for position in 0..<count {
@@ -260,6 +272,13 @@ enum RecordCoding {
                 throw RecordDecodingError("a string is not valid UTF-8")
             }
             return text
+        }
+
+        /// A parent or share reference: recordName, zoneName, ownerName.
+        mutating func reference() throws(RecordDecodingError) -> Reference {
+            let name = try string()
+            let zone = ZoneID(zoneName: try string(), ownerName: try string())
+            return Reference(recordID: RecordID(recordName: name, zoneID: zone))
         }
     }
 }

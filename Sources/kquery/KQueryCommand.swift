@@ -21,7 +21,7 @@ struct KQueryCommand: ParsableCommand {
     /// Exit statuses: 0 success, 1 an invalid predicate (or a refused operation), 2 a usage or input error.
     static func main() {
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(Self.arguments(Array(CommandLine.arguments.dropFirst())))
             try command.run()
         } catch let exit as ExitCode {
             Terminal.exit(exit.rawValue)
@@ -35,6 +35,47 @@ struct KQueryCommand: ParsableCommand {
             Terminal.writeError(message)
             Terminal.exit(code == .validationFailure ? 2 : code.rawValue)
         }
+    }
+}
+
+extension KQueryCommand {
+    /// The command line as ArgumentParser should read it. ArgumentParser takes every word that
+    /// starts with `-` for an option, so a predicate such as `-27 <= n AND n < 3` would be refused
+    /// ("Missing expected argument '<predicate>'"). A word that starts with `-` and then something
+    /// other than a letter (an option's name) is a value: a negative number right after an option
+    /// becomes that option's `--name=value`; anything else moves behind a `--`, where only
+    /// positional arguments are read. Words after a `--` the user wrote are left as they are.
+    static func arguments(_ words: [String]) -> [String] {
+        var kept: [String] = []
+        var positional: [String] = []
+        for (index, word) in words.enumerated() {
+            if word == "--" {
+                kept.append(contentsOf: words[index...])
+                return kept + positional
+            }
+            guard isDashValue(word) else {
+                kept.append(word)
+                continue
+            }
+            if isNumber(word), let option = kept.last, option.hasPrefix("--"), !option.contains("="), option.count > 2 {
+                kept[kept.count - 1] = option + "=" + word
+            } else {
+                positional.append(word)
+            }
+        }
+        return positional.isEmpty ? kept : kept + ["--"] + positional
+    }
+
+    /// `-` followed by something that cannot start an option name: `-27 <= n`, `-0.5`, `- x`.
+    private static func isDashValue(_ word: String) -> Bool {
+        let scalars = Array(word.unicodeScalars.prefix(2))
+        guard scalars.count == 2, scalars[0] == "-" else { return false }
+        let next = scalars[1]
+        return !(next.properties.isAlphabetic || next == "-")
+    }
+
+    private static func isNumber(_ word: String) -> Bool {
+        word.wholeMatch(of: /-[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?/) != nil
     }
 }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import KQuery
+@testable import kquery
 
 /// `kquery check` and `kquery query` through the binary: outputs, exit statuses, hostile input.
 @Suite("Command line")
@@ -34,9 +35,35 @@ struct CommandLineTests {
         #expect(run.status == 1)
         #expect(run.standardOutput.isEmpty)
         let lines = run.standardError.split(separator: "\n", omittingEmptySubsequences: false)
-        #expect(lines[0] == "error: 1:21: Invalid compound predicate type: OR (CloudKit supports only AND)")
+        #expect(lines[0] == #"error: 1:21: Unexpected expression: cuisine == "french" OR seats > 70"#)
         #expect(lines[1] == "  cuisine == 'french' OR seats > 70")
         #expect(lines[2] == "                      ^~")
+    }
+
+    /// A predicate may start with `-` (a negative number): it is still the predicate, not an option,
+    /// in every subcommand, and a negative `--arg` stays that option's value.
+    @Test func predicatesStartingWithAMinus() throws {
+        let check = try KQueryBinary.run(["check", "--format", "filterBy", "-27 <= seats AND seats < 30"])
+        #expect(check.status == 0, "\(check.standardError)")
+        #expect(check.standardOutput.contains(#"{"comparator":"GREATER_THAN_OR_EQUALS","fieldName":"seats","fieldValue":{"value":-27,"type":"INT64"}}"#))
+        let query = try KQueryBinary.run(["query", "--records", Self.restaurants, "--type", "Restaurant", "--format", "names", "-1 < seats AND seats <= 25"])
+        #expect(query.status == 0, "\(query.standardError)")
+        #expect(query.standardOutput.split(separator: "\n").sorted() == ["p2", "p3"])
+        let argument = try KQueryBinary.run(["query", "--records", Self.restaurants, "--type", "Restaurant", "--format", "names", "--arg", "-5", "seats > %@"])
+        #expect(argument.status == 0, "\(argument.standardError)")
+        #expect(argument.standardOutput.split(separator: "\n").count == 5)
+        let invalid = try KQueryBinary.run(["check", "-5"])
+        #expect(invalid.status == 1)
+        #expect(invalid.standardError.contains("1:"))
+    }
+
+    @Test func dashWordsMoveBehindTheTerminator() {
+        #expect(KQueryCommand.arguments(["check", "-1 < n"]) == ["check", "--", "-1 < n"])
+        #expect(KQueryCommand.arguments(["query", "-1 < n", "--type", "T"]) == ["query", "--type", "T", "--", "-1 < n"])
+        #expect(KQueryCommand.arguments(["query", "--limit", "-3", "n > 1"]) == ["query", "--limit=-3", "n > 1"])
+        #expect(KQueryCommand.arguments(["check", "--profile", "extended", "a == 1"]) == ["check", "--profile", "extended", "a == 1"])
+        #expect(KQueryCommand.arguments(["check", "--", "-1 < n"]) == ["check", "--", "-1 < n"])
+        #expect(KQueryCommand.arguments(["check", "-h"]) == ["check", "-h"])
     }
 
     @Test(arguments: [
@@ -154,7 +181,7 @@ struct QueryPagingTests {
             #expect(seen == all)
         }
         // Saving records between pages: nothing that matched throughout is skipped or repeated.
-        let predicate = try ValidatedPredicate("n != nil")
+        let predicate = try ValidatedPredicate("n != nil", profile: .extended)
         let paged = Query(recordType: "T", predicate: predicate, sortDescriptors: [KQuery.SortDescriptor("n")], resultsLimit: limit)
         let stable = Set(try Query(recordType: "T", predicate: predicate).perform(on: records, now: 0).records.map(\.recordID))
         var seen: [RecordID] = []

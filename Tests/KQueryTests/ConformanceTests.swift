@@ -49,7 +49,7 @@ struct ConformanceTests {
     }()
 
     @Test func casesAreLoaded() {
-        #expect(Self.cases.count == 42)
+        #expect(Self.cases.count == 45)
     }
 
     @Test(arguments: cases)

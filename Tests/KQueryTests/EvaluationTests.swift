@@ -50,16 +50,24 @@ struct EvaluationTests {
         ("ANY {'terrace', 'Wine'} IN tags", ["big", "i40"]), ("ALL {'wine', 'terrace'} IN tags", ["i40"]),
         ("ALL {} IN tags", ["big", "d25", "i40"]), ("nums CONTAINS 5", ["i40"]), ("nums CONTAINS 5.0", ["i40"]),
         ("tags == 'wine'", ["str"]),
-        // nil.
-        ("n == nil", ["empty"]), ("n != nil", ["big", "d25", "i40", "str"]), ("NOT (n == nil)", ["big", "d25", "i40", "str"]),
+        // NOT of a comparison is the flipped comparison: false for a missing field or another kind.
+        ("NOT (n < 40)", ["big", "i40"]), ("NOT (n >= 40)", ["d25"]), ("NOT (n == 40)", ["big", "d25"]), ("NOT (n != 40)", ["i40"]),
+        ("NOT (s BEGINSWITH 'App')", ["big", "i40", "str"]), ("NOT (ANY tags BEGINSWITH 'ter')", ["big", "d25"]),
+        ("NOT (ALL {'wine', 'terrace'} IN tags)", ["big", "d25"]), ("NOT (ANY {'terrace', 'Wine'} IN tags)", ["d25"]),
+        ("NONE tags == 'wine'", ["big"]), ("{'apple', 'é'} CONTAINS s", ["big", "i40"]), ("ANY tags IN {'terrace', 'Wine'}", ["big", "i40"]),
+        // Only the parent and share keys meet nil; a record here has neither.
+        ("___parent == nil", ["big", "d25", "empty", "i40", "str"]), ("___share != nil", []),
         // Timestamps and now().
         ("t < date('1970-01-01T00:00:01.5Z')", ["i40"]), ("t > now()", ["d25"]), ("t == 1000", []),
         // References compare by record name and zone.
         ("ref == reference('alain')", ["i40"]), ("ref == reference('alain', 'Z')", ["d25"]), ("ref != reference('alain')", ["d25"]),
         ("recordID == reference('big')", ["big"]), ("recordID IN {reference('big'), reference('str')}", ["big", "str"]),
-        // Distance (metres, strict).
+        // Distance in kilometres (d25 is 1.4989 km away), `<` strict and `<=` inclusive.
         ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) < 1", ["i40"]),
-        ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) < 2000", ["d25", "i40"]),
+        ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) < 1.4", ["i40"]),
+        ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) < 1.6", ["d25", "i40"]),
+        ("1.6 > distanceToLocation:fromLocation:(location(48.8566, 2.3522), loc)", ["d25", "i40"]),
+        ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) <= 0", ["i40"]),
         ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) < 0", []),
         ("distanceToLocation:fromLocation:(n, location(48.8566, 2.3522)) < 1000000", []),
         // Tokens: whole tokens, folded, stop words ignored.
@@ -67,10 +75,11 @@ struct EvaluationTests {
         ("ALL tokenize('sessions', 'Cdl') IN allTokens", ["i40"]), ("ALL tokenize('18', 'Cdl') IN allTokens", []),
         ("ALL tokenize('1848', 'Cdl') IN allTokens", ["i40"]), ("ANY tokenize('cafe session', 'Cdl') IN allTokens", ["big", "d25"]),
         ("ALL tokenize('the of', 'Cdl') IN allTokens", []), ("ALL tokenize('NAIVE', 'Cdl') IN allTokens", ["big"]),
-        ("SELF CONTAINS 'wine'", ["big", "d25", "i40", "str"]), ("allTokens TOKENMATCHES[cdl] 'terrace wine'", ["i40"]),
+        ("SELF CONTAINS 'wine'", ["big", "d25", "i40", "str"]), ("allTokens TOKENMATCHES[cdl] 'terrace wine'", ["big", "d25", "i40", "str"]),
+        ("ALL 'terrace wine' TOKENMATCHES[cdl] allTokens", ["i40"]), ("ALL SELF CONTAINS 'wine terrace'", ["i40"]),
         // Missing fields are false under every operator, NOT included.
         ("q != 1", []), ("NOT (q == 1)", []), ("NOT (q IN {1})", []), ("NOT (q CONTAINS 1)", []), ("NOT (q BEGINSWITH 'x')", []),
-        ("TRUEPREDICATE", ["big", "d25", "empty", "i40", "str"]), ("FALSEPREDICATE", []),
+        ("TRUEPREDICATE", ["big", "d25", "empty", "i40", "str"]),
         ("n > 1 AND s BEGINSWITH 'a'", ["i40"]),
     ])
     func cloudKitOperators(predicate: String, expected: [String]) throws {
@@ -86,6 +95,9 @@ struct EvaluationTests {
         ("tags CONTAINS 'wine'", ["d25", "i40", "str"]), ("ALL tags BEGINSWITH 'w'", ["d25"]), ("NONE tags == 'wine'", ["big"]),
         ("ANY nums > 3", ["i40"]), ("ALL nums > 3", ["d25"]),
         ("distanceToLocation:fromLocation:(loc, location(48.8566, 2.3522)) >= 1", ["d25"]),
+        // What CloudKit refuses as its house rules: nil on any field, FALSEPREDICATE, BETWEEN dates.
+        ("n == nil", ["empty"]), ("n != nil", ["big", "d25", "i40", "str"]), ("NOT (n == nil)", ["big", "d25", "i40", "str"]),
+        ("FALSEPREDICATE", []), ("t BETWEEN {date('1970-01-01T00:00:00Z'), date('1970-01-01T00:00:01Z')}", ["i40"]),
         ("NOT (SELF CONTAINS 'wine')", ["empty"]),
     ])
     func extendedOperators(predicate: String, expected: [String]) throws {
@@ -99,17 +111,24 @@ struct EvaluationTests {
         record.modificationDate = 5_000
         record.creatorUserRecordName = "_alice"
         record.lastModifiedUserRecordName = "_bob"
+        record.recordChangeTag = "7"
+        record.parent = Reference(recordID: RecordID(recordName: "folder", zoneID: record.recordID.zoneID))
+        record.share = Reference(recordID: RecordID(recordName: "share-1", zoneID: record.recordID.zoneID))
         let bare = Record(recordType: "T", recordName: "bare")
         for (predicate, expected) in [
             ("creationDate < date('1970-01-01T00:00:02Z')", true), ("modificationDate > now()", true), ("modificationDate BETWEEN {4000, 6000}", false),
             ("creatorUserRecordID == reference('_alice')", true), ("lastModifiedUserRecordID == reference('_alice')", false),
             ("lastModifiedUserRecordID != reference('_alice')", true), ("recordID == recordID('r1', 'Z', '_o')", true),
-            ("recordID == reference('r1')", false), ("creationDate == nil", false),
+            ("recordID == reference('r1')", false), ("recordChangeTag == '7'", true), ("___etag != '7'", false),
+            ("___parent == reference('folder', 'Z', '_o')", true), ("___parent == reference('folder')", false), ("___parent == nil", false), ("shareID != nil", true),
+            ("___share == recordID('share-1', 'Z', '_o')", true),
         ] {
             #expect(try matchingNames(predicate, in: [record], now: 2_000) == (expected ? ["r1"] : []), "\(predicate)")
         }
+        #expect(try matchingNames("creationDate == nil", in: [record], profile: .extended) == [])
         // A record without system fields: every comparison on them is false, and == nil is true.
-        #expect(try matchingNames("creationDate == nil AND creatorUserRecordID == nil", in: [bare]) == ["bare"])
+        #expect(try matchingNames("creationDate == nil AND creatorUserRecordID == nil", in: [bare], profile: .extended) == ["bare"])
+        #expect(try matchingNames("___parent == nil AND ___share == nil", in: [bare]) == ["bare"])
         #expect(try matchingNames("creationDate != date('2000-01-01')", in: [bare]) == [])
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import KQuery
+@testable import KQueryStore
 
 /// One inverse-problem vector: two points (degrees) and GeographicLib's distance (metres).
 private struct GeodesicVector: Sendable, CustomStringConvertible {
@@ -157,5 +158,82 @@ struct GeodesicTests {
         #expect(Geodesic.boundingBox(latitude: 0, longitude: 0, radius: .nan).minLatitude.isNaN)
         #expect(Geodesic.boundingBox(latitude: 0, longitude: 0, radius: .infinity) == (-90, 90, -180, 180))
         #expect(Geodesic.boundingBox(latitude: 0, longitude: .infinity, radius: 1).minLongitude.isNaN)
+    }
+}
+
+/// SPEC §2.4: a predicate's distance is in kilometres, as CloudKit reads the NEAR radius. The golden
+/// pairs, re-expressed in kilometres, through every path a distance takes: evaluation, the store's
+/// spatial index, the subscription matcher's cells and the Web Services form. A margin of 1 cm either
+/// side of GeographicLib's distance (which is right to 1 mm) decides each verdict.
+@Suite("Distances in kilometres")
+struct DistanceInKilometresTests {
+    private static let vectors: [GeodesicVector] = (try? loadVectors("geodesic")) ?? []
+
+    private static func predicate(_ v: GeodesicVector, _ op: String, _ kilometres: Double) -> String {
+        "distanceToLocation:fromLocation:(loc, location(\(v.lat1), \(v.lon1))) \(op) \(kilometres)"
+    }
+
+    private static func record(_ v: GeodesicVector, _ index: Int) -> Record {
+        Record(recordType: "Place", recordName: "p\(index)", fields: ["loc": .location(Location(latitude: v.lat2, longitude: v.lon2))])
+    }
+
+    @Test func evaluationReadsKilometres() throws {
+        #expect(Self.vectors.count == 1_907)
+        for (index, v) in Self.vectors.enumerated() where v.s12 > 0.02 {
+            let inside = (v.s12 + 0.01) / 1000
+            let outside = (v.s12 - 0.01) / 1000
+            let record = Self.record(v, index)
+            for op in ["<", "<="] {
+                #expect(try matchingNames(Self.predicate(v, op, inside), in: [record]) == [record.recordID.recordName], "\(v) \(op) \(inside)")
+                #expect(try matchingNames(Self.predicate(v, op, outside), in: [record]) == [], "\(v) \(op) \(outside)")
+            }
+            // The same number read as metres would be a thousand times too small.
+            if v.s12 > 1 { #expect(try matchingNames(Self.predicate(v, "<", v.s12 * 1.01), in: [record]) == [record.recordID.recordName]) }
+        }
+    }
+
+    /// The store answers from its spatial index, whose cells cover the radius in kilometres.
+    @Test func spatialIndexReadsKilometres() throws {
+        let database = Database(indexPolicy: .declared)
+        try database.declareIndex(IndexDeclaration(recordType: "Place", field: .user(FieldKey("loc")), index: .queryable))
+        let sample = Self.vectors.enumerated().filter { $0.offset % 7 == 0 && $0.element.s12 > 0.02 }
+        try database.save(sample.map { RecordOperation(kind: .create, record: Self.record($0.element, $0.offset)) })
+        for (index, v) in sample {
+            let name = "p\(index)"
+            for (kilometres, expected) in [((v.s12 + 0.01) / 1000, true), ((v.s12 - 0.01) / 1000, false)] {
+                let query = KQuery.Query(recordType: "Place", predicate: try ValidatedPredicate(Self.predicate(v, "<", kilometres)))
+                // Radii of thousands of kilometres are answered by a scan; smaller ones by the index.
+                let plan = try database.plan(query, now: 0).description
+                if v.s12 < 1_000_000 { #expect(plan.contains("spatial index"), "\(plan)") }
+                var names: [String] = []
+                var page = try database.perform(query, now: 0)
+                names += page.records.map(\.recordID.recordName)
+                while let cursor = page.cursor {
+                    page = try database.perform(query, cursor: cursor, now: 0)
+                    names += page.records.map(\.recordID.recordName)
+                }
+                #expect(names.contains(name) == expected, "\(v) < \(kilometres) km: \(plan)")
+            }
+        }
+    }
+
+    /// The matcher files a distance subscription under cells covering its radius in kilometres.
+    @Test func subscriptionsReadKilometres() throws {
+        for (index, v) in Self.vectors.enumerated() where index % 5 == 0 && v.s12 > 0.02 {
+            var set = SubscriptionSet(database: .public)
+            try set.save(.query("in", recordType: "Place", predicate: Self.predicate(v, "<", (v.s12 + 0.01) / 1000)))
+            try set.save(.query("out", recordType: "Place", predicate: Self.predicate(v, "<=", (v.s12 - 0.01) / 1000)))
+            let fired = set.firings(for: .created(Self.record(v, index)), now: 0).map(\.subscription.subscriptionID)
+            #expect(fired == ["in"], "\(v)")
+        }
+    }
+
+    /// Web Services' NEAR `distance` is the predicate's number as written, for `<` and `<=` alike.
+    @Test func webServicesDistanceIsTheNumberAsWritten() throws {
+        for op in ["<", "<="] {
+            let filters = try ValidatedPredicate("distanceToLocation:fromLocation:(loc, location(1, 2)) \(op) 2.5").condition.webServicesFilters(now: 0)
+            #expect(filters.first?["distance"] == .double(2.5))
+            #expect(filters.first?["comparator"] == .string("NEAR"))
+        }
     }
 }

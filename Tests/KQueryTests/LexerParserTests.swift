@@ -225,8 +225,10 @@ struct LexerParserTests {
             let character = UInt8(byte)
             let isWord = character.isASCIILetter || character.isASCIIDigit || character == UInt8(ascii: "_")
             let isSpace = [0x20, 0x09, 0x0A, 0x0D].contains(character)
-            #expect(Lexer.byteClasses[byte] == (isWord ? Lexer.word : 0) | (isSpace ? Lexer.space : 0), "byte \(byte)")
+            let isTail = character == UInt8(ascii: "$")
+            #expect(Lexer.byteClasses[byte] == (isWord ? Lexer.word : 0) | (isSpace ? Lexer.space : 0) | (isTail ? Lexer.wordTail : 0), "byte \(byte)")
             #expect(Lexer.isWordByte(character) == isWord)
+            #expect(Lexer.isWordTailByte(character) == (isWord || isTail))
         }
         var shapes = [UInt16](repeating: 0, count: 26)
         for keyword in Keyword.allCases {

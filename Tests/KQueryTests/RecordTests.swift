@@ -116,3 +116,34 @@ struct RecordTests {
         #expect(fields.sortedNames == ["alpha", "zeta"])
     }
 }
+
+@Suite("Record parent and share")
+struct RecordParentShareTests {
+    /// Web Services `parent` and `share` become the `___parent` and `___share` system fields.
+    @Test func parentAndShareRoundTrip() throws {
+        let json = try JSON.parse("""
+            {"recordName":"n1","recordType":"Note","zoneID":{"zoneName":"Notes","ownerRecordName":"_u"},"fields":{},\
+            "parent":{"recordName":"folder"},"share":{"recordName":"s1","zoneID":{"zoneName":"Shares","ownerRecordName":"_u"}}}
+            """)
+        let record = try Record(json: json)
+        #expect(record.parent?.recordID == RecordID(recordName: "folder", zoneID: ZoneID(zoneName: "Notes", ownerName: "_u")))
+        #expect(record.share?.recordID == RecordID(recordName: "s1", zoneID: ZoneID(zoneName: "Shares", ownerName: "_u")))
+        #expect(try Record(json: record.json()) == record)
+        #expect(record.json()["parent"]?.serialized == #"{"recordName":"folder"}"#)
+        #expect(record.value(of: .parent) == .reference(Reference(recordID: record.parent!.recordID)))
+        #expect(throws: RecordDecodingError.self) { try Record(json: try JSON.parse(#"{"recordName":"n","recordType":"T","parent":"folder"}"#)) }
+    }
+
+    @Test(arguments: ["_private", "price$usd", "a1_$"])
+    func fieldNamesCloudKitAccepts(name: String) throws {
+        let record = try Record(json: try JSON.parse(#"{"recordName":"n","recordType":"T","fields":{"\#(name)":{"value":1}}}"#))
+        #expect(record[name] == .int64(1))
+    }
+
+    @Test(arguments: ["1a", "$a", "a-b", "a.b", ""])
+    func fieldNamesCloudKitRefuses(name: String) {
+        #expect(throws: RecordDecodingError.self) {
+            try Record(json: try JSON.parse(#"{"recordName":"n","recordType":"T","fields":{"\#(name)":{"value":1}}}"#))
+        }
+    }
+}

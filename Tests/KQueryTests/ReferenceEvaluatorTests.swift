@@ -54,8 +54,10 @@ enum ReferenceEvaluator {
             return match == .all ? wanted.allSatisfy(have.contains) : wanted.contains(where: have.contains)
         case .distance(let field, let center, let relation, let radius):
             guard case .location(let l)? = record.value(of: field) else { return nil }
+            // The radius is in kilometres (SPEC §2.4); the geodesic distance in metres.
+            let metres = radius * 1000
             let d = Geodesic.distance(latitude1: l.latitude, longitude1: l.longitude, latitude2: center.latitude, longitude2: center.longitude)
-            return holds(relation, d < radius ? -1 : (d == radius ? 0 : 1))
+            return holds(relation, d < metres ? -1 : (d == metres ? 0 : 1))
         }
     }
 
@@ -252,7 +254,9 @@ enum RandomData {
         }
         if maybe(0.7) { fields["ref"] = .reference(Reference(recordID: RecordID(recordName: ["a", "b"].randomElement(using: &rng) ?? "a"))) }
         if maybe(0.7) { fields["text"] = .string((0..<Int.random(in: 0...4, using: &rng)).map { _ in words.randomElement(using: &rng) ?? "" }.joined(separator: " ")) }
-        return Record(recordType: "T", recordName: "r\(index)", fields: fields)
+        var record = Record(recordType: "T", recordName: "r\(index)", fields: fields)
+        if maybe(0.5) { record.parent = Reference(recordID: RecordID(recordName: ["a", "b"].randomElement(using: &rng) ?? "a")) }
+        return record
     }
 
     static func number(_ rng: inout SplitMix) -> String {
@@ -266,7 +270,7 @@ enum RandomData {
     /// A comparison valid in the cloudkit profile, and whether NOT may wrap it there.
     static func cloudKitTerm(_ rng: inout SplitMix) -> (String, negatable: Bool) {
         let op = ["==", "!=", "<", "<=", ">", ">="].randomElement(using: &rng) ?? "=="
-        switch Int.random(in: 0..<16, using: &rng) {
+        switch Int.random(in: 0..<20, using: &rng) {
         case 0: return ("n \(op) \(number(&rng))", true)
         case 1: return ("\(number(&rng)) \(op) n", true)
         case 2: return ("n BETWEEN {\(number(&rng)), \(number(&rng))}", false)
@@ -277,14 +281,27 @@ enum RandomData {
         case 7: return ("ANY {\(quoted(&rng, words)), \(quoted(&rng, words))} IN tags", true)
         case 8: return ("ALL {\(quoted(&rng, words)), \(quoted(&rng, words))} IN tags", true)
         case 9: return ("ANY tags BEGINSWITH \(quoted(&rng, ["w", "s", "É", "te"]))", true)
-        case 10: return (["n == nil", "s != nil", "tags == nil", "loc != nil"].randomElement(using: &rng) ?? "n == nil", true)
+        case 10: return (["___parent == nil", "___parent != nil", "nil == ___share", "___parent == reference('a')"].randomElement(using: &rng) ?? "___parent == nil", true)
         case 11: return ("t \(op) \(["now()", "date('1970-01-01T00:00:02Z')"].randomElement(using: &rng) ?? "now()")", true)
         case 12: return ("ref \(["==", "!="].randomElement(using: &rng) ?? "==") reference(\(quoted(&rng, ["a", "b"])))", true)
         case 13:
-            return ("distanceToLocation:fromLocation:(loc, location(48.85, 2.35)) < \([100, 1000, 3000, 5000].randomElement(using: &rng) ?? 0)", false)
+            // Kilometres: the records lie within about 5.6 km of the centre.
+            let radius = ["0.1", "1", "3", "5", "2.5"].randomElement(using: &rng) ?? "1"
+            let call = "distanceToLocation:fromLocation:(loc, location(48.85, 2.35))"
+            return Bool.random(using: &rng) ? ("\(call) \(["<", "<="].randomElement(using: &rng) ?? "<") \(radius)", false)
+                : ("\(radius) \([">", ">="].randomElement(using: &rng) ?? ">") \(call)", false)
         case 14:
             let query = (0..<Int.random(in: 1...2, using: &rng)).map { _ in words.randomElement(using: &rng) ?? "" }.joined(separator: " ")
             return ("\(["ALL", "ANY"].randomElement(using: &rng) ?? "ALL") tokenize(\(Literals.quoted(query)), 'Cdl') IN allTokens", false)
+        case 15:
+            let query = Literals.quoted((0..<Int.random(in: 1...2, using: &rng)).map { _ in words.randomElement(using: &rng) ?? "" }.joined(separator: " "))
+            return ([
+                "allTokens TOKENMATCHES[cdl] \(query)", "ANY allTokens TOKENMATCHES[cdl] \(query)", "\(query) TOKENMATCHES[cdl] allTokens",
+                "ALL \(query) TOKENMATCHES[cdl] allTokens", "ALL SELF CONTAINS \(query)",
+            ].randomElement(using: &rng) ?? "SELF CONTAINS 'x'", false)
+        case 16: return ("{\(quoted(&rng, strings)), \(quoted(&rng, strings))} CONTAINS s", true)
+        case 17: return ("ANY tags IN {\(quoted(&rng, words)), \(quoted(&rng, words))}", true)
+        case 18: return ("NONE tags == \(quoted(&rng, words))", false)
         default: return ("SELF CONTAINS \(quoted(&rng, words))", false)
         }
     }
@@ -297,12 +314,14 @@ enum RandomData {
     }
 
     static func extendedTerm(_ rng: inout SplitMix) -> String {
-        switch Int.random(in: 0..<6, using: &rng) {
+        switch Int.random(in: 0..<7, using: &rng) {
         case 0: return "s CONTAINS\(["", "[c]", "[cd]"].randomElement(using: &rng) ?? "") \(quoted(&rng, ["pp", "E", "é", "ine"]))"
         case 1: return "s ENDSWITH\(["", "[c]", "[d]"].randomElement(using: &rng) ?? "") \(quoted(&rng, ["le", "E", "bar"]))"
         case 2: return "s LIKE\(["", "[c]"].randomElement(using: &rng) ?? "") \(quoted(&rng, ["a*", "?pple", "*e*", "*"]))"
         case 3: return "\(["ALL", "NONE", "ANY"].randomElement(using: &rng) ?? "ANY") tags \(["==", "!=", "BEGINSWITH"].randomElement(using: &rng) ?? "==") \(quoted(&rng, words))"
         case 4: return "s MATCHES \(quoted(&rng, ["[aA]pple", "a.*", ".*"]))"
+        case 5: return ["n == nil", "s != nil", "tags == nil", "loc != nil", "FALSEPREDICATE", "t BETWEEN {date('1970-01-01T00:00:01Z'), now()}"]
+            .randomElement(using: &rng) ?? "n == nil"
         default: return cloudKitTerm(&rng).0
         }
     }

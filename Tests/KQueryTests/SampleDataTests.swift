@@ -17,7 +17,7 @@ struct SampleDataTests {
     @Test(arguments: [
         ("price > 50000 AND medium == 'oil'", 12), ("tags CONTAINS 'sea'", 43),
         ("ALL tokenize('sunset harbour', 'Cdl') IN allTokens", 15),
-        ("distanceToLocation:fromLocation:(location, location(48.8606, 2.3376)) < 5000", 62),
+        ("distanceToLocation:fromLocation:(location, location(48.8606, 2.3376)) < 5", 62),
         ("artist == reference(\"artist-07\")", 14), ("acquired > date(\"2020-01-01T00:00:00Z\")", 149),
         ("price > 50000", 19), ("price >= 50000", 21),
     ])

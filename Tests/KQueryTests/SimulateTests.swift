@@ -74,7 +74,7 @@ struct SimulateTests {
     }
 
     @Test(arguments: [
-        (#"[{"subscriptionID":"x","subscriptionType":"query","query":{"recordType":"T"},"predicate":"a == 1 OR b == 2"}]"#, "subscription #1: subscription 'x': 1:8: Invalid compound predicate type: OR"),
+        (#"[{"subscriptionID":"x","subscriptionType":"query","query":{"recordType":"T"},"predicate":"a == 1 OR b == 2"}]"#, "subscription #1: subscription 'x': 1:8: Unexpected expression: a == 1 OR b == 2"),
         (#"[{"subscriptionID":"x","subscriptionType":"zone","zoneID":{"zoneName":"Z"}}]"#, "zone subscriptions are only supported in the private database"),
         (#"[{"subscriptionID":"x","subscriptionType":"query","query":{"recordType":"T"},"predicate":"a == 1"},{"subscriptionID":"y","subscriptionType":"query","query":{"recordType":"T"},"predicate":"1 == a"}]"#, "subscription is duplicate of 'x'"),
         (#"[{"subscriptionID":"x","subscriptionType":"query","query":{"recordType":"T"},"firesOn":[]}]"#, "options must fire on at least one"),
@@ -111,7 +111,8 @@ struct SimulateTests {
         "name BEGINSWITH 'Ch'", "NOT (name BEGINSWITH 'Ch')", "tags CONTAINS 'w'", "NOT (tags CONTAINS 'w')", "ANY {'a', 'b'} IN tags",
         "ALL {'a', 'b'} IN tags", "ANY tags BEGINSWITH 't'", "ALL tokenize('after session', 'Cdl') IN allTokens", "SELF CONTAINS 'rose'",
         "distanceToLocation:fromLocation:(loc, location(1.5, 2)) < 100", "chef == reference('alain')", "creationDate > date('2020-01-01')",
-        "score == nil", "score != nil", "a == 1 AND b == 'x' AND tags CONTAINS 'y'",
+        "___parent == nil", "___share != nil", "a == 1 AND b == 'x' AND tags CONTAINS 'y'",
+        "NOT (seats < 4)", "NONE tags == 'w'", "allTokens TOKENMATCHES[cdl] 'x y'", "ALL SELF CONTAINS 'x y'", "ANY tags IN {'a'}",
     ])
     func filterByRoundTrip(predicate: String) throws {
         let condition = try ValidatedPredicate(predicate).condition

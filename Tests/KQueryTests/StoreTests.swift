@@ -425,7 +425,7 @@ struct DatabaseQueryTests {
         ("price BETWEEN {10, 12}", [], "search the range index on price: price BETWEEN {10, 12} (6 rows)"),
         ("title BEGINSWITH 'Harbour 7'", [], "search the range index on title"),
         ("ALL tokenize('harbour', 'Cdl') IN allTokens", [], "search the token index"),
-        ("distanceToLocation:fromLocation:(location, location(48.5, 2.5)) < 1000", [], "search the spatial index on location"),
+        ("distanceToLocation:fromLocation:(location, location(48.5, 2.5)) < 1", [], "search the spatial index on location"),
         ("recordID == reference('art-00042')", [], "search the record ID lookup"),
         ("price > 10", ["price"], "walk the range index on price in sort order"),
         ("title ENDSWITH '7'", [], "scan every record"),
@@ -487,6 +487,7 @@ struct RecordCodingTests {
         if Bool.random(using: &rng) { record.modificationDate = 1_700_000_000_000 }
         if Bool.random(using: &rng) { record.lastModifiedUserRecordName = "_modifier" }
         if Bool.random(using: &rng) { record.recordChangeTag = "kq\(index)" }
+        if Bool.random(using: &rng) { record.share = Reference(recordID: RecordID(recordName: "share-\(index)", zoneID: ZoneID(zoneName: "Shared"))) }
         return record
     }
 

@@ -285,12 +285,12 @@ struct SubscriptionTests {
         #expect(try anchor("price BETWEEN {5, 10}") == .interval(.user(FieldKey("price")), .number, 5, 10))
         #expect(try anchor("price < 5") == .upperBound(.user(FieldKey("price")), .number, 5))
         #expect(try anchor("price != 5") == .none)
-        if case .cells(_, let cells) = try anchor("distanceToLocation:fromLocation:(location, location(48.85, 2.35)) < 2000") {
+        if case .cells(_, let cells) = try anchor("distanceToLocation:fromLocation:(location, location(48.85, 2.35)) < 2") {
             #expect(!cells.isEmpty && cells.count < 20)
         } else {
             Issue.record("distance not anchored on cells")
         }
-        #expect(try anchor("distanceToLocation:fromLocation:(location, location(0, 0)) < 20000000") == .none)
+        #expect(try anchor("distanceToLocation:fromLocation:(location, location(0, 0)) < 20000") == .none)
     }
 
     /// With `reportsRecordsLeavingResults`, an update evaluates a candidate on the old record only
@@ -302,7 +302,7 @@ struct SubscriptionTests {
         try set.save(.query("mei", recordType: "Artwork", predicate: "artist == 'mei' AND price < 100"))
         // Three tokens: more than its postings check, so it is evaluated (see the next test).
         try set.save(.query("sunset", recordType: "Artwork", predicate: "ALL tokenize('sunset over harbour', 'Cdl') IN allTokens"))
-        try set.save(.query("near", recordType: "Artwork", predicate: "distanceToLocation:fromLocation:(location, location(48.85, 2.35)) < 5000"))
+        try set.save(.query("near", recordType: "Artwork", predicate: "distanceToLocation:fromLocation:(location, location(48.85, 2.35)) < 5"))
         try set.save(.query("ranked", recordType: "Artwork", predicate: "rank BETWEEN {1, 10}"))
         let base: [String: FieldValue] = [
             "price": .int64(500), "artist": .string("mei"), "title": .string("sunset over the harbour"),
@@ -511,7 +511,7 @@ struct SubscriptionTests {
     @Test func packedPredicatesRoundTrip() throws {
         for text in [
             "price < 100", "artist == 'mei' AND price < 100", "price BETWEEN {5, 10}", "price BETWEEN {5.5, 10}",
-            "ALL tokenize('sunset harbour', 'Cdl') IN allTokens", "distanceToLocation:fromLocation:(location, location(48.85, 2.35)) < 5000",
+            "ALL tokenize('sunset harbour', 'Cdl') IN allTokens", "distanceToLocation:fromLocation:(location, location(48.85, 2.35)) < 5",
             "artist == 'mei' AND price < 100 AND year > 1990", "title BEGINSWITH 'Sun'", "TRUEPREDICATE",
         ] {
             let condition = try ValidatedPredicate(text).condition

@@ -406,7 +406,8 @@ public struct CompiledPredicate: Sendable {
         }
     }
 
-    static func compileDistance(_ field: FieldReference, _ center: Location, _ relation: Relation, _ radius: Double) -> Test {
+    static func compileDistance(_ field: FieldReference, _ center: Location, _ relation: Relation, _ kilometres: Double) -> Test {
+        let radius = Condition.radiusInMetres(kilometres)
         let valueTest: ValueTest = { value, _ in
             guard case .location(let location) = value else { return .unknown }
             if relation == .lessThan {

@@ -40,7 +40,9 @@ extension Condition {
                 ("fieldValue", FieldValue.string(text).typedJSON),
             ]))
         case .distance(let field, let center, let relation, let radius):
-            guard relation == .lessThan else {
+            // `<` and `<=` make the same NEAR filter (CloudKit's translator does not tell them
+            // apart); the distance is the predicate's number as written, in kilometres.
+            guard relation == .lessThan || relation == .lessThanOrEqual else {
                 throw WebServicesMappingError(message: "a distance compared with \(relation.op.info.canonical) has no Web Services form")
             }
             filters.append(.object([

@@ -12,9 +12,17 @@ public enum Condition: Hashable, Sendable {
     case field(FieldReference, FieldTest)
     /// Full-text search over the record's tokens: every (`.all`) or some (`.any`) token of `text`.
     case tokens(TokenMatch, text: String)
-    /// `distanceToLocation:fromLocation:(field, center) relation radius`, in metres. Boxed: inline,
+    /// `distanceToLocation:fromLocation:(field, center) relation radius`, the radius in
+    /// **kilometres** as written (CloudKit passes it unchanged as the NEAR radius, which it reads in
+    /// kilometres; SPEC §2.4); `radiusInMetres` converts it for the geodesy. Boxed: inline,
     /// its Location made every Condition twice the size of the common `.field` case.
     indirect case distance(FieldReference, center: Location, Relation, radius: Double)
+}
+
+extension Condition {
+    /// A distance radius as predicates and Web Services write it (kilometres), in metres.
+    @inlinable
+    public static func radiusInMetres(_ kilometres: Double) -> Double { kilometres * 1000 }
 }
 
 public enum TokenMatch: String, Hashable, Sendable {
@@ -45,6 +53,19 @@ public enum Relation: Hashable, Sendable, CaseIterable {
         case .lessThanOrEqual: .lessThanOrEqual
         case .greaterThan: .greaterThan
         case .greaterThanOrEqual: .greaterThanOrEqual
+        }
+    }
+
+    /// The relation that holds exactly when this one does not, for values that compare: CloudKit's
+    /// NOT flip (NOT `<` is `>=`, NOT `==` is `!=`).
+    public var negated: Relation {
+        switch self {
+        case .equal: .notEqual
+        case .notEqual: .equal
+        case .lessThan: .greaterThanOrEqual
+        case .lessThanOrEqual: .greaterThan
+        case .greaterThan: .lessThanOrEqual
+        case .greaterThanOrEqual: .lessThan
         }
     }
 

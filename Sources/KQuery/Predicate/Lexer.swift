@@ -192,11 +192,12 @@ struct Lexer {
         }
     }
 
-    /// The class of each byte: `word` for `[0-9A-Za-z_]`, `space` for space, tab, LF and CR. A
+    /// The class of each byte: `word` for `[0-9A-Za-z_]`, `wordTail` for `$` (which a field name may
+    /// hold, but not start with: a leading `$` is a variable), `space` for space, tab, LF and CR. A
     /// literal, so it is built into the binary (no lazy initialization); a test checks every entry.
     static let byteClasses: [UInt8] = [
         0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0,
+        2, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0,
         0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1,
         0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0,
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -210,17 +211,24 @@ struct Lexer {
 
     static let word: UInt8 = 1
     static let space: UInt8 = 2
+    static let wordTail: UInt8 = 4
 
     /// Whether `byte` continues a word: `[0-9A-Za-z_]`.
     @inline(__always) static func isWordByte(_ byte: UInt8) -> Bool {
         byteClasses.withUnsafeBufferPointer { $0[Int(byte)] & word != 0 }
     }
 
-    /// Skips a run of word characters; false when there was none.
+    /// Whether `byte` continues a word after its first: `[0-9A-Za-z_$]`.
+    @inline(__always) static func isWordTailByte(_ byte: UInt8) -> Bool {
+        byteClasses.withUnsafeBufferPointer { $0[Int(byte)] & (word | wordTail) != 0 }
+    }
+
+    /// Skips a word (a word byte, then word bytes or `$`); false when there was none.
     private mutating func skipWord() -> Bool {
         let start = position
         var index = start
-        while index < bytes.count, Lexer.isWordByte(bytes[index]) { index &+= 1 }
+        guard index < bytes.count, Lexer.isWordByte(bytes[index]) else { return false }
+        while index < bytes.count, Lexer.isWordTailByte(bytes[index]) { index &+= 1 }
         position = index
         return index > start
     }

@@ -1,8 +1,9 @@
 /// Checks a bound predicate against a profile's rules and lowers it to a `Condition`.
 ///
-/// CloudKit's rules (SPEC §2.1): an AND of comparisons and NOT-comparisons, no OR, options only on
-/// TOKENMATCHES, BEGINSWITH as the only string operator, and specific shapes for lists, tokens and
-/// distances. The extended profile lifts those restrictions (SPEC §2.2).
+/// CloudKit's rules (SPEC §2.1) are those of its own translator (cloudd's NSPredicate → query
+/// filter code), and its rejections use that code's wording, followed as there by the predicate
+/// (`Unexpected expression: name ENDSWITH "x"`). The extended profile lifts those restrictions
+/// (SPEC §2.2).
 public struct PredicateValidator {
     public let profile: PredicateProfile
 
@@ -16,18 +17,35 @@ public struct PredicateValidator {
 
     private func lower(_ predicate: PredicateSyntax) throws(InvalidPredicateError) -> Condition {
         switch predicate {
-        case .constant(let value, _):
+        case .constant(let value, let span):
+            if isCloudKit, !value { throw InvalidPredicateError("Unexpected predicate type: FALSEPREDICATE", at: span) }
             return .constant(value)
         case .comparison(let comparison):
             return try lower(comparison)
         case .and(let operands, _):
             return .and(try lower(operands))
         case .or(let operands, let span):
-            if isCloudKit { throw InvalidPredicateError("Invalid compound predicate type: OR (CloudKit supports only AND)", at: orSpan(operands, span)) }
+            if isCloudKit { throw InvalidPredicateError("Unexpected expression: \(predicate.canonicalText)", at: orSpan(operands, span)) }
             return .or(try lower(operands))
         case .not(let operand, let span):
-            if isCloudKit { try checkNegatable(operand, notSpan: span) }
-            return .not(try lower(operand))
+            if isCloudKit { try checkNegatable(operand, not: predicate, notSpan: span) }
+            return Self.negation(of: try lower(operand))
+        }
+    }
+
+    /// NOT of a comparison is the comparison with the flipped comparator, as CloudKit's translator
+    /// makes it (NOT `<` is `>=`, NOT `== nil` is `!= nil`). Both forms are false for a missing
+    /// field (SQL-style, SPEC §2.4), so flipping changes no result and lets an index answer.
+    static func negation(of condition: Condition) -> Condition {
+        switch condition {
+        case .field(let field, .compare(let relation, let operand, let options)):
+            return .field(field, .compare(relation.negated, operand, options))
+        case .field(let field, .isNil):
+            return .field(field, .isNotNil)
+        case .field(let field, .isNotNil):
+            return .field(field, .isNil)
+        default:
+            return .not(condition)
         }
     }
 
@@ -44,25 +62,15 @@ public struct PredicateValidator {
         operands.count > 1 ? SourceSpan(start: operands[0].span.end, end: operands[1].span.start) : span
     }
 
-    private func checkNegatable(_ operand: PredicateSyntax, notSpan: SourceSpan) throws(InvalidPredicateError) {
+    /// CloudKit negates one comparison that translates to one negatable filter: not a compound,
+    /// and not BETWEEN (two filters), a distance (NEAR) or a token search.
+    private func checkNegatable(_ operand: PredicateSyntax, not: PredicateSyntax, notSpan: SourceSpan) throws(InvalidPredicateError) {
         let at = SourceSpan(start: notSpan.start, end: notSpan.start + 3)
-        switch operand {
-        case .comparison(let comparison):
-            if comparison.op == .between {
-                throw InvalidPredicateError("Unsupported predicate: NOT around BETWEEN", at: at)
-            }
-            if comparison.op == .tokenMatches || comparison.involvesTokens {
-                throw InvalidPredicateError("Unsupported predicate: NOT around a token search", at: at)
-            }
-            if comparison.involvesDistance {
-                throw InvalidPredicateError("Unsupported predicate: NOT around distanceToLocation:fromLocation:", at: at)
-            }
-        case .and, .or:
-            throw InvalidPredicateError("Invalid compound predicate type: NOT around a compound predicate", at: at)
-        case .not:
-            throw InvalidPredicateError("Invalid compound predicate type: NOT around NOT", at: at)
-        case .constant:
-            throw InvalidPredicateError("<\(operand.canonicalText)> is not a comparison predicate", at: operand.span)
+        guard case .comparison(let comparison) = operand else {
+            throw InvalidPredicateError("Expected comparison subpredicate: \(not.canonicalText)", at: at)
+        }
+        if comparison.op == .between || comparison.op == .tokenMatches || comparison.involvesTokens || comparison.involvesDistance {
+            throw InvalidPredicateError("Invalid NOT predicate: \(not.canonicalText)", at: at)
         }
     }
 
@@ -70,29 +78,40 @@ public struct PredicateValidator {
 
     private func lower(_ comparison: Comparison) throws(InvalidPredicateError) -> Condition {
         let op = comparison.op
+        // NSPredicate's NONE is NOT(ANY ...), and CloudKit translates it as that NOT: the flipped
+        // list filter (NONE tags == 'x' is NOT_LIST_CONTAINS).
+        if isCloudKit, comparison.modifier == .none {
+            var any = comparison
+            any.modifier = .any
+            let inner = try lower(any)
+            guard case .field = inner else {
+                throw InvalidPredicateError("Invalid NOT predicate: \(comparison.canonicalText)", at: comparison.span)
+            }
+            return .not(inner)
+        }
         if isCloudKit, !op.isCloudKitOperator {
-            throw InvalidPredicateError("Unsupported operator: \(op.info.canonical)", at: comparison.operatorSpan)
+            throw InvalidPredicateError("Unexpected expression: \(comparison.canonicalText)", at: comparison.operatorSpan)
         }
         if comparison.left.mayHoldPlaceholders { try checkBound(comparison.left) }
         if comparison.right.mayHoldPlaceholders { try checkBound(comparison.right) }
-        if !comparison.options.isEmpty || op == .tokenMatches { try checkOptions(comparison) }
-        // Token searches and distances have TOKENMATCHES, SELF or a function call; most comparisons
-        // have none, and skip both without building an optional Condition.
-        if op == .tokenMatches || comparison.left.isEvaluatedObject || comparison.left.isFunctionCall || comparison.right.isFunctionCall {
+        // Token searches and distances have TOKENMATCHES, SELF, allTokens or a function call; most
+        // comparisons have none, and skip both without building an optional Condition.
+        if op == .tokenMatches || comparison.left.isEvaluatedObject || comparison.left.isFunctionCall || comparison.right.isFunctionCall
+            || comparison.left.isAllTokens || comparison.right.isAllTokens {
             if let condition = try lowerTokenSearch(comparison) { return condition }
+            if !comparison.options.isEmpty { try checkOptions(comparison) }
             if let condition = try lowerDistance(comparison) { return condition }
+        } else if !comparison.options.isEmpty {
+            try checkOptions(comparison)
         }
-        if op == .tokenMatches {
-            throw InvalidPredicateError("TOKENMATCHES compares allTokens with a string, as in allTokens TOKENMATCHES[cdl] 'words'", at: comparison.operatorSpan)
-        }
-        if !comparison.left.isPlainOperand { try checkPlainOperand(comparison.left) }
-        if !comparison.right.isPlainOperand { try checkPlainOperand(comparison.right) }
+        if !comparison.left.isPlainOperand { try checkPlainOperand(comparison.left, in: comparison) }
+        if !comparison.right.isPlainOperand { try checkPlainOperand(comparison.right, in: comparison) }
 
         // Normalize to: field on the left, value on the right. The value side is passed in place,
         // not copied out: copying expressions was a large part of validation's time.
         if let field = try fieldReference(comparison.left) {
             if try fieldReference(comparison.right) != nil {
-                throw InvalidPredicateError("comparing two fields is not supported: one side must be a constant", at: comparison.right.span)
+                throw InvalidPredicateError("Expected constant value in comparison expression: \(comparison.canonicalText)", at: comparison.right.span)
             }
             let test = try lowerTest(
                 comparison, field: field, op: op, value: comparison.right, fieldModifier: comparison.modifier, valueModifier: .direct)
@@ -100,13 +119,13 @@ public struct PredicateValidator {
         }
         if let field = try fieldReference(comparison.right) {
             guard let mirrored = op.mirroredOperator else {
-                throw InvalidPredicateError("the field must be on the left of \(op.info.canonical)", at: comparison.right.span)
+                throw InvalidPredicateError("Unexpected expression: \(comparison.canonicalText)", at: comparison.right.span)
             }
             let test = try lowerTest(
                 comparison, field: field, op: mirrored, value: comparison.left, fieldModifier: .direct, valueModifier: comparison.modifier)
             return .field(field, test)
         }
-        throw InvalidPredicateError("<\(comparison.canonicalText)> is not a comparison predicate: one side must be a field", at: comparison.span)
+        throw InvalidPredicateError("Expected key-path in comparison expression: \(comparison.canonicalText)", at: comparison.span)
     }
 
     /// Format arguments and variables must be bound before validation (see `PredicateSyntax.binding`).
@@ -124,58 +143,51 @@ public struct PredicateValidator {
     }
 
     /// allTokens and SELF only appear in the token-search shapes, handled before this.
-    private func checkPlainOperand(_ side: ExpressionSyntax) throws(InvalidPredicateError) {
+    private func checkPlainOperand(_ side: ExpressionSyntax, in comparison: Comparison) throws(InvalidPredicateError) {
         if side.isAllTokens {
-            throw InvalidPredicateError("allTokens can only be used with tokenize(...) or TOKENMATCHES", at: side.span)
+            throw InvalidPredicateError(
+                "Required comparison operators TOKENMATCHES or IN when searching special key-path allTokens: \(comparison.canonicalText)", at: side.span)
         }
         if case .evaluatedObject(let span) = side {
-            throw InvalidPredicateError("SELF can only be used as SELF CONTAINS 'text'", at: span)
+            throw InvalidPredicateError("Unexpected expression: SELF (SELF is used as SELF CONTAINS 'text')", at: span)
         }
     }
 
+    /// Options on a comparison that is not a token search: CloudKit takes none; the extended
+    /// profile takes them on string comparisons.
     private func checkOptions(_ comparison: Comparison) throws(InvalidPredicateError) {
         let options = comparison.options
-        guard !options.isEmpty else {
-            if comparison.op == .tokenMatches, isCloudKit {
-                throw InvalidPredicateError("TOKENMATCHES needs the options [cdl]", at: comparison.operatorSpan)
-            }
-            return
-        }
-        if comparison.op == .tokenMatches {
-            let required: ComparisonOptions = [.caseInsensitive, .diacriticInsensitive, .localeSensitive]
-            if isCloudKit, !options.isSuperset(of: required) {
-                throw InvalidPredicateError("Unsupported comparison options: \(options.spelled) (TOKENMATCHES needs [cdl])", at: comparison.operatorSpan)
-            }
-            return
-        }
         if isCloudKit {
-            throw InvalidPredicateError("Unsupported comparison options: \(options.spelled)", at: comparison.operatorSpan)
+            throw InvalidPredicateError(
+                "Predicate comparison options are not supported for expression: \(comparison.canonicalText)", at: comparison.operatorSpan)
         }
         guard comparison.op.isRelational || comparison.op.isStringOperator || comparison.op == .in else {
             throw InvalidPredicateError("Unsupported comparison options: \(options.spelled) on \(comparison.op.info.canonical)", at: comparison.operatorSpan)
         }
     }
 
-    /// A key path as a field; nil for anything else. Dotted key paths are errors (CloudKit has none).
+    /// A key path as a field; nil for anything else. Names follow CloudKit's `CKValidateKeyName`
+    /// (and so do dotted key paths, which it reads as one invalid name); the system fields may be
+    /// named by their predicate name or their `___` key.
     private func fieldReference(_ expression: ExpressionSyntax) throws(InvalidPredicateError) -> FieldReference? {
         guard case .keyPath(let path, let span) = expression else { return nil }
         if let cached = KeyPathCache.reference(for: path) { return cached }
         guard let hash = FieldKey.validNameHash(path) else {
-            if path.utf8.contains(UInt8(ascii: ".")) {
-                throw InvalidPredicateError("Invalid key path '\(path)': CloudKit fields have no key paths", at: span)
-            }
-            throw InvalidPredicateError("Invalid field name '\(path)' (expected [a-zA-Z][0-9a-zA-Z_]*)", at: span)
+            throw InvalidPredicateError(FieldKey.nameProblem(path) ?? "recordKey (\(path)) contains invalid characters", at: span)
         }
         let length = path.utf8.count
         if length == 9, path == "allTokens" { return nil }
-        let reference = PredicateValidator.systemNameLengths & (1 << length) == 0 ? .user(FieldKey(path, hash: hash)) : FieldReference(name: path)
+        let reference = PredicateValidator.systemNameLengths & (1 << (length & 63)) == 0 || length > 63
+            ? .user(FieldKey(path, hash: hash)) : FieldReference(name: path)
         KeyPathCache.remember(path, reference)
         return reference
     }
 
-    /// The lengths of the system field names, as bits: a name of another length is a user field,
-    /// found without comparing it with each system name.
-    private static let systemNameLengths: UInt64 = FieldReference.systemFields.reduce(0) { $0 | 1 << $1.name.utf8.count }
+    /// The lengths of the system field names (both spellings), as bits: a name of another length is
+    /// a user field, found without comparing it with each system name.
+    private static let systemNameLengths: UInt64 = FieldReference.systemFields.reduce(0) {
+        $0 | 1 << $1.name.utf8.count | 1 << $1.webServicesName.utf8.count
+    }
 
     private func lowerTest(
         _ comparison: Comparison, field: FieldReference, op: ComparisonOperator, value: ExpressionSyntax,
@@ -185,23 +197,31 @@ public struct PredicateValidator {
 
         // A quantifier on the value side: ANY {a, b} == K, ANY {a, b} IN K, ALL {a, b} IN K, NONE ...
         if valueModifier != .direct {
-            let values = try operandList(value, for: op)
+            let values = try operandList(value, for: op, in: comparison)
             switch (valueModifier, op) {
             case (.any, .equal): return .oneOf(values, options)
             case (.any, .contains): return .members(.any, .oneOf(values, options))
             case (.all, .contains): return .containsAll(values)
             case (.none, .contains) where !isCloudKit: return .members(.none, .oneOf(values, options))
-            default: throw unsupported(comparison)
+            default: throw unexpected(comparison)
             }
         }
 
         // A quantifier on the field side: the field is a list and the test applies to its members.
         if fieldModifier != .direct {
-            let member = try scalarTest(comparison, op: op, value: value, options: options, asMember: true)
+            if isCloudKit, fieldModifier == .all || fieldModifier == .none, op.isRelational {
+                throw InvalidPredicateError(
+                    "Aggregate operator \(fieldModifier.rawValue) not allowed for comparison expression: \(comparison.canonicalText)",
+                    at: comparison.span)
+            }
+            let member = try scalarTest(comparison, field: field, op: op, value: value, options: options, asMember: true)
             if isCloudKit {
                 switch (fieldModifier, member) {
                 case (.any, .compare(.equal, _, _)), (.any, .string(.beginsWith, _, _)), (.any, .oneOf): break
-                default: throw unsupported(comparison)
+                case (.any, .compare):
+                    throw InvalidPredicateError(
+                        "Aggregate operator ANY not allowed for comparison expression: \(comparison.canonicalText)", at: comparison.span)
+                default: throw unexpected(comparison)
                 }
             }
             return .members(Quantifier(fieldModifier), member)
@@ -209,24 +229,29 @@ public struct PredicateValidator {
 
         switch op {
         case .contains:
-            if case .aggregate = value {
-                throw InvalidPredicateError("Invalid argument value: CONTAINS takes one value; use ANY {...} IN \(field.name) or ALL {...} IN \(field.name)", at: value.span)
+            if case .aggregate = value, !value.isBoundArgument {
+                throw unexpected(comparison)
             }
-            let operand = try self.operand(value, for: op)
+            let operand = try self.operand(value, for: op, in: comparison)
             return isCloudKit ? .members(.any, .compare(.equal, operand, [])) : .contains(operand, options)
         default:
-            return try scalarTest(comparison, op: op, value: value, options: options, asMember: false)
+            return try scalarTest(comparison, field: field, op: op, value: value, options: options, asMember: false)
         }
     }
 
     /// The test of one scalar value (a field, or a list member under ANY/ALL/NONE).
     private func scalarTest(
-        _ comparison: Comparison, op: ComparisonOperator, value: ExpressionSyntax, options: ComparisonOptions, asMember: Bool
+        _ comparison: Comparison, field: FieldReference, op: ComparisonOperator, value: ExpressionSyntax, options: ComparisonOptions,
+        asMember: Bool
     ) throws(InvalidPredicateError) -> FieldTest {
         switch op {
         case .equal, .notEqual, .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual:
             let relation = Relation(op) ?? .equal
             if case .constant(.null, let span) = value {
+                // CloudKit compares only its parent and share keys with nil.
+                if isCloudKit, !field.acceptsNil {
+                    throw InvalidPredicateError("Expected constant value in comparison expression: \(comparison.canonicalText)", at: span)
+                }
                 guard !asMember else { throw InvalidPredicateError("Invalid argument value: list members are never nil", at: span) }
                 switch relation {
                 case .equal: return .isNil
@@ -235,19 +260,20 @@ public struct PredicateValidator {
                 }
             }
             if case .aggregate = value {
-                throw InvalidPredicateError("Invalid argument value: a list can't be compared with \(op.info.canonical); use IN", at: value.span)
+                throw InvalidPredicateError(
+                    isCloudKit ? "Unexpected expression: \(comparison.canonicalText)"
+                        : "Invalid argument value: a list can't be compared with \(op.info.canonical); use IN", at: value.span)
             }
-            return .compare(relation, try operand(value, for: op), options)
+            return .compare(relation, try operand(value, for: op, in: comparison), options)
         case .between:
-            guard case .aggregate(let bounds, _) = value, bounds.count == 2 else {
-                throw InvalidPredicateError("Invalid argument value: BETWEEN needs two bounds, as in BETWEEN {1, 10}", at: value.span)
-            }
-            return .between(try operand(bounds[0], for: op), try operand(bounds[1], for: op))
+            return try between(comparison, value: value)
         case .in:
-            return .oneOf(try operandList(value, for: op), options)
+            return .oneOf(try operandList(value, for: op, in: comparison), options)
         case .beginsWith, .endsWith, .like, .matches, .contains:
             guard case .constant(.value(.string(let text)), _) = value else {
-                throw InvalidPredicateError("Invalid argument value: \(op.info.canonical) needs a string", at: value.span)
+                throw InvalidPredicateError(
+                    isCloudKit ? "Expected NSString or NSData on right hand side: \(comparison.canonicalText)"
+                        : "Invalid argument value: \(op.info.canonical) needs a string", at: value.span)
             }
             let operation: StringOperation = switch op {
             case .beginsWith: .beginsWith
@@ -259,12 +285,40 @@ public struct PredicateValidator {
             if operation == .matches { try checkRegularExpression(text, options: options, at: value.span) }
             return .string(operation, text, options)
         case .tokenMatches:
-            throw unsupported(comparison)
+            throw unexpected(comparison)
         }
     }
 
-    private func unsupported(_ comparison: Comparison) -> InvalidPredicateError {
-        InvalidPredicateError("Unsupported operator: \(comparison.shapeDescription)", at: comparison.operatorSpan)
+    /// `K BETWEEN {lo, hi}`. CloudKit takes only a literal pair of numbers (`BETWEEN %@` and dates
+    /// are refused by its translator); the extended profile takes any two bounds.
+    private func between(_ comparison: Comparison, value: ExpressionSyntax) throws(InvalidPredicateError) -> FieldTest {
+        guard case .aggregate(let bounds, _) = value else {
+            throw InvalidPredicateError(
+                isCloudKit ? "Unexpected expression: \(comparison.canonicalText)"
+                    : "Invalid argument value: BETWEEN needs two bounds, as in BETWEEN {1, 10}", at: value.span)
+        }
+        if isCloudKit {
+            if value.isBoundArgument { throw InvalidPredicateError("Unexpected expression: \(comparison.canonicalText)", at: value.span) }
+            guard bounds.count == 2 else {
+                throw InvalidPredicateError(
+                    "Expected array with two number arguments on right hand side, but got \(bounds.count): \(comparison.canonicalText)", at: value.span)
+            }
+            for bound in bounds {
+                switch bound {
+                case .constant(.value(.int64), _), .constant(.value(.double), _): continue
+                default:
+                    throw InvalidPredicateError("Expected array with two number arguments on right hand side: \(comparison.canonicalText)", at: bound.span)
+                }
+            }
+        }
+        guard bounds.count == 2 else {
+            throw InvalidPredicateError("Invalid argument value: BETWEEN needs two bounds, as in BETWEEN {1, 10}", at: value.span)
+        }
+        return .between(try operand(bounds[0], for: .between, in: comparison), try operand(bounds[1], for: .between, in: comparison))
+    }
+
+    private func unexpected(_ comparison: Comparison) -> InvalidPredicateError {
+        InvalidPredicateError("Unexpected expression: \(comparison.canonicalText)", at: comparison.operatorSpan)
     }
 
     private func checkRegularExpression(_ pattern: String, options: ComparisonOptions, at span: SourceSpan) throws(InvalidPredicateError) {
@@ -277,45 +331,49 @@ public struct PredicateValidator {
         }
     }
 
-    private func operand(_ expression: ExpressionSyntax, for op: ComparisonOperator) throws(InvalidPredicateError) -> Operand {
+    private func operand(_ expression: ExpressionSyntax, for op: ComparisonOperator, in comparison: Comparison) throws(InvalidPredicateError) -> Operand {
         switch expression {
         case .constant(let constant, let span):
             guard let value = constant.fieldValue else {
-                throw InvalidPredicateError("Invalid argument value: nil can't be used with \(op.info.canonical)", at: span)
+                throw InvalidPredicateError(
+                    isCloudKit ? "Expected constant value in comparison expression: \(comparison.canonicalText)"
+                        : "Invalid argument value: nil can't be used with \(op.info.canonical)", at: span)
             }
             if case .list = value {
-                throw InvalidPredicateError("Invalid argument value: a list can't be used here", at: span)
+                throw InvalidPredicateError("Nested collection classes are not allowed: \(comparison.canonicalText)", at: span)
             }
             return .value(value)
         case .function(Functions.now, let arguments, let span):
             guard arguments.isEmpty else { throw InvalidPredicateError("now() takes no arguments", at: span) }
             return .now
         case .function(let name, _, let span):
-            throw InvalidPredicateError("Unsupported function: \(name)", at: span)
+            throw InvalidPredicateError("Unexpected expression: \(name)(...) (the functions are now(), tokenize and distanceToLocation:fromLocation:)", at: span)
         case .argument(let argument, let span):
             throw InvalidPredicateError("no value bound for \(argument.spelling)", at: span)
         case .variable(let name, let span):
             throw InvalidPredicateError("no value bound for $\(name)", at: span)
         case .aggregate(_, let span):
-            throw InvalidPredicateError("Invalid argument value: a list can't be used here", at: span)
+            throw InvalidPredicateError("Nested collection classes are not allowed: \(comparison.canonicalText)", at: span)
         case .keyPath(_, let span), .evaluatedObject(let span):
-            throw InvalidPredicateError("expected a constant", at: span)
+            throw InvalidPredicateError("Expected constant value in comparison expression: \(comparison.canonicalText)", at: span)
         }
     }
 
-    private func operandList(_ expression: ExpressionSyntax, for op: ComparisonOperator) throws(InvalidPredicateError) -> [Operand] {
+    private func operandList(_ expression: ExpressionSyntax, for op: ComparisonOperator, in comparison: Comparison) throws(InvalidPredicateError) -> [Operand] {
         guard case .aggregate(let elements, _) = expression else {
             if case .argument(let argument, let span) = expression {
                 throw InvalidPredicateError("no value bound for \(argument.spelling)", at: span)
             }
-            throw InvalidPredicateError("Invalid argument value: \(op.info.canonical) needs a list, as in {'a', 'b'}", at: expression.span)
+            throw InvalidPredicateError(
+                isCloudKit ? "Expected collection on right hand side: \(comparison.canonicalText)"
+                    : "Invalid argument value: \(op.info.canonical) needs a list, as in {'a', 'b'}", at: expression.span)
         }
         var operands: [Operand] = []
         operands.reserveCapacity(elements.count)
         var firstType: FieldType?
         var mixed = false
         for element in elements {
-            let operand = try operand(element, for: op)
+            let operand = try operand(element, for: op, in: comparison)
             let type: FieldType = if case .value(let value) = operand { value.type } else { .timestamp }
             if let firstType, firstType != type, !(firstType.isNumeric && type.isNumeric) { mixed = true }
             firstType = firstType ?? type
@@ -325,71 +383,108 @@ public struct PredicateValidator {
             var types = Set<FieldType>()
             for operand in operands { if case .value(let value) = operand { types.insert(value.type) } else { types.insert(.timestamp) } }
             throw InvalidPredicateError(
-                "Invalid argument value: the list mixes \(types.map(\.rawValue).sorted().joined(separator: " and "))", at: expression.span)
+                "Invalid argument value: the list mixes \(types.map(\.rawValue).sorted().joined(separator: " and ")) (a list field value has one type)",
+                at: expression.span)
         }
         return operands
     }
 
     // MARK: Token search and distance
 
-    /// `ALL/ANY tokenize(s, 'Cdl') IN allTokens`, `ANY allTokens IN tokenize(...)`, TOKENMATCHES, `SELF CONTAINS`.
+    /// The token searches CloudKit's translator knows, each CONTAINS_ANY_TOKENS unless it says ALL:
+    /// `SELF CONTAINS 's'`, `ALL SELF CONTAINS 's'`; `allTokens TOKENMATCHES[cdl] 's'` (with or
+    /// without ANY), `'s' TOKENMATCHES[cdl] allTokens`, `ALL 's' TOKENMATCHES[cdl] allTokens`;
+    /// `ALL/ANY tokenize('s', 'cdl') IN allTokens`, `ANY allTokens IN tokenize('s', 'cdl')`.
     private func lowerTokenSearch(_ comparison: Comparison) throws(InvalidPredicateError) -> Condition? {
         let (left, right) = (comparison.left, comparison.right)
-        if case .evaluatedObject = left, comparison.op == .contains, comparison.modifier == .direct {
-            return .tokens(.any, text: try tokenText(right, context: "SELF CONTAINS"))
-        }
-        if comparison.op == .tokenMatches {
-            switch (left, right) {
-            case (.keyPath("allTokens", _), _) where comparison.modifier != .all && comparison.modifier != .none:
-                return .tokens(.all, text: try tokenText(right, context: "TOKENMATCHES"))
-            case (_, .keyPath("allTokens", _)) where comparison.modifier == .direct:
-                return .tokens(.all, text: try tokenText(left, context: "TOKENMATCHES"))
-            default:
-                return nil
+        let text = comparison.canonicalText
+        if case .evaluatedObject = left, comparison.op == .contains {
+            if !comparison.options.isEmpty { try checkOptions(comparison) }
+            switch comparison.modifier {
+            case .direct, .any: return .tokens(.any, text: try tokenText(right, in: comparison))
+            case .all: return .tokens(.all, text: try tokenText(right, in: comparison))
+            case .none: throw unexpected(comparison)
             }
         }
-        let tokenizeSide: ExpressionSyntax
-        switch (left, right) {
-        case (.function(Functions.tokenize, _, _), .keyPath("allTokens", _)) where comparison.op == .in:
-            tokenizeSide = left
-        case (.keyPath("allTokens", _), .function(Functions.tokenize, _, _)) where comparison.op == .in && comparison.modifier == .any:
-            tokenizeSide = right
-        case (.function(Functions.tokenize, _, _), _), (_, .function(Functions.tokenize, _, _)):
+        if comparison.op == .tokenMatches {
+            let match: TokenMatch
+            let value: ExpressionSyntax
+            if left.isAllTokens {
+                if comparison.modifier == .all {
+                    throw InvalidPredicateError("Enumerating special key-path allTokens is not allowed: \(text)", at: comparison.span)
+                }
+                (match, value) = (.any, right)
+            } else if right.isAllTokens {
+                (match, value) = (comparison.modifier == .all ? .all : .any, left)
+            } else {
+                throw InvalidPredicateError("Unexpected expression: \(text) (TOKENMATCHES compares allTokens with a string)", at: comparison.operatorSpan)
+            }
+            if comparison.modifier == .none { throw unexpected(comparison) }
+            if isCloudKit, comparison.options != Self.tokenOptions {
+                throw InvalidPredicateError(
+                    "Required NSCaseInsensitivePredicateOption, NSDiacriticInsensitivePredicateOption, and NSLocaleSensitivePredicateOption comparison predicate options: \(text)",
+                    at: comparison.operatorSpan)
+            }
+            return .tokens(match, text: try tokenText(value, in: comparison))
+        }
+        guard left.isTokenOperand || right.isTokenOperand else { return nil }
+        if !left.isAllTokens, !right.isAllTokens {
+            throw InvalidPredicateError("Unexpected expression: \(text) (tokenize(...) is searched IN allTokens)", at: comparison.span)
+        }
+        if comparison.op != .in {
             throw InvalidPredicateError(
-                "tokenize(...) is used as ALL tokenize(s, 'Cdl') IN allTokens or ANY tokenize(s, 'Cdl') IN allTokens", at: comparison.span)
-        default:
-            return nil
+                "Required comparison operators TOKENMATCHES or IN when searching special key-path allTokens: \(text)", at: comparison.operatorSpan)
         }
-        guard case .function(_, let arguments, let span) = tokenizeSide, arguments.count == 2 else {
-            throw InvalidPredicateError("tokenize takes a string and options, as in tokenize('words', 'Cdl')", at: tokenizeSide.span)
+        if comparison.modifier == .direct || comparison.modifier == .none {
+            throw InvalidPredicateError("Required predicate modifier ANY or ALL when searching special key-path allTokens: \(text)", at: comparison.span)
         }
-        let text = try tokenText(arguments[0], context: "tokenize")
-        guard case .constant(.value(.string(let options)), let optionsSpan) = arguments[1] else {
-            throw InvalidPredicateError("tokenize needs its options as a string, as in 'Cdl'", at: arguments[1].span)
+        let tokenizeSide = left.isAllTokens ? right : left
+        if left.isAllTokens, comparison.modifier == .all {
+            throw InvalidPredicateError("Enumerating special key-path allTokens is not allowed: \(text)", at: comparison.span)
         }
-        let letters = Set(options.lowercased())
-        if isCloudKit, !letters.isSuperset(of: ["c", "d", "l"]) {
-            throw InvalidPredicateError("Unsupported comparison options: '\(options)' (tokenize needs 'Cdl')", at: optionsSpan)
+        guard case .function(Functions.tokenize, let arguments, _) = tokenizeSide else {
+            if case .constant(.value(.string), _) = tokenizeSide {
+                throw InvalidPredicateError("Required tokenize() operand when searching special key-path allTokens: \(text)", at: tokenizeSide.span)
+            }
+            throw InvalidPredicateError("Required string or tokenize() arguments when searching special key-path allTokens: \(text)", at: tokenizeSide.span)
         }
-        guard letters.isSubset(of: ["c", "d", "l", "n"]) else {
-            throw InvalidPredicateError("unknown tokenize option in '\(options)'", at: optionsSpan)
+        guard arguments.count == 2, case .constant(.value(.string(let words)), _) = arguments[0] else {
+            throw InvalidPredicateError("Required string argument when using tokenize(), but got \(arguments.first?.canonicalText ?? "nothing"): \(text)", at: tokenizeSide.span)
         }
-        switch comparison.modifier {
-        case .all where tokenizeSide == left: return .tokens(.all, text: text)
-        case .any: return .tokens(.any, text: text)
-        default:
-            throw InvalidPredicateError("tokenize needs ALL or ANY in front, as in ALL tokenize(s, 'Cdl') IN allTokens", at: span)
+        guard case .constant(.value(.string(let letters)), let optionsSpan) = arguments[1], let options = Self.tokenizeOptions(letters) else {
+            throw InvalidPredicateError("tokenize needs its options as a string of c, d and l, as in 'cdl': \(text)", at: arguments[1].span)
         }
+        if isCloudKit, options != Self.tokenOptions {
+            throw InvalidPredicateError(
+                "Required NSCaseInsensitivePredicateOption, NSDiacriticInsensitivePredicateOption, and NSLocaleSensitivePredicateOption tokenization options on tokenize() function: \(text)",
+                at: optionsSpan)
+        }
+        return .tokens(comparison.modifier == .all ? .all : .any, text: words)
     }
 
-    private func tokenText(_ expression: ExpressionSyntax, context: String) throws(InvalidPredicateError) -> String {
+    /// CloudKit's token options: exactly c, d and l (in any order and case, without n).
+    private static let tokenOptions: ComparisonOptions = [.caseInsensitive, .diacriticInsensitive, .localeSensitive]
+
+    /// The options a tokenize() options string spells, or nil for a letter that is not an option.
+    private static func tokenizeOptions(_ letters: String) -> ComparisonOptions? {
+        var options: ComparisonOptions = []
+        for letter in letters.lowercased() {
+            guard let option = ComparisonOptions.letters.first(where: { $0.0 == letter })?.1 else { return nil }
+            options.insert(option)
+        }
+        return options
+    }
+
+    private func tokenText(_ expression: ExpressionSyntax, in comparison: Comparison) throws(InvalidPredicateError) -> String {
         guard case .constant(.value(.string(let text)), _) = expression else {
-            throw InvalidPredicateError("Invalid argument value: \(context) needs a string", at: expression.span)
+            throw InvalidPredicateError(
+                "Required string or tokenize() arguments when comparing to special key-path allTokens: \(comparison.canonicalText)", at: expression.span)
         }
         return text
     }
 
-    /// `distanceToLocation:fromLocation:(K, L) < r`, with K and L in either order and r on either side.
+    /// `distanceToLocation:fromLocation:(K, L) < r` (or `<=`), with K and L in either order, and
+    /// mirrored `r > ...` (or `>=`). r is in kilometres, as CloudKit reads the NEAR radius.
     private func lowerDistance(_ comparison: Comparison) throws(InvalidPredicateError) -> Condition? {
         let distanceOnLeft: Bool
         let call: ExpressionSyntax
@@ -400,39 +495,55 @@ public struct PredicateValidator {
         } else {
             return nil
         }
+        let text = comparison.canonicalText
         guard case .function(_, let arguments, let span) = call, arguments.count == 2 else {
-            throw InvalidPredicateError("distanceToLocation:fromLocation: takes a field and a location", at: call.span)
+            throw InvalidPredicateError("Expected expected 2 arguments for function distanceToLocation:fromLocation: \(text)", at: call.span)
         }
         guard comparison.modifier == .direct, var relation = Relation(comparison.op) else {
-            throw InvalidPredicateError("Unsupported operator: distance compared with \(comparison.op.info.canonical) (use <)", at: comparison.operatorSpan)
+            throw unexpected(comparison)
         }
         if !distanceOnLeft { relation = Relation(relation.op.info.mirrored ?? relation.op) ?? relation }
-        if isCloudKit, relation != .lessThan {
-            throw InvalidPredicateError("Unsupported operator: distance compared with \(comparison.op.info.canonical) (CloudKit supports only <)", at: comparison.operatorSpan)
+        if isCloudKit, relation != .lessThan, relation != .lessThanOrEqual {
+            throw InvalidPredicateError(
+                "Searching for locations outside of a specified circular area is not supported: \(text)", at: comparison.operatorSpan)
         }
         var field: FieldReference?
         var center: Location?
         for argument in arguments {
             if case .constant(.value(.location(let location)), _) = argument {
                 center = location
-            } else if let reference = try fieldReference(argument) {
+            } else if case .keyPath = argument, let reference = try fieldReference(argument) {
                 field = reference
             }
         }
-        guard let field, let center else {
-            throw InvalidPredicateError("distanceToLocation:fromLocation: needs a LOCATION field and a location(lat, lon)", at: span)
+        guard let field else {
+            throw InvalidPredicateError("Expected NSKeyPathExpressionType argument for distanceToLocation:fromLocation:", at: span)
+        }
+        guard let center else {
+            let other = arguments.first { if case .keyPath = $0 { false } else { true } }
+            throw InvalidPredicateError(
+                "Expected CLLocation argument for distanceToLocation:fromLocation: but got \(other.map(Self.className) ?? "a nil location")", at: span)
         }
         let radiusExpression = distanceOnLeft ? comparison.right : comparison.left
         let radius: Double
         switch radiusExpression {
         case .constant(.value(.int64(let i)), _): radius = Double(i)
         case .constant(.value(.double(let d)), _): radius = d
-        default: throw InvalidPredicateError("Invalid argument value: the distance must be a number of metres", at: radiusExpression.span)
-        }
-        guard radius >= 0 else {
-            throw InvalidPredicateError("Invalid argument value: the distance must not be negative", at: radiusExpression.span)
+        default:
+            throw InvalidPredicateError(
+                "Expected search radius on \(distanceOnLeft ? "right" : "left") hand side of operator: \(text)", at: radiusExpression.span)
         }
         return .distance(field, center: center, relation, radius: radius)
+    }
+
+    /// How CloudKit's messages name what an argument is (NSPredicate's classes).
+    private static func className(_ expression: ExpressionSyntax) -> String {
+        switch expression {
+        case .constant(.null, _): "a nil location"
+        case .constant(.value(let value), _): value.typeName
+        case .constant(.bool, _): "NSNumber"
+        default: expression.canonicalText
+        }
     }
 }
 
@@ -511,5 +622,12 @@ extension ExpressionSyntax {
     func isCall(_ function: String) -> Bool {
         if case .function(let name, _, _) = self { return name == function }
         return false
+    }
+
+    /// A list bound to a `%@` argument, not written as `{...}`: binding gives every element the
+    /// argument's own span (see `PredicateSyntax.binding`), which a literal's elements never have.
+    var isBoundArgument: Bool {
+        guard case .aggregate(let elements, let span) = self, let first = elements.first else { return false }
+        return first.span.start == span.start && first.span.end == span.end
     }
 }

@@ -66,10 +66,10 @@ public struct FieldKey: Hashable, Sendable, Comparable, CustomStringConvertible 
     static func validNameHash(_ name: String) -> UInt64? {
         guard name.utf8.count <= 255 else { return nil }
         let hash: UInt64?? = name.utf8.withContiguousStorageIfAvailable { bytes in
-            guard let first = bytes.first, first.isASCIILetter else { return nil }
+            guard let first = bytes.first, first.isASCIILetter || first == UInt8(ascii: "_") else { return nil }
             var hash = _ASCIINameTable.start(bytes.count)
             for byte in bytes {
-                guard byte.isASCIILetter || byte.isASCIIDigit || byte == UInt8(ascii: "_") else { return nil }
+                guard byte.isFieldNameByte else { return nil }
                 hash = _ASCIINameTable.combine(hash, byte)
             }
             return _ASCIINameTable.finish(hash)
@@ -77,14 +77,22 @@ public struct FieldKey: Hashable, Sendable, Comparable, CustomStringConvertible 
         return hash ?? (isValidName(name) ? _ASCIINameTable.hash(name) : nil)
     }
 
-    /// Whether `name` is a valid CloudKit field name: `[a-zA-Z][0-9a-zA-Z_]*`.
+    /// Whether `name` is a valid CloudKit field name: letters, digits, `_` and `$`, starting with a
+    /// letter or `_`, at most 255 characters (CloudKit's `isCStyleIdentifier` and length check).
     public static func isValidName(_ name: String) -> Bool {
         var bytes = name.utf8.makeIterator()
-        guard let first = bytes.next(), first.isASCIILetter else { return false }
+        guard let first = bytes.next(), first.isASCIILetter || first == UInt8(ascii: "_") else { return false }
         while let byte = bytes.next() {
-            guard byte.isASCIILetter || byte.isASCIIDigit || byte == UInt8(ascii: "_") else { return false }
+            guard byte.isFieldNameByte else { return false }
         }
         return name.utf8.count <= 255
+    }
+
+    /// Why `name` is not a valid field name, in CloudKit's words (`CKValidateKeyName`), or nil when it is.
+    public static func nameProblem(_ name: String) -> String? {
+        if name.isEmpty { return "recordKey can not be empty" }
+        if name.utf16.count > 255 { return "recordKey (\(name)) is too long" }
+        return isValidName(name) ? nil : "recordKey (\(name)) contains invalid characters"
     }
 }
 
@@ -175,4 +183,6 @@ struct _ASCIINameTable {
 extension UInt8 {
     @inlinable package var isASCIILetter: Bool { (self | 0x20) >= UInt8(ascii: "a") && (self | 0x20) <= UInt8(ascii: "z") }
     @inlinable package var isASCIIDigit: Bool { self >= UInt8(ascii: "0") && self <= UInt8(ascii: "9") }
+    /// A byte a field name may hold after its first: `[0-9A-Za-z_$]`.
+    @inlinable package var isFieldNameByte: Bool { isASCIILetter || isASCIIDigit || self == UInt8(ascii: "_") || self == UInt8(ascii: "$") }
 }

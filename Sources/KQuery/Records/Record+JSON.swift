@@ -29,7 +29,7 @@ extension Record {
             }
             for (name, valueJSON) in members {
                 guard FieldKey.isValidName(name) else {
-                    throw RecordDecodingError("record '\(recordName)': invalid field name '\(name)' (expected [a-zA-Z][0-9a-zA-Z_]*)")
+                    throw RecordDecodingError("record '\(recordName)': invalid field name '\(name)' (letters, digits, _ and $, starting with a letter or _, at most 255 characters)")
                 }
                 do {
                     if let value = try FieldValue(fieldJSON: valueJSON) { fields[name] = value }
@@ -48,6 +48,8 @@ extension Record {
             lastModifiedUserRecordName = modified["userRecordName"]?.stringValue
         }
         recordChangeTag = json["recordChangeTag"]?.stringValue
+        parent = try json["parent"].map { json throws(RecordDecodingError) in try Reference(systemJSON: json, key: "parent", of: recordID) }
+        share = try json["share"].map { json throws(RecordDecodingError) in try Reference(systemJSON: json, key: "share", of: recordID) }
     }
 
     /// The CloudKit Web Services form. `desiredKeys` nil writes every field, `[]` none (SPEC §3).
@@ -63,6 +65,8 @@ extension Record {
         if let created = Self.stampJSON(creationDate, creatorUserRecordName) { members.append(("created", created)) }
         if let modified = Self.stampJSON(modificationDate, lastModifiedUserRecordName) { members.append(("modified", modified)) }
         if let recordChangeTag { members.append(("recordChangeTag", .string(recordChangeTag))) }
+        if let parent { members.append(("parent", parent.systemJSON(of: recordID))) }
+        if let share { members.append(("share", share.systemJSON(of: recordID))) }
         return .object(members)
     }
 
@@ -72,6 +76,24 @@ extension Record {
         if let timestamp { members.append(("timestamp", .int(timestamp))) }
         if let user { members.append(("userRecordName", .string(user))) }
         return members.isEmpty ? nil : .object(members)
+    }
+}
+
+extension Reference {
+    /// A record's `parent` or `share`: `{"recordName": ..., "zoneID": ...}`, in the record's zone
+    /// when no zone is given.
+    init(systemJSON json: JSON, key: String, of recordID: RecordID) throws(RecordDecodingError) {
+        guard case .object = json, let name = json["recordName"]?.stringValue, !name.isEmpty else {
+            throw RecordDecodingError("record '\(recordID.recordName)': \"\(key)\" must be an object with a \"recordName\" string")
+        }
+        let zone = try json["zoneID"].map { zone throws(RecordDecodingError) in try ZoneID(json: zone) } ?? recordID.zoneID
+        self.init(recordID: RecordID(recordName: name, zoneID: zone))
+    }
+
+    func systemJSON(of recordID: RecordID) -> JSON {
+        var members: [(String, JSON)] = [("recordName", .string(self.recordID.recordName))]
+        if self.recordID.zoneID != recordID.zoneID { members.append(("zoneID", self.recordID.zoneID.json)) }
+        return .object(members)
     }
 }
 

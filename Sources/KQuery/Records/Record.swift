@@ -10,6 +10,10 @@ public struct Record: Hashable, Sendable {
     public var modificationDate: Int64?
     public var lastModifiedUserRecordName: String?
     public var recordChangeTag: String?
+    /// The record's parent (CKRecord.parent; Web Services `parent`), the `___parent` system field.
+    public var parent: Reference?
+    /// The record's share (CKRecord.share; Web Services `share`), the `shareID` / `___share` system field.
+    public var share: Reference?
 
     public init(
         recordType: String, recordID: RecordID, fields: Fields = Fields(),
@@ -45,21 +49,32 @@ public enum FieldReference: Hashable, Sendable, CustomStringConvertible {
     case modificationDate
     case creatorUserRecordID
     case lastModifiedUserRecordID
+    case recordChangeTag
+    case share
+    case parent
 
     /// The system fields: their predicate key path and their Web Services name. The one table
-    /// behind `init(name:)`, `name`, `init(webServicesName:)` and `webServicesName`.
-    static let systemFields: [(field: FieldReference, name: String, webServicesName: String)] = [
+    /// behind `init(name:)`, `name`, `init(webServicesName:)` and `webServicesName`. CloudKit's
+    /// translator maps the first seven names to the `___` keys and lets the `___` keys through as
+    /// they are, so a predicate may name a system field either way (`___parent` has only that name).
+    public static let systemFields: [(field: FieldReference, name: String, webServicesName: String)] = [
         (.recordID, "recordID", "___recordID"),
         (.creationDate, "creationDate", "___createTime"),
         (.modificationDate, "modificationDate", "___modTime"),
         (.creatorUserRecordID, "creatorUserRecordID", "___createdBy"),
         (.lastModifiedUserRecordID, "lastModifiedUserRecordID", "___modifiedBy"),
+        (.recordChangeTag, "recordChangeTag", "___etag"),
+        (.share, "shareID", "___share"),
+        (.parent, "___parent", "___parent"),
     ]
 
     public init(name: String) {
-        // Five small-string comparisons: cheaper than hashing the name a second time.
-        self = FieldReference.systemFields.first { $0.name == name }?.field ?? .user(FieldKey(name))
+        // A few small-string comparisons: cheaper than hashing the name a second time.
+        self = FieldReference.systemFields.first { $0.name == name || $0.webServicesName == name }?.field ?? .user(FieldKey(name))
     }
+
+    /// The only fields CloudKit lets a predicate compare with nil (`___parent == nil`, `___share != nil`).
+    public var acceptsNil: Bool { self == .parent || self == .share }
 
     /// The field a Web Services name denotes: `___recordID`, `___createTime`, ... or a user field.
     public init(webServicesName: String) {
@@ -92,6 +107,9 @@ extension Record {
         case .creatorUserRecordID: return creatorUserRecordName.map { .reference(Reference(recordID: RecordID(recordName: $0))) }
         case .lastModifiedUserRecordID:
             return lastModifiedUserRecordName.map { .reference(Reference(recordID: RecordID(recordName: $0))) }
+        case .recordChangeTag: return recordChangeTag.map(FieldValue.string)
+        case .share: return share.map(FieldValue.reference)
+        case .parent: return parent.map(FieldValue.reference)
         }
     }
 }

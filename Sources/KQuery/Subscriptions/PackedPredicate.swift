@@ -82,7 +82,7 @@ enum PackedTest: Hashable, Sendable {
     case compare(FieldKey, Relation, FieldValue)
     /// `field BETWEEN {low, high}` with INT64 bounds.
     case between(FieldKey, Int64, Int64)
-    /// `distanceToLocation:fromLocation:(field, location(latitude, longitude)) < radius`.
+    /// `distanceToLocation:fromLocation:(field, location(latitude, longitude)) < radius` (kilometres).
     case distance(FieldKey, latitude: Double, longitude: Double, radius: Double)
     /// `ALL`/`ANY tokenize(text) IN allTokens`, with the text's tokens.
     case tokens(TokenMatch, text: String, tokens: [String])
@@ -131,7 +131,7 @@ enum PackedTest: Hashable, Sendable {
         case .distance(let key, let latitude, let longitude, let radius):
             guard case .location(let location)? = record.pointee.fields[key] else { return .unknown }
             return Truth(Geodesic.isDistance(
-                latitude1: location.latitude, longitude1: location.longitude, latitude2: latitude, longitude2: longitude, lessThan: radius))
+                latitude1: location.latitude, longitude1: location.longitude, latitude2: latitude, longitude2: longitude, lessThan: Condition.radiusInMetres(radius)))
         case .tokens(let match, _, let queryTokens):
             if queryTokens.isEmpty { return .no }
             let tokens = context.tokens(of: record)

@@ -343,7 +343,7 @@ struct QuerySubscriptionIndex: Sendable {
             let tokens = Tokenizer.tokens(of: text)
             return tokens.isEmpty ? nil : (4, .tokens(tokens, requiring: nil))
         case .distance(let field, let center, let relation, let radius) where relation == .lessThan || relation == .lessThanOrEqual:
-            let box = Geodesic.boundingBox(latitude: center.latitude, longitude: center.longitude, radius: radius)
+            let box = Geodesic.boundingBox(latitude: center.latitude, longitude: center.longitude, radius: Condition.radiusInMetres(radius))
             guard let cells = cells(covering: box) else { return nil }
             return (3, .cells(field, cells))
         default:
