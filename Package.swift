@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "KQuery", targets: ["KQuery"]),
         .library(name: "KQueryStore", targets: ["KQueryStore"]),
+        .library(name: "KQueryContainer", targets: ["KQueryContainer"]),
         .executable(name: "kquery", targets: ["kquery"]),
     ],
     dependencies: [
@@ -21,6 +22,7 @@ let package = Package(
         .target(name: "CKQuerySupport"),
         .target(name: "KQuery", dependencies: ["CPCRE2", "CKQuerySupport"]),
         .target(name: "KQueryStore", dependencies: ["KQuery", .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "KQueryContainer", dependencies: ["KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift")]),
         .executableTarget(
             name: "kquery",
             dependencies: ["KQuery", "KQueryStore", "CEditLine", .product(name: "ArgumentParser", package: "swift-argument-parser")]
@@ -39,7 +41,7 @@ let package = Package(
         .testTarget(
             name: "KQueryTests",
             dependencies: [
-                "KQuery", "KQueryStore", "kquery", .product(name: "PropertyBased", package: "swift-property-based"),
+                "KQuery", "KQueryStore", "KQueryContainer", "kquery", .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             resources: [.copy("Fixtures")]

@@ -15,10 +15,10 @@ import KQuery
 /// A value's tag is its `FieldType` code, plus 0x80 for a list (then: count, then that many
 /// members without tags). Decoding checks every length against the bytes left and throws on
 /// anything malformed: a corrupt file gives an error, never a crash.
-enum RecordCoding {
+package enum RecordCoding {
     static let version: UInt8 = 1
 
-    static func encode(_ record: Record) -> [UInt8] {
+    package static func encode(_ record: Record) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(256)
         out.append(version)
@@ -67,7 +67,7 @@ enum RecordCoding {
         fileprivate var names: [(bytes: [UInt8], key: FieldKey)] = []
     }
 
-    static func decode(_ bytes: UnsafeRawBufferPointer) throws(RecordDecodingError) -> Record {
+    package static func decode(_ bytes: UnsafeRawBufferPointer) throws(RecordDecodingError) -> Record {
         var names = FieldNames()
         return try decode(bytes, names: &names)
     }

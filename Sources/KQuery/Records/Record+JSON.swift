@@ -98,14 +98,14 @@ extension Reference {
 }
 
 extension ZoneID {
-    init(json: JSON) throws(RecordDecodingError) {
+    package init(json: JSON) throws(RecordDecodingError) {
         guard case .object = json, let zoneName = json["zoneName"]?.stringValue else {
             throw RecordDecodingError("\"zoneID\" must be an object with a \"zoneName\" string")
         }
         self.init(zoneName: zoneName, ownerName: json["ownerRecordName"]?.stringValue ?? ZoneID.defaultOwnerName)
     }
 
-    var json: JSON { .object([("zoneName", .string(zoneName)), ("ownerRecordName", .string(ownerName))]) }
+    package var json: JSON { .object([("zoneName", .string(zoneName)), ("ownerRecordName", .string(ownerName))]) }
 }
 
 extension FieldValue {

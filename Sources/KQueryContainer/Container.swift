@@ -1,0 +1,170 @@
+import KQuery
+import KQueryStore
+import Synchronization
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// A CloudKit container (CKContainer): per environment a public database and, per user, a private
+/// and a shared one, with their zones, records, change history, subscriptions and the outbox of
+/// notifications their changes produced, kept in one SQLite file (or in memory).
+///
+/// Safe to use from many threads and tasks. Writes (modifies, zone and subscription changes) run
+/// one at a time, each one transaction; reads (lookups, change fetches, subscription lists) run
+/// concurrently on the last committed state, and never see half a write.
+///
+/// ```swift
+/// let container = try Container(containerIdentifier: "iCloud.com.example.Notes", path: "notes.sqlite")
+/// let db = try container.database(.private, user: "_u1")
+/// try db.createZone(ZoneID(zoneName: "Notes"))
+/// let result = try db.modify([RecordOperation(kind: .create, record: note)])
+/// let changes = try db.zoneChanges(ZoneID(zoneName: "Notes"), since: nil)
+/// for push in try container.pendingNotifications(limit: 100) { ...; try container.acknowledge([push.id]) }
+/// ```
+public final class Container: Sendable {
+    public let containerIdentifier: String
+    let storage: any ContainerStorage
+    /// The time modifies stamp records with, and `now()` in subscription predicates (milliseconds
+    /// since 1970).
+    let clock: @Sendable () -> Int64
+    /// Held by every write, so writes are serialized and the memory that follows them (each
+    /// database's subscriptions) changes in commit order.
+    let writer = Mutex(WriterState())
+    /// Each database's records in memory, for queries: built from storage on the first query,
+    /// then kept up to date by the writes that commit.
+    let queryStores = Mutex<[DatabaseKey: QueryStore]>([:])
+
+    struct WriterState {
+        /// The subscriptions of each database written to since open, loaded from storage at first use.
+        var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
+    }
+
+    /// Opens the container kept in the SQLite file at `path` (created if missing), or a new one in
+    /// memory when `path` is nil.
+    public init(
+        containerIdentifier: String, path: String? = nil,
+        clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+    ) throws(ContainerError) {
+        self.containerIdentifier = containerIdentifier
+        storage = try SQLiteContainerStorage(path: path)
+        self.clock = clock
+    }
+
+    /// A database of the container. Private and shared databases belong to `user`, which they
+    /// need; the public one takes an optional user, who owns the subscriptions saved through it
+    /// and stamps the records it saves.
+    public func database(
+        _ scope: DatabaseScope, environment: ContainerEnvironment = .development, user: String? = nil
+    ) throws(ContainerError) -> ContainerDatabase {
+        if scope != .public {
+            guard let user, !user.isEmpty else {
+                throw ContainerError(.badRequest, "the \(scope.name) database belongs to a user: name one (a user record name such as '_9f2c')")
+            }
+        }
+        if let user, user.isEmpty { throw ContainerError(.badRequest, "the user record name must not be empty") }
+        return ContainerDatabase(container: self, key: DatabaseKey(environment: environment, scope: scope, userRecordName: user ?? ""),
+                                 userRecordName: user)
+    }
+
+    // MARK: Outbox
+
+    /// The oldest `limit` notifications not yet acknowledged, in the order they were queued.
+    public func pendingNotifications(limit: Int = 100) throws(ContainerError) -> [OutboxNotification] {
+        try storage.read { tx throws(ContainerError) in try tx.pendingNotifications(limit: max(limit, 0)) }
+    }
+
+    /// Removes delivered notifications from the outbox (unknown IDs are ignored, so a retried
+    /// acknowledgement is harmless).
+    public func acknowledge(_ ids: [Int64]) throws(ContainerError) {
+        try write { _, tx throws(ContainerError) in try tx.acknowledge(ids) }
+    }
+
+    // MARK: Writing
+
+    /// Runs `body` in a write transaction, then `committed` with its result once it has
+    /// committed, holding the writer lock throughout (so the memory `committed` updates follows
+    /// the commit order). What `body` changes in `state` is undone if the transaction does not commit.
+    func write<T: Sendable>(
+        _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T, committed: (T) -> Void = { _ in }
+    ) throws(ContainerError) -> T {
+        try writer.withLock { state throws(ContainerError) -> T in
+            let before = state
+            let result: T
+            do throws(ContainerError) {
+                result = try storage.write { tx throws(ContainerError) -> T in try body(&state, tx) }
+            } catch {
+                state = before
+                throw error
+            }
+            committed(result)
+            return result
+        }
+    }
+
+    /// The database's subscriptions: those in memory, else those stored.
+    func subscriptionSet(_ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction) throws(ContainerError) -> SubscriptionSet {
+        if let set = state.subscriptionSets[key] { return set }
+        var set = SubscriptionSet(database: key.scope)
+        if let database = try tx.database(key) {
+            for subscription in try tx.subscriptions(in: database) {
+                do throws(SubscriptionError) {
+                    try set.save(subscription)
+                } catch {
+                    throw ContainerError(.internalError, "stored subscription '\(subscription.subscriptionID)' no longer saves: \(error.message)")
+                }
+            }
+        }
+        return set
+    }
+
+    // MARK: Query stores
+
+    /// One database's records in memory; queries and the writes that update it take turns.
+    final class QueryStore: Sendable {
+        let store = Mutex<KQueryStore.Database?>(nil)
+    }
+
+    func queryStore(_ key: DatabaseKey) -> QueryStore {
+        queryStores.withLock { stores in
+            if let store = stores[key] { return store }
+            let store = QueryStore()
+            stores[key] = store
+            return store
+        }
+    }
+
+    /// Runs `body` on the database's query store, building it from storage first if needed.
+    func withQueryStore<T: Sendable>(_ key: DatabaseKey, _ body: (KQueryStore.Database) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try queryStore(key).store.withLock { store throws(ContainerError) -> T in
+            if store == nil {
+                let records = try storage.read { tx throws(ContainerError) in try tx.database(key).map { db throws(ContainerError) in try tx.records(in: db) } ?? [] }
+                let built = KQueryStore.Database()
+                do throws(DatabaseError) { try built.importRecords(records) } catch { throw ContainerError(.internalError, "loading the query store: \(error.message)") }
+                store = built
+            }
+            return try body(store!)
+        }
+    }
+
+    /// Brings a built query store up to date with committed changes (a store not built yet will
+    /// read them from storage when it is).
+    func updateQueryStore(_ key: DatabaseKey, changes: [RecordChange], deletedZones: [ZoneID] = []) {
+        queryStore(key).store.withLock { store in
+            guard let store else { return }
+            var final: [RecordID: Record?] = [:]
+            for change in changes {
+                if case .deleted(let record) = change { final[record.recordID] = .some(nil) } else { final[change.record.recordID] = change.record }
+            }
+            // Neither call can fail here: the records were checked by the modify that committed
+            // them, and only records the store holds are deleted.
+            try? store.importRecords(final.values.compactMap { $0 })
+            let deletions = final.filter { $0.value == nil && store.record($0.key) != nil }
+                .map { RecordOperation(kind: .forceDelete, record: Record(recordType: "_deleted", recordID: $0.key)) }
+            if !deletions.isEmpty { _ = try? store.save(deletions) }
+            for zone in deletedZones where store.zones.contains(zone) { try? store.deleteZone(zone) }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+import KQuery
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+extension ContainerDatabase {
+    /// The most operations one modify takes (CloudKit Web Services' limit).
+    public static let maximumOperations = 200
+
+    /// Applies record operations (Web Services `records/modify`, CKModifyRecordsOperation) in one
+    /// transaction and returns one result per operation, in order, with the notifications the
+    /// changes queued.
+    ///
+    /// Operations on the default zone stand alone. With `atomic` (the default), the operations on
+    /// one custom zone apply all or none: when one fails, it keeps its error and its siblings in
+    /// that zone fail with ATOMIC_ERROR, while other zones apply independently. Deleting a record
+    /// deletes the records that hold DELETE_SELF references to it, recursively, in the same commit;
+    /// those deletions appear in zone changes and fire subscriptions like any other.
+    ///
+    /// Whole-request errors (thrown): more than 200 operations (LIMIT_EXCEEDED), two operations on
+    /// one record or an empty record name (BAD_REQUEST), a storage failure.
+    public func modify(_ operations: [RecordOperation], atomic: Bool = true) throws(ContainerError) -> ModifyResult {
+        guard operations.count <= Self.maximumOperations else {
+            throw ContainerError(.limitExceeded, "a modify takes at most \(Self.maximumOperations) operations, not \(operations.count)")
+        }
+        var zones: [ZoneID] = []
+        var groups: [ZoneID: [Int]] = [:]
+        var seen: Set<RecordID> = []
+        for (index, operation) in operations.enumerated() {
+            let id = operation.record.recordID
+            guard !id.recordName.isEmpty else { throw ContainerError(.badRequest, "operation \(index) has an empty recordName") }
+            guard seen.insert(id).inserted else {
+                throw ContainerError(.badRequest, "record '\(id.recordName)' appears in more than one operation (one operation per record)")
+            }
+            if groups[id.zoneID] == nil { zones.append(id.zoneID) }
+            groups[id.zoneID, default: []].append(index)
+        }
+        let now = container.clock()
+        let user = actingUser
+        let (result, _) = try container.write { state, tx throws(ContainerError) -> (ModifyResult, [RecordChange]) in
+            var outcomes = [RecordResult?](repeating: nil, count: operations.count)
+            var applied: [(operation: Int, change: RecordChange)] = []
+            let stored = try tx.database(key)
+            for zone in zones {
+                let indices = groups[zone] ?? []
+                var exists = zone.isDefaultZone
+                if !exists, scope == .private, let stored { exists = try tx.zone(zone, in: stored) != nil }
+                guard exists else {
+                    for index in indices {
+                        outcomes[index] = .failed(operations[index].record.recordID, ContainerError(.zoneNotFound, "zone '\(zone.zoneName)' does not exist"))
+                    }
+                    continue
+                }
+                let (changes, errors) = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, tx: tx, database: stored, user: user, now: now)
+                applied += changes
+                for (index, error) in errors { outcomes[index] = .failed(operations[index].record.recordID, error) }
+            }
+            guard !applied.isEmpty else { return (ModifyResult(results: outcomes.map { $0! }, notifications: []), []) }
+
+            let database = try tx.existingOrNewDatabase(key)
+            // Cascaded deletions follow their root; operations keep request order across zones.
+            let ordered = applied.enumerated().sorted { ($0.element.operation, $0.offset) < ($1.element.operation, $1.offset) }.map(\.element)
+            var sequence = database.sequence
+            var changes: [RecordChange] = []
+            var zoneChanged: [ZoneID: Int64] = [:]
+            for (index, change) in ordered {
+                sequence += 1
+                let committed: RecordChange
+                switch change {
+                case .created(var record):
+                    record.recordChangeTag = String(sequence, radix: 36)
+                    try tx.saveRecord(record, sequence: sequence, in: database)
+                    committed = .created(record)
+                case .updated(let before, var record):
+                    record.recordChangeTag = String(sequence, radix: 36)
+                    try tx.saveRecord(record, sequence: sequence, in: database)
+                    committed = .updated(before: before, after: record)
+                case .deleted(let record):
+                    try tx.deleteRecord(record, sequence: sequence, in: database)
+                    committed = change
+                }
+                let id = committed.record.recordID
+                if outcomes[index] == nil, id == operations[index].record.recordID {
+                    if case .deleted = committed { outcomes[index] = .deleted(id) } else { outcomes[index] = .saved(committed.record) }
+                }
+                if !id.zoneID.isDefaultZone { zoneChanged[id.zoneID] = sequence }
+                changes.append(committed)
+            }
+            for (zoneID, sequence) in zoneChanged {
+                guard var zone = try tx.zone(zoneID, in: database) else { continue }
+                zone.changedSequence = sequence
+                try tx.saveZone(zone, in: database)
+            }
+            try tx.setSequence(sequence, of: database)
+
+            var set = try container.subscriptionSet(key, &state, tx)
+            let notifications = try notify(changes, set: &set, database: database, tx: tx, now: now)
+            state.subscriptionSets[key] = set
+            return (ModifyResult(results: outcomes.map { $0! }, notifications: try tx.enqueue(notifications)), changes)
+        } committed: { _, changes in
+            container.updateQueryStore(key, changes: changes)
+        }
+        return result
+    }
+
+    /// Stages one zone's operations; returns the changes to commit and the failed operations.
+    /// Atomic: any failure fails them all. Otherwise operations that break a reference rule are
+    /// left out and the rest staged again, until none does.
+    private func stage(
+        _ operations: [RecordOperation], _ indices: [Int], in zone: ZoneID, atomic: Bool,
+        tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64
+    ) throws(ContainerError) -> (changes: [(operation: Int, change: RecordChange)], errors: [Int: ContainerError]) {
+        var excluded: [Int: ContainerError] = [:]
+        while true {
+            var staging = ZoneStaging(zoneID: zone, tx: tx, database: database, user: user, now: now)
+            var errors = excluded
+            for index in indices where excluded[index] == nil {
+                do throws(ContainerError) {
+                    try staging.apply(index, operations[index])
+                } catch {
+                    errors[index] = error
+                }
+            }
+            let violations = try staging.referenceViolations()
+            errors.merge(violations) { first, _ in first }
+            if atomic {
+                guard !errors.isEmpty else { return (staging.changes, [:]) }
+                let sibling = ContainerError(.atomicError, "not applied: another operation on atomic zone '\(zone.zoneName)' failed")
+                return ([], Dictionary(uniqueKeysWithValues: indices.map { ($0, errors[$0] ?? sibling) }))
+            }
+            if violations.isEmpty { return (staging.changes, errors) }
+            excluded.merge(violations) { first, _ in first }
+        }
+    }
+
+    /// The notifications committed changes produce: query subscriptions once per change, zone and
+    /// database subscriptions once per zone per modify (a device fetches the zone's changes once).
+    /// The pushes of one change share their `nid`. firesOnce subscriptions that fired are deleted.
+    private func notify(
+        _ changes: [RecordChange], set: inout SubscriptionSet, database: StoredDatabase, tx: any StorageWriteTransaction, now: Int64
+    ) throws(ContainerError) -> [NewNotification] {
+        var notifications: [NewNotification] = []
+        var notifiedZones: Set<String> = []
+        for change in changes {
+            let firings = set.apply(change, now: now)
+            guard !firings.isEmpty else { continue }
+            let notificationID = UUID().uuidString
+            for firing in firings {
+                let subscription = firing.subscription
+                if subscription.options.contains(.firesOnce) { try tx.deleteSubscription(subscription.subscriptionID, in: database) }
+                if case .query = subscription.kind {} else {
+                    let zone = change.record.recordID.zoneID
+                    guard notifiedZones.insert("\(subscription.subscriptionID)\u{0}\(zone.zoneName)\u{0}\(zone.ownerName)").inserted else { continue }
+                }
+                let payload = firing.payload(context: pushContext(subscription.owner), notificationID: notificationID)
+                notifications.append(NewNotification(database: key, subscriptionID: subscription.subscriptionID, owner: subscription.owner,
+                                                     payload: payload, created: now))
+            }
+        }
+        return notifications
+    }
+}

@@ -1,0 +1,99 @@
+import KQuery
+
+/// Where a container keeps its data: the one boundary between the container's rules (zones,
+/// change tags, references, atomic zones, subscriptions) and a database engine.
+///
+/// `SQLiteContainerStorage` is the implementation today; a PostgreSQL one will implement the same
+/// operations. Everything a request does happens in one transaction: `write` bodies run one at a
+/// time and commit whole or not at all, `read` bodies see a consistent committed snapshot and may
+/// run while a write is under way.
+protocol ContainerStorage: Sendable {
+    /// The key sync tokens are tagged with, kept with the data so tokens survive a restart.
+    var secret: (UInt64, UInt64) { get }
+    func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T
+}
+
+/// A database's change bookkeeping, as stored.
+struct StoredDatabase: Hashable, Sendable {
+    /// The storage's own number for the database.
+    var id: Int64
+    /// The last change sequence given out: every record change, zone creation and zone deletion
+    /// takes the next one.
+    var sequence: Int64
+    /// Tokens below this sequence are expired: the tombstones they would need were compacted away.
+    var horizon: Int64
+}
+
+/// A custom zone, as stored.
+struct StoredZone: Hashable, Sendable {
+    var zoneID: ZoneID
+    /// The sequence that created the zone: zone tokens carry it, so one from a deleted zone of the
+    /// same name is refused.
+    var createdSequence: Int64
+    /// The sequence of the zone's latest change (creation or a record change): database change
+    /// fetches list zones changed after a token by it.
+    var changedSequence: Int64
+}
+
+/// A notification about to be queued in the outbox.
+struct NewNotification: Sendable {
+    var database: DatabaseKey
+    var subscriptionID: String
+    var owner: String
+    var payload: PushPayload
+    var created: Int64
+}
+
+/// The reads a request makes, inside one transaction.
+protocol StorageTransaction {
+    func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase?
+    func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone?
+    func zones(in database: StoredDatabase) throws(ContainerError) -> [StoredZone]
+    func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record?
+    /// Every record of the database, for building its query store.
+    func records(in database: StoredDatabase) throws(ContainerError) -> [Record]
+    /// The names of the records of `target`'s zone that hold a reference with `action` to it.
+    func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String]
+    /// The zone's changes after `sequence`, in sequence order: each record's current version or
+    /// its tombstone, at most `limit`.
+    func recordChanges(in zone: ZoneID, of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
+        -> [(sequence: Int64, change: RecordZoneChange)]
+    /// The zones changed or deleted after `sequence`, in sequence order, at most `limit`.
+    func zoneChanges(of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
+        -> [(sequence: Int64, zoneID: ZoneID, deleted: Bool)]
+    /// The database's subscriptions, in the order they were saved.
+    func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription]
+    /// The oldest notifications not yet acknowledged.
+    func pendingNotifications(limit: Int) throws(ContainerError) -> [OutboxNotification]
+}
+
+/// The writes a request makes, inside one transaction.
+protocol StorageWriteTransaction: StorageTransaction {
+    func createDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase
+    func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError)
+    /// Creates or updates the zone (and forgets a tombstone of its name).
+    func saveZone(_ zone: StoredZone, in database: StoredDatabase) throws(ContainerError)
+    /// Deletes the zone, its records and their tombstones, and leaves a zone tombstone at `sequence`.
+    func deleteZone(_ zoneID: ZoneID, sequence: Int64, in database: StoredDatabase) throws(ContainerError)
+    /// Creates or replaces the record, changed at `sequence`, with its references indexed.
+    func saveRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError)
+    /// Deletes the record and leaves a tombstone (its ID and type) at `sequence`.
+    func deleteRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError)
+    func saveSubscription(_ subscription: Subscription, in database: StoredDatabase) throws(ContainerError)
+    func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError)
+    /// Queues notifications; returns them with their outbox IDs.
+    func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification]
+    func acknowledge(_ ids: [Int64]) throws(ContainerError)
+    /// Drops all but the newest `count` tombstones (record and zone) of the database and raises its
+    /// horizon past the dropped ones; returns the new horizon.
+    func compactHistory(of database: StoredDatabase, keepingLast count: Int) throws(ContainerError) -> Int64
+}
+
+extension StorageWriteTransaction {
+    /// The database's bookkeeping, created on its first write.
+    func existingOrNewDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase {
+        if let database = try database(key) { return database }
+        return try createDatabase(key)
+    }
+}

@@ -1,0 +1,21 @@
+import KQuery
+
+/// A push waiting in the outbox (SPEC §10): written in the transaction of the modify that caused
+/// it, removed only when delivery acknowledges it, so a crash loses none (a push may go twice).
+public struct OutboxNotification: Hashable, Sendable {
+    /// The outbox's number for it, in queue order; what `acknowledge` takes.
+    public var id: Int64
+    /// The database whose change it reports.
+    public var database: DatabaseKey
+    public var subscriptionID: String
+    /// The user it goes to.
+    public var owner: String
+    /// The push (`{"aps":..., "ck":...}`); its `ck.nid` is shared by the pushes of one change.
+    public var payload: JSON
+    /// APNs priority: 10, or 5 for a silent push.
+    public var priority: Int
+    /// `alert` or `background`.
+    public var pushType: String
+    /// When it was queued, in milliseconds since 1970.
+    public var created: Int64
+}

@@ -1,0 +1,29 @@
+import KQuery
+
+/// What became of one operation of a modify, or one ID of a lookup.
+public enum RecordResult: Hashable, Sendable {
+    /// The record as saved (or found), with its new `recordChangeTag` and its dates and users.
+    case saved(Record)
+    case deleted(RecordID)
+    /// The operation was not applied (CloudKit's RecordFetchError).
+    case failed(RecordID, ContainerError)
+
+    public var recordID: RecordID {
+        switch self {
+        case .saved(let record): record.recordID
+        case .deleted(let id), .failed(let id, _): id
+        }
+    }
+
+    public var error: ContainerError? {
+        if case .failed(_, let error) = self { return error }
+        return nil
+    }
+}
+
+/// A modify's answer: one result per operation, in order, and the notifications it queued.
+public struct ModifyResult: Hashable, Sendable {
+    public var results: [RecordResult]
+    /// The pushes the committed changes produced, as written to the outbox.
+    public var notifications: [OutboxNotification]
+}

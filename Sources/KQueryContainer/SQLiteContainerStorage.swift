@@ -1,0 +1,421 @@
+import GRDB
+import KQuery
+import KQueryStore
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// A container's data in one SQLite file (or in memory).
+///
+/// Schema (one row per database, zone, record, tombstone, owning or validating reference,
+/// subscription and queued notification; databases are numbered by `databases.id`):
+/// ```
+/// container_meta(key PRIMARY KEY, value)          format version, token secret
+/// databases(id, environment, scope, userRecordName UNIQUE, sequence, horizon)
+/// zones(databaseID, zoneName, ownerName PK, createdSequence, changedSequence)
+/// zone_tombstones(databaseID, zoneName, ownerName PK, deletedSequence)
+/// records(databaseID, zoneName, ownerName, recordName PK, recordType, changeSequence, body)
+/// record_tombstones(databaseID, zoneName, ownerName, recordName PK, recordType, deletedSequence)
+/// record_references(databaseID, zoneName, ownerName, targetName, action, sourceName PK)
+/// subscriptions(databaseID, subscriptionID PK, owner, body)      rowid keeps the save order
+/// outbox(id AUTOINCREMENT, environment, scope, userRecordName, subscriptionID, owner,
+///        notificationID, payload, priority, pushType, created)
+/// ```
+/// A record's `body` is `RecordCoding`'s binary form. A file uses WAL (readers do not wait for the
+/// writer) and `synchronous = FULL`: a committed modify survives a crash or a power cut, its
+/// outbox rows with it.
+final class SQLiteContainerStorage: ContainerStorage {
+    static let formatVersion = "1"
+
+    let secret: (UInt64, UInt64)
+    private let writer: any DatabaseWriter
+    /// The file, or `:memory:`, for messages.
+    private let name: String
+
+    /// Opens (creating if needed) the container file at `path`, or an in-memory one for nil.
+    init(path: String?) throws(ContainerError) {
+        name = path ?? ":memory:"
+        var configuration = Configuration()
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        do {
+            if let path {
+                writer = try DatabasePool(path: path, configuration: configuration)
+            } else {
+                writer = try DatabaseQueue(configuration: configuration)
+            }
+            secret = try writer.write { db in try Self.prepare(db, name: path ?? ":memory:") }
+        } catch let error as ContainerError {
+            throw error
+        } catch {
+            throw Self.storageError(error, name: path ?? ":memory:")
+        }
+    }
+
+    /// Creates the tables of a new file, checks the format of an existing one; returns the secret.
+    private static func prepare(_ db: GRDB.Database, name: String) throws -> (UInt64, UInt64) {
+        let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        if !tables.isEmpty, !tables.contains("container_meta") {
+            throw ContainerError(.internalError, "\(name): not a KQuery container file (it has other tables)")
+        }
+        try db.execute(sql: """
+            CREATE TABLE IF NOT EXISTS container_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS databases (
+                id INTEGER PRIMARY KEY, environment INTEGER NOT NULL, scope INTEGER NOT NULL, userRecordName TEXT NOT NULL,
+                sequence INTEGER NOT NULL DEFAULT 0, horizon INTEGER NOT NULL DEFAULT 0,
+                UNIQUE (environment, scope, userRecordName));
+            CREATE TABLE IF NOT EXISTS zones (
+                databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL,
+                createdSequence INTEGER NOT NULL, changedSequence INTEGER NOT NULL,
+                PRIMARY KEY (databaseID, zoneName, ownerName)) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS zone_tombstones (
+                databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, deletedSequence INTEGER NOT NULL,
+                PRIMARY KEY (databaseID, zoneName, ownerName)) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS records (
+                databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, recordName TEXT NOT NULL,
+                recordType TEXT NOT NULL, changeSequence INTEGER NOT NULL, body BLOB NOT NULL,
+                PRIMARY KEY (databaseID, zoneName, ownerName, recordName)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS records_by_change ON records (databaseID, zoneName, ownerName, changeSequence);
+            CREATE TABLE IF NOT EXISTS record_tombstones (
+                databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, recordName TEXT NOT NULL,
+                recordType TEXT NOT NULL, deletedSequence INTEGER NOT NULL,
+                PRIMARY KEY (databaseID, zoneName, ownerName, recordName)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS record_tombstones_by_change ON record_tombstones (databaseID, zoneName, ownerName, deletedSequence);
+            CREATE TABLE IF NOT EXISTS record_references (
+                databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL,
+                targetName TEXT NOT NULL, action TEXT NOT NULL, sourceName TEXT NOT NULL,
+                PRIMARY KEY (databaseID, zoneName, ownerName, targetName, action, sourceName)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS record_references_by_source ON record_references (databaseID, zoneName, ownerName, sourceName);
+            CREATE TABLE IF NOT EXISTS subscriptions (
+                databaseID INTEGER NOT NULL, subscriptionID TEXT NOT NULL, owner TEXT NOT NULL, body TEXT NOT NULL,
+                UNIQUE (databaseID, subscriptionID));
+            CREATE TABLE IF NOT EXISTS outbox (
+                id INTEGER PRIMARY KEY AUTOINCREMENT, environment INTEGER NOT NULL, scope INTEGER NOT NULL,
+                userRecordName TEXT NOT NULL, subscriptionID TEXT NOT NULL, owner TEXT NOT NULL, notificationID TEXT NOT NULL,
+                payload TEXT NOT NULL, priority INTEGER NOT NULL, pushType TEXT NOT NULL, created INTEGER NOT NULL);
+            """)
+        try db.execute(sql: "INSERT OR IGNORE INTO container_meta (key, value) VALUES ('format', ?)", arguments: [formatVersion])
+        let format = try String.fetchOne(db, sql: "SELECT value FROM container_meta WHERE key = 'format'")
+        guard format == formatVersion else {
+            throw ContainerError(.internalError, "\(name): container format \(format ?? "?") is not supported (expected \(formatVersion))")
+        }
+        var generator = SystemRandomNumberGenerator()
+        let fresh = "\(generator.next() as UInt64) \(generator.next() as UInt64)"
+        try db.execute(sql: "INSERT OR IGNORE INTO container_meta (key, value) VALUES ('secret', ?)", arguments: [fresh])
+        let words = try String.fetchOne(db, sql: "SELECT value FROM container_meta WHERE key = 'secret'")?.split(separator: " ").compactMap { UInt64($0) }
+        guard let words, words.count == 2 else { throw ContainerError(.internalError, "\(name): corrupt token secret") }
+        return (words[0], words[1])
+    }
+
+    func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        do {
+            return try writer.read { db in try body(SQLiteTransaction(db: db, name: name)) }
+        } catch {
+            throw Self.storageError(error, name: name)
+        }
+    }
+
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        do {
+            return try writer.write { db in try body(SQLiteTransaction(db: db, name: name)) }
+        } catch {
+            throw Self.storageError(error, name: name)
+        }
+    }
+
+    static func storageError(_ error: any Error, name: String) -> ContainerError {
+        if let error = error as? ContainerError { return error }
+        if let error = error as? GRDB.DatabaseError { return ContainerError(.internalError, "\(name): \(error.message ?? error.description)") }
+        return ContainerError(.internalError, "\(name): \(error)")
+    }
+}
+
+/// One transaction on the container file.
+private struct SQLiteTransaction: StorageWriteTransaction {
+    let db: GRDB.Database
+    let name: String
+
+    /// Runs GRDB calls, turning their errors into the container's.
+    private func sql<T>(_ body: () throws -> T) throws(ContainerError) -> T {
+        do { return try body() } catch { throw SQLiteContainerStorage.storageError(error, name: name) }
+    }
+
+    private func zoneArguments(_ database: StoredDatabase, _ zone: ZoneID) -> StatementArguments {
+        [database.id, zone.zoneName, zone.ownerName]
+    }
+
+    private func decode(_ body: Data, _ recordName: String) throws -> KQuery.Record {
+        do {
+            return try body.withUnsafeBytes { bytes throws(RecordDecodingError) in try RecordCoding.decode(bytes) }
+        } catch {
+            throw ContainerError(.internalError, "\(name): record '\(recordName)' is corrupt: \(error)")
+        }
+    }
+
+    // MARK: Reading
+
+    func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
+        try sql {
+            try Row.fetchOne(db, sql: "SELECT id, sequence, horizon FROM databases WHERE environment = ? AND scope = ? AND userRecordName = ?",
+                             arguments: [key.environment.rawValue, key.scope.rawValue, key.userRecordName])
+                .map { StoredDatabase(id: $0[0], sequence: $0[1], horizon: $0[2]) }
+        }
+    }
+
+    func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
+        try sql {
+            try Row.fetchOne(db, sql: "SELECT createdSequence, changedSequence FROM zones WHERE databaseID = ? AND zoneName = ? AND ownerName = ?",
+                             arguments: zoneArguments(database, zoneID))
+                .map { StoredZone(zoneID: zoneID, createdSequence: $0[0], changedSequence: $0[1]) }
+        }
+    }
+
+    func zones(in database: StoredDatabase) throws(ContainerError) -> [StoredZone] {
+        try sql {
+            try Row.fetchAll(db, sql: "SELECT zoneName, ownerName, createdSequence, changedSequence FROM zones WHERE databaseID = ? ORDER BY zoneName, ownerName",
+                             arguments: [database.id])
+                .map { StoredZone(zoneID: ZoneID(zoneName: $0[0], ownerName: $0[1]), createdSequence: $0[2], changedSequence: $0[3]) }
+        }
+    }
+
+    func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> KQuery.Record? {
+        try sql {
+            var arguments = zoneArguments(database, id.zoneID)
+            arguments += [id.recordName]
+            guard let body = try Data.fetchOne(db, sql: "SELECT body FROM records WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND recordName = ?",
+                                               arguments: arguments) else { return nil }
+            return try decode(body, id.recordName)
+        }
+    }
+
+    func records(in database: StoredDatabase) throws(ContainerError) -> [KQuery.Record] {
+        try sql {
+            try Row.fetchAll(db, sql: "SELECT recordName, body FROM records WHERE databaseID = ?", arguments: [database.id])
+                .map { row in try decode(row[1], row[0]) }
+        }
+    }
+
+    func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {
+        try sql {
+            var arguments = zoneArguments(database, target.zoneID)
+            arguments += [target.recordName, action.rawValue]
+            return try String.fetchAll(db, sql: """
+                SELECT sourceName FROM record_references
+                WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND targetName = ? AND action = ? ORDER BY sourceName
+                """, arguments: arguments)
+        }
+    }
+
+    func recordChanges(in zone: ZoneID, of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
+        -> [(sequence: Int64, change: RecordZoneChange)] {
+        try sql {
+            let where_ = "databaseID = ? AND zoneName = ? AND ownerName = ?"
+            var arguments = zoneArguments(database, zone)
+            arguments += [sequence]
+            arguments += zoneArguments(database, zone)
+            arguments += [sequence, limit]
+            return try Row.fetchAll(db, sql: """
+                SELECT changeSequence AS s, recordName, recordType, body FROM records WHERE \(where_) AND changeSequence > ?
+                UNION ALL
+                SELECT deletedSequence, recordName, recordType, NULL FROM record_tombstones WHERE \(where_) AND deletedSequence > ?
+                ORDER BY s LIMIT ?
+                """, arguments: arguments).map { row in
+                let name: String = row[1]
+                if let body = row[3] as Data? {
+                    return (row[0], .changed(try decode(body, name)))
+                }
+                return (row[0], .deleted(RecordID(recordName: name, zoneID: zone), recordType: row[2]))
+            }
+        }
+    }
+
+    func zoneChanges(of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
+        -> [(sequence: Int64, zoneID: ZoneID, deleted: Bool)] {
+        try sql {
+            try Row.fetchAll(db, sql: """
+                SELECT changedSequence AS s, zoneName, ownerName, 0 FROM zones WHERE databaseID = ? AND changedSequence > ?
+                UNION ALL
+                SELECT deletedSequence, zoneName, ownerName, 1 FROM zone_tombstones WHERE databaseID = ? AND deletedSequence > ?
+                ORDER BY s LIMIT ?
+                """, arguments: [database.id, sequence, database.id, sequence, limit])
+                .map { ($0[0], ZoneID(zoneName: $0[1], ownerName: $0[2]), $0[3] as Bool) }
+        }
+    }
+
+    func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {
+        let bodies = try sql { try String.fetchAll(db, sql: "SELECT body FROM subscriptions WHERE databaseID = ? ORDER BY rowid", arguments: [database.id]) }
+        var subscriptions: [Subscription] = []
+        for body in bodies {
+            let json: JSON
+            do { json = try JSON.parse(body) } catch { throw ContainerError(.internalError, "\(name): a stored subscription is not JSON: \(error)") }
+            subscriptions.append(try Subscription(storedJSON: json))
+        }
+        return subscriptions
+    }
+
+    func pendingNotifications(limit: Int) throws(ContainerError) -> [OutboxNotification] {
+        let rows = try sql {
+            try Row.fetchAll(db, sql: """
+                SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created
+                FROM outbox ORDER BY id LIMIT ?
+                """, arguments: [limit])
+        }
+        var notifications: [OutboxNotification] = []
+        for row in rows {
+            guard let environment = ContainerEnvironment(rawValue: row[1]), let scope = DatabaseScope(rawValue: row[2]),
+                  let payload = try? JSON.parse(row[6] as String)
+            else { throw ContainerError(.internalError, "\(name): outbox entry \(row[0] as Int64) is corrupt") }
+            notifications.append(OutboxNotification(
+                id: row[0], database: DatabaseKey(environment: environment, scope: scope, userRecordName: row[3]),
+                subscriptionID: row[4], owner: row[5], payload: payload, priority: row[7], pushType: row[8], created: row[9]))
+        }
+        return notifications
+    }
+
+    // MARK: Writing
+
+    func createDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase {
+        try sql {
+            try db.execute(sql: "INSERT INTO databases (environment, scope, userRecordName) VALUES (?, ?, ?)",
+                           arguments: [key.environment.rawValue, key.scope.rawValue, key.userRecordName])
+            return StoredDatabase(id: db.lastInsertedRowID, sequence: 0, horizon: 0)
+        }
+    }
+
+    func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
+        try sql { try db.execute(sql: "UPDATE databases SET sequence = ? WHERE id = ?", arguments: [sequence, database.id]) }
+    }
+
+    func saveZone(_ zone: StoredZone, in database: StoredDatabase) throws(ContainerError) {
+        try sql {
+            var arguments = zoneArguments(database, zone.zoneID)
+            arguments += [zone.createdSequence, zone.changedSequence]
+            try db.execute(sql: "INSERT OR REPLACE INTO zones (databaseID, zoneName, ownerName, createdSequence, changedSequence) VALUES (?, ?, ?, ?, ?)",
+                           arguments: arguments)
+            try db.execute(sql: "DELETE FROM zone_tombstones WHERE databaseID = ? AND zoneName = ? AND ownerName = ?",
+                           arguments: zoneArguments(database, zone.zoneID))
+        }
+    }
+
+    func deleteZone(_ zoneID: ZoneID, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        try sql {
+            let arguments = zoneArguments(database, zoneID)
+            for table in ["records", "record_tombstones", "record_references", "zones"] {
+                try db.execute(sql: "DELETE FROM \(table) WHERE databaseID = ? AND zoneName = ? AND ownerName = ?", arguments: arguments)
+            }
+            var tombstone = arguments
+            tombstone += [sequence]
+            try db.execute(sql: "INSERT OR REPLACE INTO zone_tombstones (databaseID, zoneName, ownerName, deletedSequence) VALUES (?, ?, ?, ?)",
+                           arguments: tombstone)
+        }
+    }
+
+    func saveRecord(_ record: KQuery.Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        try sql {
+            let id = record.recordID
+            var key = zoneArguments(database, id.zoneID)
+            key += [id.recordName]
+            var row = key
+            row += [record.recordType, sequence, Data(RecordCoding.encode(record))]
+            try db.cachedStatement(sql: """
+                INSERT OR REPLACE INTO records (databaseID, zoneName, ownerName, recordName, recordType, changeSequence, body)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """).execute(arguments: row)
+            try db.cachedStatement(sql: "DELETE FROM record_tombstones WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND recordName = ?")
+                .execute(arguments: key)
+            try indexReferences(of: record, in: database)
+        }
+    }
+
+    func deleteRecord(_ record: KQuery.Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        try sql {
+            let id = record.recordID
+            var key = zoneArguments(database, id.zoneID)
+            key += [id.recordName]
+            try db.cachedStatement(sql: "DELETE FROM records WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND recordName = ?")
+                .execute(arguments: key)
+            try db.cachedStatement(sql: "DELETE FROM record_references WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND sourceName = ?")
+                .execute(arguments: key)
+            var tombstone = key
+            tombstone += [record.recordType, sequence]
+            try db.cachedStatement(sql: """
+                INSERT OR REPLACE INTO record_tombstones (databaseID, zoneName, ownerName, recordName, recordType, deletedSequence)
+                VALUES (?, ?, ?, ?, ?, ?)
+                """).execute(arguments: tombstone)
+        }
+    }
+
+    /// Replaces the index rows of the record's owning and validating references (within its zone).
+    private func indexReferences(of record: KQuery.Record, in database: StoredDatabase) throws {
+        let id = record.recordID
+        var key = zoneArguments(database, id.zoneID)
+        key += [id.recordName]
+        try db.cachedStatement(sql: "DELETE FROM record_references WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND sourceName = ?")
+            .execute(arguments: key)
+        let insert = try db.cachedStatement(sql: """
+            INSERT OR IGNORE INTO record_references (databaseID, zoneName, ownerName, targetName, action, sourceName) VALUES (?, ?, ?, ?, ?, ?)
+            """)
+        for reference in record.trackedReferences {
+            var row = zoneArguments(database, id.zoneID)
+            row += [reference.recordID.recordName, reference.action.rawValue, id.recordName]
+            try insert.execute(arguments: row)
+        }
+    }
+
+    func saveSubscription(_ subscription: Subscription, in database: StoredDatabase) throws(ContainerError) {
+        let body = try subscription.storedJSON().serialized
+        try sql {
+            try db.execute(sql: "DELETE FROM subscriptions WHERE databaseID = ? AND subscriptionID = ?", arguments: [database.id, subscription.subscriptionID])
+            try db.execute(sql: "INSERT INTO subscriptions (databaseID, subscriptionID, owner, body) VALUES (?, ?, ?, ?)",
+                           arguments: [database.id, subscription.subscriptionID, subscription.owner, body])
+        }
+    }
+
+    func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError) {
+        try sql { try db.execute(sql: "DELETE FROM subscriptions WHERE databaseID = ? AND subscriptionID = ?", arguments: [database.id, subscriptionID]) }
+    }
+
+    func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification] {
+        try sql {
+            let insert = try db.cachedStatement(sql: """
+                INSERT INTO outbox (environment, scope, userRecordName, subscriptionID, owner, notificationID, payload, priority, pushType, created)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+            return try notifications.map { new in
+                let key = new.database
+                let payload = new.payload
+                try insert.execute(arguments: [
+                    key.environment.rawValue, key.scope.rawValue, key.userRecordName, new.subscriptionID, new.owner,
+                    payload.json["ck"]?["nid"]?.stringValue ?? "", payload.json.serialized, payload.priority, payload.pushType, new.created,
+                ])
+                return OutboxNotification(id: db.lastInsertedRowID, database: key, subscriptionID: new.subscriptionID, owner: new.owner,
+                                          payload: payload.json, priority: payload.priority, pushType: payload.pushType, created: new.created)
+            }
+        }
+    }
+
+    func acknowledge(_ ids: [Int64]) throws(ContainerError) {
+        try sql {
+            let delete = try db.cachedStatement(sql: "DELETE FROM outbox WHERE id = ?")
+            for id in ids { try delete.execute(arguments: [id]) }
+        }
+    }
+
+    func compactHistory(of database: StoredDatabase, keepingLast count: Int) throws(ContainerError) -> Int64 {
+        try sql {
+            let newestDropped = try Int64.fetchOne(db, sql: """
+                SELECT s FROM (SELECT deletedSequence AS s FROM record_tombstones WHERE databaseID = ?
+                               UNION ALL SELECT deletedSequence FROM zone_tombstones WHERE databaseID = ?)
+                ORDER BY s DESC LIMIT 1 OFFSET ?
+                """, arguments: [database.id, database.id, max(count, 0)])
+            guard let newestDropped else { return database.horizon }
+            try db.execute(sql: "DELETE FROM record_tombstones WHERE databaseID = ? AND deletedSequence <= ?", arguments: [database.id, newestDropped])
+            try db.execute(sql: "DELETE FROM zone_tombstones WHERE databaseID = ? AND deletedSequence <= ?", arguments: [database.id, newestDropped])
+            let horizon = max(database.horizon, newestDropped)
+            try db.execute(sql: "UPDATE databases SET horizon = ? WHERE id = ?", arguments: [horizon, database.id])
+            return horizon
+        }
+    }
+}

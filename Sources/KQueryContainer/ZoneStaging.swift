@@ -1,0 +1,186 @@
+import KQuery
+
+/// The operations of one modify on one zone, applied to a staged copy of the zone's records:
+/// what they would change, including the deletions they cascade to, before anything is written.
+///
+/// Records are read from storage when first needed; the staged ones shadow them. Reference rules
+/// that depend on the whole group (a VALIDATE target saved by a later operation, a referrer
+/// deleted by a later one) are checked on the final state by `referenceViolations()`.
+struct ZoneStaging {
+    /// The most DELETE_SELF references one record may be the target of (CloudKit's limit).
+    static let maximumOwningReferences = 750
+
+    let zoneID: ZoneID
+    let tx: any StorageTransaction
+    let database: StoredDatabase?
+    let user: String
+    let now: Int64
+
+    /// Records as the group leaves them (nil: deleted), by name.
+    private var staged: [String: Record?] = [:]
+    /// Records as storage holds them, by name, read once.
+    private var stored: [String: Record?] = [:]
+    /// The changes in order, each with the operation that caused it (a cascade: the root delete's).
+    private(set) var changes: [(operation: Int, change: RecordChange)] = []
+    /// Each saving operation's record.
+    private(set) var saved: [Int: Record] = [:]
+    /// The operation whose delete removed each deleted record (directly or by cascade).
+    private var deletedBy: [String: Int] = [:]
+
+    init(zoneID: ZoneID, tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64) {
+        self.zoneID = zoneID
+        self.tx = tx
+        self.database = database
+        self.user = user
+        self.now = now
+    }
+
+    private mutating func storedRecord(_ name: String) throws(ContainerError) -> Record? {
+        if let record = stored[name] { return record }
+        let record = try database.flatMap { database throws(ContainerError) in
+            try tx.record(RecordID(recordName: name, zoneID: zoneID), in: database)
+        }
+        stored[name] = record
+        return record
+    }
+
+    private mutating func current(_ name: String) throws(ContainerError) -> Record? {
+        if let record = staged[name] { return record }
+        return try storedRecord(name)
+    }
+
+    /// The records that now hold a reference with `action` to `target`, by name.
+    private mutating func referrers(to target: String, action: Reference.Action) throws(ContainerError) -> [String] {
+        var candidates = Set(try database.map { database throws(ContainerError) in
+            try tx.referrers(to: RecordID(recordName: target, zoneID: zoneID), action: action, in: database)
+        } ?? [])
+        for (name, record) in staged where record != nil { candidates.insert(name) }
+        var referrers: [String] = []
+        for name in candidates.sorted() {
+            if let record = try current(name), record.references(target, action: action) { referrers.append(name) }
+        }
+        return referrers
+    }
+
+    // MARK: Operations
+
+    /// Applies operation `index` to the staged records, or throws the error it fails with.
+    mutating func apply(_ index: Int, _ operation: RecordOperation) throws(ContainerError) {
+        let incoming = operation.record
+        let name = incoming.recordID.recordName
+        let existing = try current(name)
+        for reference in incoming.trackedReferences where reference.recordID.zoneID != zoneID {
+            throw ContainerError(.badRequest, "record '\(name)': a \(reference.action.rawValue) reference must point into its own zone, not to '\(reference.recordID.recordName)' in zone '\(reference.recordID.zoneID.zoneName)'")
+        }
+        func checkTag(_ existing: Record) throws(ContainerError) {
+            guard let tag = incoming.recordChangeTag else {
+                throw ContainerError(.badRequest, "\(operation.kind.rawValue) of record '\(name)' needs its recordChangeTag (force\(operation.kind.rawValue.prefix(1).uppercased() + operation.kind.rawValue.dropFirst()) does not)")
+            }
+            guard tag == existing.recordChangeTag else {
+                throw ContainerError(.conflict, "record '\(name)' has changed: recordChangeTag '\(tag)' is not the server's '\(existing.recordChangeTag ?? "")'")
+            }
+        }
+        func checkType(_ existing: Record) throws(ContainerError) {
+            guard existing.recordType == incoming.recordType else {
+                throw ContainerError(.badRequest, "record '\(name)' is a '\(existing.recordType)' and cannot become a '\(incoming.recordType)'")
+            }
+        }
+        switch operation.kind {
+        case .create:
+            guard existing == nil else { throw ContainerError(.exists, "record '\(name)' already exists") }
+            save(index, created(incoming.fields), before: nil)
+        case .update, .forceUpdate, .replace, .forceReplace:
+            guard let existing else {
+                guard operation.kind == .forceUpdate || operation.kind == .forceReplace else {
+                    throw ContainerError(.notFound, "record '\(name)' does not exist")
+                }
+                save(index, created(incoming.fields), before: nil)
+                return
+            }
+            if operation.kind == .update || operation.kind == .replace { try checkTag(existing) }
+            try checkType(existing)
+            var record = existing
+            if operation.kind == .update || operation.kind == .forceUpdate {
+                for (key, value) in incoming.fields { record.fields[key] = value }
+            } else {
+                record.fields = incoming.fields
+            }
+            record.modificationDate = now
+            record.lastModifiedUserRecordName = user
+            save(index, record, before: existing)
+        case .delete, .forceDelete:
+            guard let existing else { throw ContainerError(.notFound, "record '\(name)' does not exist") }
+            if operation.kind == .delete { try checkTag(existing) }
+            try delete(index, existing)
+        }
+
+        /// A new record of the operation's type and ID with `fields`, stamped now by the user.
+        func created(_ fields: Fields) -> Record {
+            Record(recordType: incoming.recordType, recordID: incoming.recordID, fields: fields, creationDate: now, creatorUserRecordName: user,
+                   modificationDate: now, lastModifiedUserRecordName: user)
+        }
+    }
+
+    private mutating func save(_ index: Int, _ record: Record, before: Record?) {
+        staged[record.recordID.recordName] = record
+        saved[index] = record
+        changes.append((index, before.map { .updated(before: $0, after: record) } ?? .created(record)))
+    }
+
+    /// Deletes `record` and, recursively, every record holding a DELETE_SELF reference to a deleted
+    /// one (each once, so cycles and diamonds end).
+    private mutating func delete(_ index: Int, _ record: Record) throws(ContainerError) {
+        remove(record, by: index)
+        var pending = [record.recordID.recordName]
+        while let target = pending.popLast() {
+            // `referrers` lists only records still staged, so each is removed once.
+            for owner in try referrers(to: target, action: .deleteSelf) {
+                guard let owned = try current(owner) else { continue }
+                remove(owned, by: index)
+                pending.append(owner)
+            }
+        }
+    }
+
+    private mutating func remove(_ record: Record, by index: Int) {
+        let name = record.recordID.recordName
+        staged[name] = .some(nil)
+        deletedBy[name] = index
+        changes.append((index, .deleted(record)))
+    }
+
+    // MARK: Final checks
+
+    /// The operations that break a reference rule in the state the group leaves: a VALIDATE
+    /// reference to a record that does not exist, a deleted record a VALIDATE reference still
+    /// points at, a target of more than 750 DELETE_SELF references.
+    mutating func referenceViolations() throws(ContainerError) -> [Int: ContainerError] {
+        var errors: [Int: ContainerError] = [:]
+        var owned: Set<String> = []
+        for (index, record) in saved.sorted(by: { $0.key < $1.key }) {
+            let name = record.recordID.recordName
+            guard try current(name) != nil else { continue }
+            for reference in record.trackedReferences {
+                let target = reference.recordID.recordName
+                if reference.action == .validate, try current(target) == nil, errors[index] == nil {
+                    errors[index] = ContainerError(.validatingReferenceError, "record '\(name)' has a VALIDATE reference to '\(target)', which does not exist")
+                }
+                if reference.action == .deleteSelf { owned.insert(target) }
+            }
+        }
+        for target in owned.sorted() {
+            let owners = try referrers(to: target, action: .deleteSelf)
+            guard owners.count > Self.maximumOwningReferences else { continue }
+            for (index, record) in saved where record.references(target, action: .deleteSelf) {
+                let name = record.recordID.recordName
+                guard try !(storedRecord(name)?.references(target, action: .deleteSelf) ?? false) else { continue }
+                errors[index] = ContainerError(.limitExceeded, "Limit exceeded for number of owning references to single record ('\(target)' would have \(owners.count), at most \(Self.maximumOwningReferences))")
+            }
+        }
+        for (name, index) in deletedBy.sorted(by: { ($0.value, $0.key) < ($1.value, $1.key) }) where errors[index] == nil {
+            guard try current(name) == nil, let referrer = try referrers(to: name, action: .validate).first else { continue }
+            errors[index] = ContainerError(.validatingReferenceError, "Record delete would violate validating reference ('\(referrer)' refers to '\(name)')")
+        }
+        return errors
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+import KQuery
+@testable import KQueryContainer
+
+/// Builders shared by the container tests.
+enum ContainerFixture {
+    static let identifier = "iCloud.com.example.Notes"
+    static let zone = ZoneID(zoneName: "Notes", ownerName: "_u1")
+    static let otherZone = ZoneID(zoneName: "Archive", ownerName: "_u1")
+
+    /// A container at a fixed time, in memory or in a file.
+    static func container(path: String? = nil) throws -> Container {
+        try Container(containerIdentifier: identifier, path: path, clock: { 1_700_000_000_000 })
+    }
+
+    /// A fresh file path in the temporary directory (the file does not exist yet).
+    static func temporaryPath() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("kquery-container-\(UUID().uuidString).sqlite").path
+    }
+
+    /// Removes a container file and its WAL companions.
+    static func remove(_ path: String) {
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+    }
+
+    /// A private database with the `Notes` and `Archive` zones.
+    static func privateDatabase(_ container: Container, user: String = "_u1") throws -> ContainerDatabase {
+        let database = try container.database(.private, user: user)
+        try database.createZone(zone)
+        try database.createZone(otherZone)
+        return database
+    }
+
+    static func record(_ name: String, type: String = "Note", zone: ZoneID = .default, _ fields: [String: FieldValue] = [:], tag: String? = nil) -> Record {
+        var record = Record(recordType: type, recordID: RecordID(recordName: name, zoneID: zone), fields: Fields(fields.map { ($0, $1) }))
+        record.recordChangeTag = tag
+        return record
+    }
+
+    static func reference(_ name: String, zone: ZoneID = ContainerFixture.zone, _ action: Reference.Action) -> FieldValue {
+        .reference(Reference(recordID: RecordID(recordName: name, zoneID: zone), action: action))
+    }
+
+    static func operation(_ kind: RecordOperation.Kind, _ record: Record) -> RecordOperation {
+        RecordOperation(kind: kind, record: record)
+    }
+}
+
+/// The container error `body` throws, or nil.
+func containerError(_ body: () throws -> Void) -> ContainerError? {
+    do {
+        try body()
+        return nil
+    } catch let error as ContainerError {
+        return error
+    } catch {
+        return nil
+    }
+}
+
+extension RecordResult {
+    var record: Record? {
+        if case .saved(let record) = self { return record }
+        return nil
+    }
+}
