@@ -25,7 +25,7 @@ let package = Package(
         .target(name: "KQueryContainer", dependencies: ["KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift")]),
         .executableTarget(
             name: "kquery",
-            dependencies: ["KQuery", "KQueryStore", "CEditLine", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["KQuery", "KQueryStore", "KQueryContainer", "CEditLine", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(name: "PredicateFuzz", dependencies: ["KQuery"], path: "Fuzz/PredicateFuzz"),
         .executableTarget(

@@ -14,7 +14,10 @@ struct KQueryCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kquery",
         abstract: "CloudKit's predicate language, queries and subscriptions, on the command line.",
-        subcommands: [Check.self, Query.self, Import.self, SchemaCommand.self, IndexCommand.self, Simulate.self, Shell.self],
+        subcommands: [
+            Check.self, Query.self, Import.self, SchemaCommand.self, IndexCommand.self, Simulate.self, Shell.self,
+            Zones.self, Modify.self, Changes.self, Subscriptions.self, Notifications.self,
+        ],
         defaultSubcommand: Shell.self
     )
 

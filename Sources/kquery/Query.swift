@@ -1,5 +1,6 @@
 import ArgumentParser
 import KQuery
+import KQueryContainer
 import KQueryStore
 
 #if canImport(FoundationEssentials)
@@ -28,8 +29,17 @@ struct Query: ParsableCommand {
     @Option(help: ArgumentHelp("Records as NDJSON or a JSON array (CloudKit Web Services form or shorthand).", valueName: "FILE"))
     var records: String?
 
-    @Option(help: ArgumentHelp("A database file (see kquery import).", valueName: "FILE"))
+    @Option(help: ArgumentHelp("A database file (see kquery import) or a container file (see kquery modify).", valueName: "FILE"))
     var db: String?
+
+    @Option(help: ArgumentHelp("In a container file: public, private or shared (default: private with --user, public otherwise).", valueName: "SCOPE"))
+    var database: String?
+
+    @Option(help: ArgumentHelp("In a container file: the user whose private or shared database it is.", valueName: "NAME"))
+    var user: String?
+
+    @Option(help: "In a container file: development or production.")
+    var environment = "development"
 
     @Flag(help: "Print how the query would run (indexes, tests, order) instead of its records.")
     var explain = false
@@ -66,6 +76,7 @@ struct Query: ParsableCommand {
     func validate() throws {
         if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
         if (records == nil) == (db == nil) { throw ValidationError("give one of --records FILE or --db FILE") }
+        if database != nil || user != nil, db == nil { throw ValidationError("--database and --user read a container file (--db FILE)") }
     }
 
     func run() throws {
@@ -85,7 +96,10 @@ struct Query: ParsableCommand {
             zoneID: zone.map { ZoneID(zoneName: $0) },
             desiredKeys: desiredKeys.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) } })
         let result: QueryResult
-        if let db {
+        if let db, Container.isContainerFile(atPath: db) {
+            result = try runOnContainer(db, query, cursor: resume, now: nowMilliseconds)
+            if format == .count { return }
+        } else if let db {
             let database = try StoreFiles.open(db)
             if let schema = database.schema {
                 do {
@@ -140,6 +154,24 @@ struct Query: ParsableCommand {
         if let next = result.cursor {
             Terminal.writeError("next page: --cursor \(next.token)")
         }
+    }
+
+    /// The query on one database of a container file (the public database's default zone unless
+    /// --database, --user or --zone say otherwise). `--format count` pages through every match.
+    private func runOnContainer(_ path: String, _ query: KQuery.Query, cursor: QueryCursor?, now: Int64) throws -> QueryResult {
+        if explain { throw ValidationError("--explain reads a database file; a container file plans each query in memory") }
+        let target = try ContainerDatabaseOptions.parse(
+            ["--db", path, "--environment", environment] + (database.map { ["--database", $0] } ?? []) + (user.map { ["--user", $0] } ?? []))
+        let opened = try target.open()
+        var page = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try opened.query(query, cursor: cursor, now: now) }
+        guard format == .count else { return page }
+        var count = page.records.count
+        while let next = page.cursor {
+            page = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try opened.query(query, cursor: next, now: now) }
+            count += page.records.count
+        }
+        print(count)
+        return page
     }
 
     private func sortDescriptors() throws -> [SortDescriptor] {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import KQuery
+import KQueryContainer
 import KQueryStore
 
 #if canImport(FoundationEssentials)
@@ -63,7 +64,23 @@ struct Import: ParsableCommand {
     @Option(help: ArgumentHelp("Declare this schema (CloudKit Schema Language) before importing.", valueName: "FILE"))
     var schema: String?
 
+    @Option(help: ArgumentHelp("In a container file: public, private or shared (default: private with --user, public otherwise).", valueName: "SCOPE"))
+    var database: String?
+
+    @Option(help: ArgumentHelp("In a container file: the user whose private or shared database it is.", valueName: "NAME"))
+    var user: String?
+
+    @Option(help: "In a container file: development or production.")
+    var environment = "development"
+
     func run() throws {
+        if Container.isContainerFile(atPath: db) {
+            try importIntoContainer()
+            return
+        }
+        if database != nil || user != nil {
+            throw ValidationError("--database and --user import into a container file; \(db) is not one (see kquery modify)")
+        }
         let database = try StoreFiles.open(db)
         if let schema {
             let declared = try StoreFiles.readSchema(schema)
@@ -90,6 +107,41 @@ struct Import: ParsableCommand {
         let seconds = Date().timeIntervalSince(started)
         let added = database.recordCount - before
         print("imported \(loaded.count) records into \(db) (\(added) new, \(loaded.count - added) replaced) in \(String(format: "%.2f", seconds)) s")
+    }
+}
+
+extension Import {
+    /// Saves the records into one database of a container file as `forceReplace` operations, 200 a
+    /// transaction (Web Services' limit), creating the custom zones they name: unlike a database
+    /// file's import, each gets a new change tag, enters the change history and fires subscriptions.
+    func importIntoContainer() throws {
+        if schema != nil { throw ValidationError("--schema declares a database file's schema; a container file has none yet") }
+        let target = try ContainerDatabaseOptions.parse(
+            ["--db", db, "--environment", environment] + (database.map { ["--database", $0] } ?? []) + (user.map { ["--user", $0] } ?? []))
+        let opened = try target.open()
+        let started = Date()
+        let loaded = try StoreFiles.loadRecords(records)
+        let zones = Set(loaded.map(\.recordID.zoneID)).filter { !$0.isDefaultZone }
+        for zone in zones.sorted(by: { $0.zoneName < $1.zoneName }) {
+            try ContainerFiles.run { () throws(ContainerError) in try opened.createZone(zone) }
+        }
+        let bar = ProgressBar(total: loaded.count, label: "importing")
+        var failures = 0
+        var start = 0
+        while start < loaded.count {
+            let chunk = loaded[start..<min(start + 200, loaded.count)].map { RecordOperation(kind: .forceReplace, record: $0) }
+            let result = try ContainerFiles.run { () throws(ContainerError) in try opened.modify(chunk, atomic: false) }
+            for case .failed(let id, let error) in result.results {
+                failures += 1
+                Terminal.writeError("error: record '\(id.recordName)': \(error.code.rawValue): \(error.reason)")
+            }
+            start += chunk.count
+            bar.update(start)
+        }
+        bar.finish()
+        let seconds = Date().timeIntervalSince(started)
+        print("imported \(loaded.count - failures) records into \(db) (\(opened.key)) in \(String(format: "%.2f", seconds)) s")
+        if failures > 0 { throw ExitCode(1) }
     }
 }
 

@@ -48,6 +48,12 @@ public enum JSON: Hashable, Sendable {
         return members.first { $0.0 == key }?.1
     }
 
+    /// The element at `index` of an array; nil for anything else or an index out of range.
+    public subscript(index: Int) -> JSON? {
+        guard case .array(let elements) = self, elements.indices.contains(index) else { return nil }
+        return elements[index]
+    }
+
     public var stringValue: String? {
         if case .string(let s) = self { return s }
         return nil
