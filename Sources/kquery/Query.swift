@@ -157,12 +157,16 @@ struct Query: ParsableCommand {
     }
 
     /// The query on one database of a container file (the public database's default zone unless
-    /// --database, --user or --zone say otherwise). `--format count` pages through every match.
+    /// --database, --user or --zone say otherwise). `--format count` pages through every match;
+    /// `--explain` prints the plan of the database's query store.
     private func runOnContainer(_ path: String, _ query: KQuery.Query, cursor: QueryCursor?, now: Int64) throws -> QueryResult {
-        if explain { throw ValidationError("--explain reads a database file; a container file plans each query in memory") }
         let target = try ContainerDatabaseOptions.parse(
             ["--db", path, "--environment", environment] + (database.map { ["--database", $0] } ?? []) + (user.map { ["--user", $0] } ?? []))
         let opened = try target.open()
+        if explain {
+            print(try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try opened.plan(query, now: now) })
+            throw ExitCode.success
+        }
         var page = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try opened.query(query, cursor: cursor, now: now) }
         guard format == .count else { return page }
         var count = page.records.count

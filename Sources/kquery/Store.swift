@@ -121,23 +121,12 @@ extension Import {
         let opened = try target.open()
         let started = Date()
         let loaded = try StoreFiles.loadRecords(records)
-        let zones = Set(loaded.map(\.recordID.zoneID)).filter { !$0.isDefaultZone }
-        for zone in zones.sorted(by: { $0.zoneName < $1.zoneName }) {
-            try ContainerFiles.run { () throws(ContainerError) in try opened.createZone(zone) }
-        }
         let bar = ProgressBar(total: loaded.count, label: "importing")
-        var failures = 0
-        var start = 0
-        while start < loaded.count {
-            let chunk = loaded[start..<min(start + 200, loaded.count)].map { RecordOperation(kind: .forceReplace, record: $0) }
-            let result = try ContainerFiles.run { () throws(ContainerError) in try opened.modify(chunk, atomic: false) }
-            for case .failed(let id, let error) in result.results {
-                failures += 1
-                Terminal.writeError("error: record '\(id.recordName)': \(error.code.rawValue): \(error.reason)")
-            }
-            start += chunk.count
-            bar.update(start)
+        let failed = try ContainerFiles.run { () throws(ContainerError) in try opened.importRecords(loaded) { bar.update($0) } }
+        for case .failed(let id, let error) in failed {
+            Terminal.writeError("error: record '\(id.recordName)': \(error.code.rawValue): \(error.reason)")
         }
+        let failures = failed.count
         bar.finish()
         let seconds = Date().timeIntervalSince(started)
         print("imported \(loaded.count - failures) records into \(db) (\(opened.key)) in \(String(format: "%.2f", seconds)) s")

@@ -206,7 +206,8 @@ struct ShellTests {
         ])
         #expect(first.status == 0, "\(first.standardError)")
         #expect(lines(first.standardOutput) == [
-            "opened \(holder.path): 0 records (0 types)", "loaded 6 records (2 types) into \(holder.path)", "0 pushes", "0 pushes",
+            // A new file is a container file; without .user, records go to the public database.
+            "opened \(holder.path): 0 records (0 types)", "loaded 6 records (2 types) into development/public", "0 pushes", "0 pushes",
         ])
         let second = try session([".mode names", "Restaurant WHERE cuisine == 'french' SORT BY seats"], arguments: ["--db", holder.path])
         #expect(second.status == 0, "\(second.standardError)")
@@ -215,6 +216,45 @@ struct ShellTests {
         let missing = try session([".open /nonexistent-directory/x.db"])
         #expect(missing.status == 1)
         #expect(missing.standardError.hasPrefix("error: /nonexistent-directory/x.db: "))
+    }
+
+    /// A container file keeps zones, records, subscriptions and pushes per user: `.user`, `.zone`,
+    /// `.zones`, `.changes`, and `.subscribe` that survives reopening the file.
+    @Test func containerFileKeepsZonesAndSubscriptions() throws {
+        let holder = TemporaryDatabasePath()
+        let first = try session([
+            ".open \(holder.path)", ".user _alice", ".zone Notes", ".zones",
+            #".subscribe notes ZONE Notes ALERT "zone changed""#, ".subscribe big Note WHERE words > 10",
+            #".save {"recordName": "n1", "recordType": "Note", "fields": {"words": 40}}"#, "Note WHERE words > 1", ".changes",
+        ])
+        #expect(first.status == 0, "\(first.standardError)")
+        let out = lines(first.standardOutput)
+        #expect(out.prefix(5) == ["opened \(holder.path): 0 records (0 types)", "_alice: the private database", "created zone Notes", "  _defaultZone", "* Notes"])
+        let pushes = out.filter { $0.hasPrefix("{\"payload\"") }.map { try? KQuery.JSON.parse($0) }
+        #expect(pushes.compactMap { $0?["payload"]?["ck"]?["fet"]?["zid"]?.stringValue } == ["Notes"])
+        #expect(pushes.compactMap { $0?["payload"]?["ck"]?["qry"]?["rid"]?.stringValue } == ["n1"])
+        #expect(out.contains("2 pushes"))
+        #expect(out.contains { $0.hasPrefix("n1 ") })
+        let changes = try KQuery.JSON.parse(try #require(out.last))
+        #expect(changes["records"]?[0]?["recordName"] == .string("n1"))
+
+        // Reopened: the subscriptions are still there and fire; another user sees none of it.
+        let second = try session([".user _alice", ".subscriptions", ".zone Notes", ".delete n1"], arguments: ["--db", holder.path])
+        #expect(second.status == 0, "\(second.standardError)")
+        #expect(lines(second.standardOutput).contains { $0.hasPrefix("big ") && $0.contains("words > 10") })
+        #expect(lines(second.standardOutput).contains("2 pushes"))
+        let other = try session([".user _bob", ".zones", ".subscriptions"], arguments: ["--db", holder.path])
+        #expect(lines(other.standardOutput) == ["_bob: the private database", "* _defaultZone", "no subscriptions in the private database (try .subscribe)"])
+        // A database file made by kquery import still opens as one.
+        let databaseFile = TemporaryDatabasePath()
+        #expect(try KQueryBinary.run(["import", "--db", databaseFile.path, "--records", Self.records]).status == 0)
+        let opened = try session([".open \(databaseFile.path)", ".zones"])
+        #expect(lines(opened.standardOutput) == ["opened \(databaseFile.path): 6 records (2 types)"])
+        #expect(opened.standardError.contains("open a container file first"))
+        // Container commands need a container file.
+        let memory = try session([".zones"])
+        #expect(memory.status == 1)
+        #expect(memory.standardError.contains("open a container file first"))
     }
 
     @Test func schemaCommandDeclaresShowsAndDrops() throws {

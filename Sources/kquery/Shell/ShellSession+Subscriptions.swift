@@ -13,6 +13,7 @@ extension ShellSession {
         if argument.isEmpty { return ShellReply(output: database.name + "\n") }
         guard let scope = DatabaseScope(name: argument.lowercased()) else { return .failure("usage: .database public|private|shared") }
         guard scope != database else { return ShellReply() }
+        if container != nil { return switchContainerDatabase(to: scope) }
         let cleared = subscriptions.count
         database = scope
         subscriptions = SubscriptionSet(database: scope)
@@ -53,6 +54,7 @@ extension ShellSession {
             subscription = Subscription(subscriptionID: parsed.id, kind: .database(recordType: nil),
                                         notificationInfo: NotificationInfo(alertBody: parsed.alert))
         }
+        if container != nil { return saveToContainer(subscription) }
         do {
             try subscriptions.save(subscription)
         } catch {
@@ -64,7 +66,16 @@ extension ShellSession {
 
     func listSubscriptions(_ argument: String) -> ShellReply {
         guard argument.isEmpty else { return .failure("usage: .subscriptions") }
-        let all = subscriptions.subscriptions
+        let all: [Subscription]
+        if container != nil {
+            switch currentDatabase() {
+            case .success(let opened):
+                do { all = try opened.subscriptions() } catch { return .failure("\(error.code.rawValue): \(error.reason)") }
+            case .failure(let error): return .failure(error.message)
+            }
+        } else {
+            all = subscriptions.subscriptions
+        }
         if all.isEmpty { return ShellReply(output: "no subscriptions in the \(database.name) database (try .subscribe)\n") }
         var rows: [[String]] = [["id", "kind", "recordType", "predicate", "options"]]
         for subscription in all {
@@ -75,7 +86,7 @@ extension ShellSession {
             case .query(let recordType, _, _):
                 kind = "query"
                 target = recordType
-                predicate = subscriptionPredicates[subscription.subscriptionID] ?? "?"
+                predicate = subscriptionPredicates[subscription.subscriptionID] ?? subscription.predicateText
             case .recordZone(let zoneID, let recordType):
                 kind = "zone " + zoneID.zoneName
                 target = recordType ?? "-"
@@ -117,6 +128,7 @@ extension ShellSession {
     func unsubscribe(_ argument: String) -> ShellReply {
         let id = argument.unquoted
         guard !id.isEmpty else { return .failure("usage: .unsubscribe ID") }
+        if container != nil { return deleteFromContainer(id) }
         guard subscriptions.remove(id: id) else { return .failure("no subscription '\(id)' in the \(database.name) database") }
         subscriptionPredicates[id] = nil
         return ShellReply()
@@ -128,7 +140,7 @@ extension ShellSession {
         guard !argument.isEmpty else { return .failure("usage: .save JSON") }
         let operation: RecordOperation
         do {
-            let json = try JSON.parse(argument)
+            let json = placedInCurrentZone(try JSON.parse(argument))
             if json["operationType"] != nil {
                 operation = try RecordOperation(json: json)
             } else {
@@ -147,7 +159,7 @@ extension ShellSession {
     func delete(_ argument: String) -> ShellReply {
         let words = QueryLine.topLevelWords(argument).map { argument[$0.range].unquoted }
         guard let name = words.first, !name.isEmpty, words.count <= 2 else { return .failure("usage: .delete NAME [ZONE]") }
-        let zoneID = words.count == 2 ? ZoneID(zoneName: words[1]) : .default
+        let zoneID = words.count == 2 ? ZoneID(zoneName: words[1]) : zone
         let record = Record(recordType: "_deleted", recordID: RecordID(recordName: name, zoneID: zoneID))
         return perform(RecordOperation(kind: .forceDelete, record: record))
     }
@@ -155,6 +167,7 @@ extension ShellSession {
     /// Applies `operation` to the change log and the session's records, then prints each push it fires
     /// (one JSON envelope a line) and the count.
     private func perform(_ operation: RecordOperation) -> ShellReply {
+        if container != nil { return performInContainer(operation) }
         let change: RecordChange
         do {
             change = try store.save(operation)

@@ -1,4 +1,5 @@
 import KQuery
+import KQueryContainer
 import KQueryStore
 
 #if canImport(FoundationEssentials)
@@ -40,7 +41,7 @@ final class ShellSession {
     /// Where records live: in memory until `.open` (or `--db`) opens a database file. Indexes are
     /// built the first time a query can use one. `.load`, `.save` and `.delete` go through it, with
     /// CloudKit's save rules.
-    private(set) var store = ShellSession.memoryStore()
+    var store = ShellSession.memoryStore()
     private(set) var profile: PredicateProfile = .cloudkit
     private(set) var variables: [String: (constant: Constant, json: String)] = [:]
     private(set) var mode: Mode = .table
@@ -56,6 +57,13 @@ final class ShellSession {
     var subscriptions = SubscriptionSet(database: .public)
     /// The canonical predicate text of each query subscription, by ID (for `.subscriptions`).
     var subscriptionPredicates: [String: String] = [:]
+    /// The container file `.open` opened, if it opened one (not a database file): records,
+    /// zones, subscriptions and pushes then live in it, per database and user.
+    var container: Container?
+    /// The user whose private and shared databases `.database` reaches (`.user NAME`).
+    var user: String?
+    /// Where saves and queries go in a container file (`.zone NAME`).
+    var zone: ZoneID = .default
 
     init(color: Bool = false) {
         self.color = color
@@ -90,7 +98,7 @@ final class ShellSession {
         CommandInfo(name: ".explain", arguments: "[TYPE WHERE] PREDICATE", summary: "canonical form, Web Services filterBy and plan"),
         CommandInfo(name: ".quit", arguments: "", summary: "leave the shell (also .exit, Ctrl-D)"),
         CommandInfo(name: ".exit", arguments: "", summary: "leave the shell"),
-        CommandInfo(name: ".open", arguments: "FILE", summary: "open (or create) a database file; later .load, .save and .delete write to it"),
+        CommandInfo(name: ".open", arguments: "FILE", summary: "open a database file, or open (or create) a container file; later .load, .save, .delete and .subscribe write to it"),
         CommandInfo(name: ".schema", arguments: "[FILE | NONE]", summary: "show the schema, declare one from a CloudKit Schema Language file, or drop it"),
         CommandInfo(name: ".database", arguments: "public|private|shared", summary: "the database subscriptions and pushes belong to (alone: show it; switching clears subscriptions)"),
         CommandInfo(name: ".save", arguments: "JSON", summary: "create or replace a record (Web Services JSON or shorthand) and print the pushes it fires"),
@@ -101,6 +109,10 @@ final class ShellSession {
         CommandInfo(name: ".subscribe", arguments: "ID DATABASE [ALERT \"text\"]", summary: "save a database subscription (private or shared database)"),
         CommandInfo(name: ".subscriptions", arguments: "", summary: "list the subscriptions of the current database"),
         CommandInfo(name: ".unsubscribe", arguments: "ID", summary: "remove a subscription"),
+        CommandInfo(name: ".user", arguments: "NAME", summary: "in a container file: the user whose private and shared databases you reach (alone: show it)"),
+        CommandInfo(name: ".zones", arguments: "", summary: "in a container file: the current database's zones"),
+        CommandInfo(name: ".zone", arguments: "NAME", summary: "in a container file: where saves and queries go (created if missing; alone: show it)"),
+        CommandInfo(name: ".changes", arguments: "[TOKEN]", summary: "in a container file: the current zone's record changes, or the database's zone changes, since TOKEN"),
     ]
 
     /// Runs one complete command: a dot-command, a query line, a blank line or a `--` comment.
@@ -143,6 +155,10 @@ final class ShellSession {
         case ".subscribe": return subscribe(argument)
         case ".subscriptions": return listSubscriptions(argument)
         case ".unsubscribe": return unsubscribe(argument)
+        case ".user": return setUser(argument)
+        case ".zones": return listZones(argument)
+        case ".zone": return setZone(argument)
+        case ".changes": return changes(argument)
         default:
             return .failure("unknown command '\(name)' (try .help)")
         }
@@ -174,6 +190,7 @@ final class ShellSession {
         } catch {
             return .failure("\(error)")
         }
+        if container != nil { return loadIntoContainer(loaded) }
         let replaced = Set(loaded.map(\.recordID)).filter { store.record($0) != nil }.count
         do {
             try store.importRecords(loaded)
@@ -196,10 +213,14 @@ final class ShellSession {
     func open(_ argument: String) -> ShellReply {
         let path = Self.expandingHome(argument.unquoted)
         guard !path.isEmpty else { return .failure("usage: .open FILE") }
+        if Container.isContainerFile(atPath: path) || !FileManager.default.fileExists(atPath: path) {
+            return openContainer(path)
+        }
         do {
             let opened = try Database(path: path, indexPolicy: .automatic)
             opened.createsMissingZones = true
             store = opened
+            container = nil
         } catch {
             return .failure(error.message)
         }
@@ -387,6 +408,7 @@ final class ShellSession {
         }
         let wanted = parsed.limit ?? defaultLimit
         var query = KQuery.Query(recordType: parsed.recordType, predicate: predicate, sortDescriptors: parsed.sort ?? defaultSort)
+        if container != nil { return containerQuery(query, limit: wanted) }
         let clock = ContinuousClock()
         let start = clock.now
         var records: [Record] = []

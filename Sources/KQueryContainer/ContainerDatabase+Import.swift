@@ -1,0 +1,38 @@
+import KQuery
+import KQueryStore
+
+extension ContainerDatabase {
+    /// Saves records as `forceReplace` operations, 200 a transaction (Web Services' limit), creating
+    /// the custom zones they name first: for loading a records file into a container. Each record
+    /// gets a new change tag, enters its zone's change history and fires subscriptions, as any save.
+    /// `progress` is called with the number of records done. Returns the operations that failed.
+    public func importRecords(_ records: [Record], progress: (Int) -> Void = { _ in }) throws(ContainerError) -> [RecordResult] {
+        let zones = Set(records.map(\.recordID.zoneID)).filter { !$0.isDefaultZone }.sorted { $0.zoneName < $1.zoneName }
+        for zone in zones { try createZone(zone) }
+        var failures: [RecordResult] = []
+        var start = 0
+        while start < records.count {
+            let chunk = records[start..<min(start + Self.maximumOperations, records.count)].map { RecordOperation(kind: .forceReplace, record: $0) }
+            failures += try modify(chunk, atomic: false).results.filter { $0.error != nil }
+            start += chunk.count
+            progress(start)
+        }
+        return failures
+    }
+
+    /// How many records of each type the database holds, by type name.
+    public func recordCounts() throws(ContainerError) -> [String: Int] {
+        try container.withQueryStore(key) { store throws(ContainerError) in
+            Dictionary(uniqueKeysWithValues: store.recordTypeNames.map { ($0, store.records(ofType: $0).count) })
+        }
+    }
+
+    /// How the database's query store would answer `query`: the plan `kquery query --explain` and
+    /// the shell's `.explain` print.
+    public func plan(_ query: Query, now: Int64? = nil) throws(ContainerError) -> QueryPlan {
+        let time = now ?? container.clock()
+        return try container.withQueryStore(key) { store throws(ContainerError) in
+            do throws(DatabaseError) { return try store.plan(query, now: time) } catch { throw ContainerError(.badRequest, error.message) }
+        }
+    }
+}
