@@ -23,7 +23,7 @@ extension ContainerDatabase {
             var since: Int64 = 0
             if let token {
                 let contents = try token.contents(kind: .zone, binding: binding, secret: secret)
-                guard contents.incarnation == zone.createdSequence, contents.sequence >= database.horizon, contents.sequence <= database.sequence else {
+                guard contents.incarnation == zone.createdSequence, contents.isCurrent(in: database) else {
                     throw ContainerError.expiredSyncToken
                 }
                 since = contents.sequence
@@ -32,7 +32,7 @@ extension ContainerDatabase {
             let moreComing = fetched.count > limit
             let batch = fetched.prefix(limit)
             let last = moreComing ? batch.last!.sequence : database.sequence
-            let next = SyncToken(SyncToken.Contents(kind: .zone, sequence: last, incarnation: zone.createdSequence), binding: binding, secret: secret)
+            let next = SyncToken(SyncToken.Contents(kind: .zone, sequence: last, horizon: database.horizon, incarnation: zone.createdSequence), binding: binding, secret: secret)
             return ZoneChanges(zoneID: zoneID, changes: batch.map(\.change), syncToken: next, moreComing: moreComing)
         }
     }
@@ -50,7 +50,7 @@ extension ContainerDatabase {
             var since: Int64 = 0
             if let token {
                 let contents = try token.contents(kind: .database, binding: binding, secret: secret)
-                guard contents.sequence >= database.horizon, contents.sequence <= database.sequence else { throw ContainerError.expiredSyncToken }
+                guard contents.isCurrent(in: database) else { throw ContainerError.expiredSyncToken }
                 since = contents.sequence
             }
             let fetched = try tx.zoneChanges(of: database, after: since, limit: limit + 1)
@@ -59,7 +59,7 @@ extension ContainerDatabase {
             let last = moreComing ? batch.last!.sequence : database.sequence
             return DatabaseChanges(
                 changedZones: batch.filter { !$0.deleted }.map(\.zoneID), deletedZones: batch.filter(\.deleted).map(\.zoneID),
-                syncToken: SyncToken(SyncToken.Contents(kind: .database, sequence: last, incarnation: 0), binding: binding, secret: secret),
+                syncToken: SyncToken(SyncToken.Contents(kind: .database, sequence: last, horizon: database.horizon, incarnation: 0), binding: binding, secret: secret),
                 moreComing: moreComing)
         }
     }

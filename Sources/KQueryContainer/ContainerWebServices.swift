@@ -48,7 +48,7 @@ extension ZoneChanges {
             case .changed(let record):
                 return record.json(desiredKeys: desiredKeys)
             case .deleted(let id, let recordType):
-                return .object(RecordResult.identity(id) + [("recordType", .string(recordType)), ("deleted", .bool(true))])
+                return .object([("recordName", .string(id.recordName)), ("recordType", .string(recordType)), ("deleted", .bool(true))])
             }
         }
         return .object([
