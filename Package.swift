@@ -38,6 +38,8 @@ let package = Package(
             ],
             path: "Benchmarks/KQueryBenchmarks"
         ),
+        .executableTarget(
+            name: "ContainerBenchmarks", dependencies: ["KQuery", "KQueryStore", "KQueryContainer"], path: "Benchmarks/ContainerBenchmarks"),
         .testTarget(
             name: "KQueryTests",
             dependencies: [

@@ -1,6 +1,5 @@
 import KQuery
 import KQueryStore
-import Synchronization
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -32,10 +31,10 @@ public final class Container: Sendable {
     let clock: @Sendable () -> Int64
     /// Held by every write, so writes are serialized and the memory that follows them (each
     /// database's subscriptions) changes in commit order.
-    let writer = Mutex(WriterState())
+    let writer = Locked(WriterState())
     /// Each database's records in memory, for queries: built from storage on the first query,
     /// then kept up to date by the writes that commit.
-    let queryStores = Mutex<[DatabaseKey: QueryStore]>([:])
+    let queryStores = Locked<[DatabaseKey: QueryStore]>([:])
 
     struct WriterState {
         /// The subscriptions of each database written to since open, loaded from storage at first use.
@@ -124,7 +123,7 @@ public final class Container: Sendable {
 
     /// One database's records in memory; queries and the writes that update it take turns.
     final class QueryStore: Sendable {
-        let store = Mutex<KQueryStore.Database?>(nil)
+        let store = Locked<KQueryStore.Database?>(nil)
     }
 
     func queryStore(_ key: DatabaseKey) -> QueryStore {

@@ -1,4 +1,3 @@
-import Synchronization
 
 /// A field name interned to a small integer, so compiled predicates, indexes and records compare
 /// field names with one integer comparison instead of hashing strings on every record.
@@ -59,7 +58,7 @@ public struct FieldKey: Hashable, Sendable, Comparable, CustomStringConvertible 
         }
     }
 
-    private static let _registry = Mutex(_Registry())
+    private static let _registry = Locked(_Registry())
 
     /// `isValidName(name)` and the name's hash for `init(_:hash:)`, in one pass over its bytes:
     /// the hash when the name is valid, nil when it is not.

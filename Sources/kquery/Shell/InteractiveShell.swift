@@ -1,6 +1,6 @@
+import Synchronization
 import CEditLine
 import KQuery
-import Synchronization
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -23,7 +23,7 @@ private struct CompletionState: Sendable {
     var matches: [String] = []
 }
 
-private let completionState = Mutex(CompletionState())
+private let completionState = Locked(CompletionState())
 
 /// The terminal front end: libedit line editing, history, completion, prompt and colour, over `ShellSession`.
 enum InteractiveShell {

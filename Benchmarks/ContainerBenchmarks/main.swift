@@ -1,0 +1,201 @@
+import Foundation
+import KQuery
+import KQueryContainer
+import KQueryStore
+
+// Container benchmarks (issue "The CloudKit container"), release build:
+//   swift run -c release ContainerBenchmarks
+// BENCH_OPEN_RECORDS and BENCH_OPEN_SUBSCRIPTIONS size the open benchmark (default 1,000,000 and
+// 100,000; 0 skips it). Figures are medians; the modify-versus-save ratio is the median of ratios
+// of interleaved runs (A B A B), which holds on a noisy machine where single timings do not.
+
+func environmentInt(_ name: String, _ fallback: Int) -> Int {
+    Int(ProcessInfo.processInfo.environment[name] ?? "") ?? fallback
+}
+
+func seconds(_ body: () throws -> Void) rethrows -> Double {
+    let start = DispatchTime.now().uptimeNanoseconds
+    try body()
+    return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+}
+
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    return sorted.isEmpty ? .nan : sorted[sorted.count / 2]
+}
+
+func microseconds(_ value: Double) -> String { String(format: "%.1f µs", value * 1e6) }
+func milliseconds(_ value: Double) -> String { String(format: "%.2f ms", value * 1e3) }
+
+func temporaryPath(_ name: String) -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-bench-\(name)-\(UUID().uuidString).sqlite").path
+    return path
+}
+
+func removeFile(_ path: String) {
+    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+}
+
+var generator = SystemRandomNumberGenerator()
+let artists = (0..<100).map { "artist\($0)" }
+let words = ["harbour", "sunset", "night", "portrait", "river", "garden", "storm", "city", "sea", "mountain"]
+
+func item(_ index: Int, zone: ZoneID = .default) -> Record {
+    var record = Record(recordType: "Item", recordName: "item-\(index)", fields: [
+        "price": .int64(Int64(index % 100_000)), "artist": .string(artists[index % artists.count]),
+        "title": .string("\(words[index % words.count]) \(words[(index / 10) % words.count]) \(index)"),
+        "location": .location(Location(latitude: 48 + Double(index % 1000) / 1000, longitude: 2 + Double(index % 777) / 777)),
+    ])
+    record.recordID.zoneID = zone
+    return record
+}
+
+/// The four indexed queries: one per index the save and the modify keep up to date.
+let indexedQueries: [KQuery.Query] = [
+    "price > 99000", "artist == 'artist7'", "ALL tokenize('harbour sunset', 'cdl') IN allTokens",
+    "distanceToLocation:fromLocation:(location, location(48.5, 2.5)) < 1",
+].map { KQuery.Query(recordType: "Item", predicate: try! ValidatedPredicate($0)) }
+
+// MARK: 1. One-record modify versus a plain save, in memory
+
+func modifyVersusSave() throws {
+    let count = 10_000
+    let records = (0..<count).map { item($0) }
+    let store = Database(indexPolicy: .declared)
+    for (field, index) in [("price", FieldSchema.Indexes.sortable), ("artist", .queryable), ("title", .searchable), ("location", .queryable)] {
+        try store.declareIndex(IndexDeclaration(recordType: "Item", field: FieldReference(name: field), index: index))
+    }
+    try store.importRecords(records)
+
+    let container = try Container(containerIdentifier: "iCloud.bench", path: nil)
+    let database = try container.database(.public)
+    _ = try database.importRecords(records)
+    for query in indexedQueries { _ = try database.query(query) }   // the query store builds its four indexes
+    try database.saveSubscription(try .query("cheap", recordType: "Item", predicate: "price < 100"))
+    _ = try container.pendingNotifications()
+
+    var ratios: [Double] = []
+    var saves: [Double] = []
+    var modifies: [Double] = []
+    for round in 0..<3_000 {
+        // Each change matches the subscription (price < 100) and moves four indexed values.
+        var changed = item(round % count)
+        changed["price"] = .int64(Int64(round % 100))
+        changed["title"] = .string("storm bridge \(round)")
+        let save = try seconds { _ = try store.save(RecordOperation(kind: .forceReplace, record: changed)) }
+        let modify = try seconds { _ = try database.modify([RecordOperation(kind: .forceReplace, record: changed)]) }
+        if round >= 100 {
+            saves.append(save)
+            modifies.append(modify)
+            ratios.append(modify / save)
+        }
+    }
+    let queued = try container.pendingNotifications(limit: 10_000).count
+    print("modify vs save (in memory, 10,000 records, 4 indexes, 1 matching subscription, outbox): "
+          + "save \(microseconds(median(saves))), modify \(microseconds(median(modifies))), median ratio \(String(format: "%.2f", median(ratios)))× "
+          + "(aim at most 1.3×; \(queued) pushes queued)")
+}
+
+// MARK: 2. File-backed modify of 200 records
+
+func fileModify() throws {
+    let path = temporaryPath("modify")
+    defer { removeFile(path) }
+    let container = try Container(containerIdentifier: "iCloud.bench", path: path)
+    let database = try container.database(.private, user: "_bench")
+    let zone = ZoneID(zoneName: "Items")
+    try database.createZone(zone)
+    try database.saveSubscription(Subscription(subscriptionID: "zone", kind: .recordZone(zoneID: zone, recordType: nil),
+                                               notificationInfo: NotificationInfo(shouldSendContentAvailable: true)))
+    var rates: [Double] = []
+    for round in 0..<30 {
+        let operations = (0..<200).map { RecordOperation(kind: .create, record: item(round * 200 + $0, zone: zone)) }
+        let time = try seconds { _ = try database.modify(operations) }
+        rates.append(200 / time)
+    }
+    print("file-backed modify of 200 records (one transaction, synchronous FULL, zone subscription): median \(Int(median(rates))) records/s (aim 50,000)")
+}
+
+// MARK: 3. Zone changes and database changes
+
+func changeFetches() throws {
+    let path = temporaryPath("changes")
+    defer { removeFile(path) }
+    let container = try Container(containerIdentifier: "iCloud.bench", path: path)
+    let database = try container.database(.private, user: "_bench")
+    let zone = ZoneID(zoneName: "Items")
+    try database.createZone(zone)
+    for round in 0..<50 {
+        _ = try database.modify((0..<200).map { RecordOperation(kind: .create, record: item(round * 200 + $0, zone: zone)) })
+    }
+    var times: [Double] = []
+    for _ in 0..<7 {
+        var fetched = 0
+        times.append(try seconds {
+            var token: SyncToken?
+            repeat {
+                let batch = try database.zoneChanges(zone, since: token)
+                fetched += batch.changes.count
+                token = batch.syncToken
+                if !batch.moreComing { break }
+            } while true
+        })
+        precondition(fetched == 10_000, "fetched \(fetched)")
+    }
+    print("fetching 10,000 zone changes (file, 50 batches of 200): median \(milliseconds(median(times))) (aim under 20 ms)")
+
+    let zonesContainer = try Container(containerIdentifier: "iCloud.bench", path: nil)
+    let zonesDatabase = try zonesContainer.database(.private, user: "_bench")
+    for index in 0..<10_000 { try zonesDatabase.createZone(ZoneID(zoneName: "Zone\(index)")) }
+    times = []
+    for _ in 0..<7 {
+        var fetched = 0
+        times.append(try seconds {
+            var token: SyncToken?
+            repeat {
+                let batch = try zonesDatabase.databaseChanges(since: token)
+                fetched += batch.changedZones.count
+                token = batch.syncToken
+                if !batch.moreComing { break }
+            } while true
+        })
+        precondition(fetched == 10_000, "fetched \(fetched)")
+    }
+    print("fetching database changes over 10,000 zones (in memory, 50 batches of 200): median \(milliseconds(median(times))) (aim under 20 ms)")
+}
+
+// MARK: 4. Opening a large container file
+
+func openLargeFile() throws {
+    let recordCount = environmentInt("BENCH_OPEN_RECORDS", 1_000_000)
+    let subscriptionCount = environmentInt("BENCH_OPEN_SUBSCRIPTIONS", 100_000)
+    guard recordCount > 0 else { return }
+    let path = temporaryPath("open")
+    defer { removeFile(path) }
+    let build = try seconds {
+        let container = try Container(containerIdentifier: "iCloud.bench", path: path)
+        let database = try container.database(.public)
+        for index in 0..<subscriptionCount {
+            try database.saveSubscription(try .query("s\(index)", recordType: "Item", predicate: "artist == 'artist\(index % 100)' AND price > \(index)"))
+        }
+        var start = 0
+        while start < recordCount {
+            let end = min(start + 200, recordCount)
+            _ = try database.modify((start..<end).map { RecordOperation(kind: .forceReplace, record: item($0)) }, atomic: false)
+            start = end
+        }
+    }
+    let open = try seconds {
+        let container = try Container(containerIdentifier: "iCloud.bench", path: path)
+        let database = try container.database(.public)
+        _ = try database.query(KQuery.Query(recordType: "Item", predicate: try ValidatedPredicate("price == 5"), resultsLimit: 1))
+        _ = try database.modify([RecordOperation(kind: .forceReplace, record: item(0))])
+    }
+    print("opening a container file of \(recordCount) records and \(subscriptionCount) subscriptions (open, first query, first modify): \(String(format: "%.2f", open)) s (built in \(String(format: "%.0f", build)) s)")
+}
+
+let only = ProcessInfo.processInfo.environment["BENCH_ONLY"]
+if only == nil || only == "modify" { try modifyVersusSave() }
+if only == nil || only == "file" { try fileModify() }
+if only == nil || only == "changes" { try changeFetches() }
+if only == nil || only == "open" { try openLargeFile() }
