@@ -13,13 +13,21 @@ struct ContainerDatabaseOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The container file (created if missing).", valueName: "FILE"))
     var db: String
 
-    @Option(help: ArgumentHelp("public, private or shared (default: private with --user, public otherwise).", valueName: "SCOPE"))
+    @OptionGroup var selection: ContainerDatabaseSelection
+
+    func open() throws -> ContainerDatabase { try selection.open(db) }
+}
+
+/// The database of a container file: `--database`, `--user`, `--environment` and `--container`,
+/// also read by `import` and `query` when their `--db` is a container file.
+struct ContainerDatabaseSelection: ParsableArguments {
+    @Option(help: ArgumentHelp("In a container file: public, private or shared (default: private with --user, public otherwise).", valueName: "SCOPE"))
     var database: String?
 
-    @Option(help: ArgumentHelp("The user (a user record name such as _9f2c) whose private or shared database it is.", valueName: "NAME"))
+    @Option(help: ArgumentHelp("In a container file: the user (a user record name such as _9f2c) whose private or shared database it is.", valueName: "NAME"))
     var user: String?
 
-    @Option(help: "development or production: separate data, as in CloudKit.")
+    @Option(help: "In a container file: development or production (separate data, as in CloudKit).")
     var environment = "development"
 
     @Option(help: ArgumentHelp("The container identifier pushes carry (ck.cid).", valueName: "ID"))
@@ -33,8 +41,11 @@ struct ContainerDatabaseOptions: ParsableArguments {
         }
     }
 
+    /// Whether a database was named, which only a container file has.
+    var namesADatabase: Bool { database != nil || user != nil }
+
     /// Opens the file and the database the flags name (exit 2 when either cannot be).
-    func open() throws -> ContainerDatabase {
+    func open(_ db: String) throws -> ContainerDatabase {
         guard let environment = ContainerEnvironment(name: environment) else {
             throw ValidationError("--environment must be development or production")
         }

@@ -32,14 +32,7 @@ struct Query: ParsableCommand {
     @Option(help: ArgumentHelp("A database file (see kquery import) or a container file (see kquery modify).", valueName: "FILE"))
     var db: String?
 
-    @Option(help: ArgumentHelp("In a container file: public, private or shared (default: private with --user, public otherwise).", valueName: "SCOPE"))
-    var database: String?
-
-    @Option(help: ArgumentHelp("In a container file: the user whose private or shared database it is.", valueName: "NAME"))
-    var user: String?
-
-    @Option(help: "In a container file: development or production.")
-    var environment = "development"
+    @OptionGroup var selection: ContainerDatabaseSelection
 
     @Flag(help: "Print how the query would run (indexes, tests, order) instead of its records.")
     var explain = false
@@ -76,7 +69,7 @@ struct Query: ParsableCommand {
     func validate() throws {
         if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
         if (records == nil) == (db == nil) { throw ValidationError("give one of --records FILE or --db FILE") }
-        if database != nil || user != nil, db == nil { throw ValidationError("--database and --user read a container file (--db FILE)") }
+        if selection.namesADatabase, db == nil { throw ValidationError("--database and --user read a container file (--db FILE)") }
     }
 
     func run() throws {
@@ -160,9 +153,7 @@ struct Query: ParsableCommand {
     /// --database, --user or --zone say otherwise). `--format count` pages through every match;
     /// `--explain` prints the plan of the database's query store.
     private func runOnContainer(_ path: String, _ query: KQuery.Query, cursor: QueryCursor?, now: Int64) throws -> QueryResult {
-        let target = try ContainerDatabaseOptions.parse(
-            ["--db", path, "--environment", environment] + (database.map { ["--database", $0] } ?? []) + (user.map { ["--user", $0] } ?? []))
-        let opened = try target.open()
+        let opened = try selection.open(path)
         if explain {
             print(try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try opened.plan(query, now: now) })
             throw ExitCode.success

@@ -64,21 +64,14 @@ struct Import: ParsableCommand {
     @Option(help: ArgumentHelp("Declare this schema (CloudKit Schema Language) before importing.", valueName: "FILE"))
     var schema: String?
 
-    @Option(help: ArgumentHelp("In a container file: public, private or shared (default: private with --user, public otherwise).", valueName: "SCOPE"))
-    var database: String?
-
-    @Option(help: ArgumentHelp("In a container file: the user whose private or shared database it is.", valueName: "NAME"))
-    var user: String?
-
-    @Option(help: "In a container file: development or production.")
-    var environment = "development"
+    @OptionGroup var selection: ContainerDatabaseSelection
 
     func run() throws {
         if Container.isContainerFile(atPath: db) {
             try importIntoContainer()
             return
         }
-        if database != nil || user != nil {
+        if selection.namesADatabase {
             throw ValidationError("--database and --user import into a container file; \(db) is not one (see kquery modify)")
         }
         let database = try StoreFiles.open(db)
@@ -116,9 +109,7 @@ extension Import {
     /// file's import, each gets a new change tag, enters the change history and fires subscriptions.
     func importIntoContainer() throws {
         if schema != nil { throw ValidationError("--schema declares a database file's schema; a container file has none yet") }
-        let target = try ContainerDatabaseOptions.parse(
-            ["--db", db, "--environment", environment] + (database.map { ["--database", $0] } ?? []) + (user.map { ["--user", $0] } ?? []))
-        let opened = try target.open()
+        let opened = try selection.open(db)
         let started = Date()
         let loaded = try StoreFiles.loadRecords(records)
         let bar = ProgressBar(total: loaded.count, label: "importing")
