@@ -4,8 +4,9 @@ extension ContainerDatabase {
     /// The most changes one fetch returns.
     public static let maximumChangesLimit = 200
 
-    /// The zone's changes since `token` (nil: from the beginning), at most `resultsLimit`
-    /// (CKFetchRecordZoneChangesOperation). Only custom zones track changes.
+    /// The zone's changes since `token` (nil: from the beginning, the zone's records without
+    /// deletions), at most `resultsLimit` (CKFetchRecordZoneChangesOperation). Only custom zones
+    /// track changes.
     ///
     /// A token from another database or zone, or altered, is BAD_REQUEST "invalid sync token"; one
     /// older than the history kept (see `compactChangeHistory`), or from a zone since deleted, is
@@ -28,7 +29,8 @@ extension ContainerDatabase {
                 }
                 since = contents.sequence
             }
-            let fetched = try tx.recordChanges(in: zoneID, of: database, after: since, limit: limit + 1)
+            // A fetch from no token starts an empty cache: deletions do not concern it.
+            let fetched = try tx.recordChanges(in: zoneID, of: database, after: since, includingDeletions: token != nil, limit: limit + 1)
             let moreComing = fetched.count > limit
             let batch = fetched.prefix(limit)
             let last = moreComing ? batch.last!.sequence : database.sequence
