@@ -15,7 +15,7 @@ extension ContainerDatabase {
         guard scope != .public else { throw ContainerError(.badRequest, "zone changes are fetched from private and shared databases, not the public one") }
         guard !zoneID.isDefaultZone else { throw ContainerError(.badRequest, "the default zone does not track changes: fetch changes of a custom zone") }
         let limit = min(max(resultsLimit, 1), Self.maximumChangesLimit)
-        let binding = "\(key)|zone|\(zoneID.zoneName)|\(zoneID.ownerName)"
+        let binding = ["\(key)", "zone", zoneID.zoneName, zoneID.ownerName].joined(separator: SyncToken.bindingSeparator)
         let secret = container.storage.secret
         return try container.storage.read { tx throws(ContainerError) -> ZoneChanges in
             guard let database = try tx.database(key), let zone = try tx.zone(zoneID, in: database) else {
@@ -45,7 +45,7 @@ extension ContainerDatabase {
     public func databaseChanges(since token: SyncToken?, resultsLimit: Int = maximumChangesLimit) throws(ContainerError) -> DatabaseChanges {
         guard scope != .public else { throw ContainerError(.badRequest, "database changes are fetched from private and shared databases, not the public one") }
         let limit = min(max(resultsLimit, 1), Self.maximumChangesLimit)
-        let binding = "\(key)|database"
+        let binding = ["\(key)", "database"].joined(separator: SyncToken.bindingSeparator)
         let secret = container.storage.secret
         return try container.storage.read { tx throws(ContainerError) -> DatabaseChanges in
             let database = try tx.database(key) ?? StoredDatabase(id: -1, sequence: 0, horizon: 0)

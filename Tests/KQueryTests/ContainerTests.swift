@@ -127,6 +127,20 @@ private typealias F = ContainerFixture
         #expect(try database.modify([F.operation(.forceDelete, F.record("m"))]).results[0].error?.code == .notFound)
     }
 
+    @Test func lookupAndQueryReadCommittedRecords() throws {
+        let database = try F.privateDatabase(F.container())
+        _ = try database.modify([F.operation(.create, F.record("n1", zone: F.zone, ["v": .int64(1)])), F.operation(.create, F.record("n2", ["v": .int64(2)]))])
+        let results = try database.lookup([RecordID(recordName: "n1", zoneID: F.zone), RecordID(recordName: "n1"), RecordID(recordName: "n2")])
+        #expect(results[0].record?["v"] == .int64(1))
+        #expect(results[1].error == ContainerError(.notFound, "record 'n1' does not exist"))
+        #expect(results[2].record?["v"] == .int64(2))
+        let query = Query(recordType: "Note", predicate: try ValidatedPredicate("v > 1"))
+        #expect(try database.query(query).records.map(\.recordID.recordName) == ["n2"])
+        let badQuery = Query(recordType: "Note", predicate: try ValidatedPredicate("v > 1"), zoneID: F.zone)
+        #expect(try database.query(badQuery).records.isEmpty)
+        #expect(try database.container.database(.private, user: "_u2").query(query).records.isEmpty)
+    }
+
     @Test func wholeRequestErrors() throws {
         let database = try F.privateDatabase(F.container())
         let many = (0...200).map { F.operation(.create, F.record("r\($0)")) }
