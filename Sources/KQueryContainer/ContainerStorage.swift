@@ -62,6 +62,8 @@ protocol StorageTransaction {
     /// The zones changed or deleted after `sequence`, in sequence order, at most `limit`.
     func zoneChanges(of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
         -> [(sequence: Int64, zoneID: ZoneID, deleted: Bool)]
+    /// The databases that have subscriptions.
+    func subscribedDatabases() throws(ContainerError) -> [DatabaseKey]
     /// The database's subscriptions, in the order they were saved.
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription]
     /// The oldest notifications not yet acknowledged.

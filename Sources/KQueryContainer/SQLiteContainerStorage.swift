@@ -248,6 +248,22 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         }
     }
 
+    func subscribedDatabases() throws(ContainerError) -> [DatabaseKey] {
+        let rows = try sql {
+            try Row.fetchAll(db, sql: """
+                SELECT DISTINCT d.environment, d.scope, d.userRecordName FROM databases d JOIN subscriptions s ON s.databaseID = d.id
+                """)
+        }
+        var keys: [DatabaseKey] = []
+        for row in rows {
+            guard let environment = ContainerEnvironment(rawValue: row[0]), let scope = DatabaseScope(rawValue: row[1]) else {
+                throw ContainerError(.internalError, "\(name): corrupt databases table")
+            }
+            keys.append(DatabaseKey(environment: environment, scope: scope, userRecordName: row[2]))
+        }
+        return keys
+    }
+
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {
         let bodies = try sql { try String.fetchAll(db, sql: "SELECT body FROM subscriptions WHERE databaseID = ? ORDER BY rowid", arguments: [database.id]) }
         var subscriptions: [Subscription] = []

@@ -430,6 +430,7 @@ private typealias F = ContainerFixture
             #expect(try container.pendingNotifications().count == 2)
         }
         let container = try F.container(path: path)
+        #expect(container.writer.withLock { $0.subscriptionSets.keys.map(\.description) } == ["development/private/_u1"])
         let database = try container.database(.private, user: "_u1")
         #expect(try database.subscriptions().map(\.subscriptionID) == ["notes"])
         #expect(try container.pendingNotifications().map(\.subscriptionID) == ["notes", "once"])
