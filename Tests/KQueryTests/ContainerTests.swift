@@ -1,5 +1,6 @@
 import Foundation
 import KQuery
+import KQueryStore
 import Testing
 @testable import KQueryContainer
 
@@ -440,5 +441,20 @@ private typealias F = ContainerFixture
         let result = try database.modify([F.operation(.create, F.record("n3", zone: F.zone, ["priority": .int64(3)]))])
         #expect(result.notifications.map(\.subscriptionID) == ["notes"])
         #expect(try database.query(Query(recordType: "Note", predicate: try ValidatedPredicate("priority >= 3"))).records.map(\.recordID.recordName) == ["n1", "n3"])
+    }
+
+    @Test func otherFilesAreRefused() throws {
+        let path = F.temporaryPath()
+        defer { F.remove(path) }
+        _ = try KQueryStore.Database(path: path)
+        let error = containerError { _ = try F.container(path: path) }
+        #expect(error?.code == .internalError)
+        #expect(error?.reason.hasSuffix("not a KQuery container file (it has other tables)") == true, "\(String(describing: error))")
+    }
+
+    @Test func errorCodesMapToWebServicesStatuses() {
+        let statuses = Dictionary(uniqueKeysWithValues: ContainerError.Code.allCases.map { ($0.rawValue, $0.httpStatus) })
+        #expect(statuses == ["BAD_REQUEST": 400, "CONFLICT": 409, "EXISTS": 409, "NOT_FOUND": 404, "ZONE_NOT_FOUND": 404, "ATOMIC_ERROR": 400,
+                             "VALIDATING_REFERENCE_ERROR": 412, "LIMIT_EXCEEDED": 400, "CHANGE_TOKEN_EXPIRED": 400, "INTERNAL_ERROR": 500])
     }
 }
