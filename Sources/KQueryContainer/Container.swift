@@ -37,7 +37,8 @@ public final class Container: Sendable {
     let queryStores = Locked<[DatabaseKey: QueryStore]>([:])
 
     struct WriterState {
-        /// The subscriptions of each database written to since open, loaded from storage at first use.
+        /// The subscriptions of each database: those stored, restored at open; a database without
+        /// any gets its set at its first write.
         var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
     }
 
@@ -50,6 +51,7 @@ public final class Container: Sendable {
         self.containerIdentifier = containerIdentifier
         storage = try SQLiteContainerStorage(path: path)
         self.clock = clock
+        try restoreSubscriptions()
     }
 
     /// A database of the container. Private and shared databases belong to `user`, which they

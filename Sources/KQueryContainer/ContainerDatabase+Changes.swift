@@ -4,8 +4,9 @@ extension ContainerDatabase {
     /// The most changes one fetch returns.
     public static let maximumChangesLimit = 200
 
-    /// The zone's changes since `token` (nil: from the beginning), at most `resultsLimit`
-    /// (CKFetchRecordZoneChangesOperation). Only custom zones track changes.
+    /// The zone's changes since `token` (nil: from the beginning, the zone's records without
+    /// deletions), at most `resultsLimit` (CKFetchRecordZoneChangesOperation). Only custom zones
+    /// track changes.
     ///
     /// A token from another database or zone, or altered, is BAD_REQUEST "invalid sync token"; one
     /// older than the history kept (see `compactChangeHistory`), or from a zone since deleted, is
@@ -14,7 +15,7 @@ extension ContainerDatabase {
         guard scope != .public else { throw ContainerError(.badRequest, "zone changes are fetched from private and shared databases, not the public one") }
         guard !zoneID.isDefaultZone else { throw ContainerError(.badRequest, "the default zone does not track changes: fetch changes of a custom zone") }
         let limit = min(max(resultsLimit, 1), Self.maximumChangesLimit)
-        let binding = "\(key)|zone|\(zoneID.zoneName)|\(zoneID.ownerName)"
+        let binding = ["\(key)", "zone", zoneID.zoneName, zoneID.ownerName].joined(separator: SyncToken.bindingSeparator)
         let secret = container.storage.secret
         return try container.storage.read { tx throws(ContainerError) -> ZoneChanges in
             guard let database = try tx.database(key), let zone = try tx.zone(zoneID, in: database) else {
@@ -28,7 +29,8 @@ extension ContainerDatabase {
                 }
                 since = contents.sequence
             }
-            let fetched = try tx.recordChanges(in: zoneID, of: database, after: since, limit: limit + 1)
+            // A fetch from no token starts an empty cache: deletions do not concern it.
+            let fetched = try tx.recordChanges(in: zoneID, of: database, after: since, includingDeletions: token != nil, limit: limit + 1)
             let moreComing = fetched.count > limit
             let batch = fetched.prefix(limit)
             let last = moreComing ? batch.last!.sequence : database.sequence
@@ -43,7 +45,7 @@ extension ContainerDatabase {
     public func databaseChanges(since token: SyncToken?, resultsLimit: Int = maximumChangesLimit) throws(ContainerError) -> DatabaseChanges {
         guard scope != .public else { throw ContainerError(.badRequest, "database changes are fetched from private and shared databases, not the public one") }
         let limit = min(max(resultsLimit, 1), Self.maximumChangesLimit)
-        let binding = "\(key)|database"
+        let binding = ["\(key)", "database"].joined(separator: SyncToken.bindingSeparator)
         let secret = container.storage.secret
         return try container.storage.read { tx throws(ContainerError) -> DatabaseChanges in
             let database = try tx.database(key) ?? StoredDatabase(id: -1, sequence: 0, horizon: 0)

@@ -45,14 +45,21 @@ public struct ContainerDatabase: Sendable {
             let sequence = database.sequence + 1
             try tx.deleteZone(zoneID, sequence: sequence, in: database)
             try tx.setSequence(sequence, of: database)
-            let set = try container.subscriptionSet(key, &state, tx)
+            var set = try container.subscriptionSet(key, &state, tx)
             let now = container.clock()
-            let notifications = set.subscriptions.compactMap { subscription -> NewNotification? in
-                guard case .database(nil) = subscription.kind else { return nil }
+            var notifications: [NewNotification] = []
+            for subscription in set.subscriptions {
+                guard case .database(nil) = subscription.kind else { continue }
                 let payload = PushPayload.database(subscriptionID: subscription.subscriptionID, zoneID: zoneID,
                                                    notificationInfo: subscription.notificationInfo, context: pushContext(subscription.owner))
-                return NewNotification(database: key, subscriptionID: subscription.subscriptionID, owner: subscription.owner, payload: payload, created: now)
+                notifications.append(NewNotification(database: key, subscriptionID: subscription.subscriptionID, owner: subscription.owner,
+                                                     payload: payload, created: now))
+                if subscription.options.contains(.firesOnce) {
+                    set.remove(id: subscription.subscriptionID)
+                    try tx.deleteSubscription(subscription.subscriptionID, in: database)
+                }
             }
+            state.subscriptionSets[key] = set
             return try tx.enqueue(notifications)
         } committed: { _ in
             container.updateQueryStore(key, changes: [], deletedZones: [zoneID])

@@ -55,13 +55,15 @@ protocol StorageTransaction {
     func records(in database: StoredDatabase) throws(ContainerError) -> [Record]
     /// The names of the records of `target`'s zone that hold a reference with `action` to it.
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String]
-    /// The zone's changes after `sequence`, in sequence order: each record's current version or
-    /// its tombstone, at most `limit`.
-    func recordChanges(in zone: ZoneID, of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
-        -> [(sequence: Int64, change: RecordZoneChange)]
+    /// The zone's changes after `sequence`, in sequence order: each record's current version or,
+    /// when `includingDeletions`, its tombstone; at most `limit`.
+    func recordChanges(in zone: ZoneID, of database: StoredDatabase, after sequence: Int64, includingDeletions: Bool, limit: Int)
+        throws(ContainerError) -> [(sequence: Int64, change: RecordZoneChange)]
     /// The zones changed or deleted after `sequence`, in sequence order, at most `limit`.
     func zoneChanges(of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
         -> [(sequence: Int64, zoneID: ZoneID, deleted: Bool)]
+    /// The databases that have subscriptions.
+    func subscribedDatabases() throws(ContainerError) -> [DatabaseKey]
     /// The database's subscriptions, in the order they were saved.
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription]
     /// The oldest notifications not yet acknowledged.

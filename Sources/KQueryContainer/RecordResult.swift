@@ -20,10 +20,3 @@ public enum RecordResult: Hashable, Sendable {
         return nil
     }
 }
-
-/// A modify's answer: one result per operation, in order, and the notifications it queued.
-public struct ModifyResult: Hashable, Sendable {
-    public var results: [RecordResult]
-    /// The pushes the committed changes produced, as written to the outbox.
-    public var notifications: [OutboxNotification]
-}

@@ -208,18 +208,22 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         }
     }
 
-    func recordChanges(in zone: ZoneID, of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
-        -> [(sequence: Int64, change: RecordZoneChange)] {
+    func recordChanges(in zone: ZoneID, of database: StoredDatabase, after sequence: Int64, includingDeletions: Bool, limit: Int)
+        throws(ContainerError) -> [(sequence: Int64, change: RecordZoneChange)] {
         try sql {
             let where_ = "databaseID = ? AND zoneName = ? AND ownerName = ?"
             var arguments = zoneArguments(database, zone)
             arguments += [sequence]
-            arguments += zoneArguments(database, zone)
-            arguments += [sequence, limit]
+            var deletions = ""
+            if includingDeletions {
+                deletions = "UNION ALL SELECT deletedSequence, recordName, recordType, NULL FROM record_tombstones WHERE \(where_) AND deletedSequence > ?"
+                arguments += zoneArguments(database, zone)
+                arguments += [sequence]
+            }
+            arguments += [limit]
             return try Row.fetchAll(db, sql: """
                 SELECT changeSequence AS s, recordName, recordType, body FROM records WHERE \(where_) AND changeSequence > ?
-                UNION ALL
-                SELECT deletedSequence, recordName, recordType, NULL FROM record_tombstones WHERE \(where_) AND deletedSequence > ?
+                \(deletions)
                 ORDER BY s LIMIT ?
                 """, arguments: arguments).map { row in
                 let name: String = row[1]
@@ -242,6 +246,22 @@ private struct SQLiteTransaction: StorageWriteTransaction {
                 """, arguments: [database.id, sequence, database.id, sequence, limit])
                 .map { ($0[0], ZoneID(zoneName: $0[1], ownerName: $0[2]), $0[3] as Bool) }
         }
+    }
+
+    func subscribedDatabases() throws(ContainerError) -> [DatabaseKey] {
+        let rows = try sql {
+            try Row.fetchAll(db, sql: """
+                SELECT DISTINCT d.environment, d.scope, d.userRecordName FROM databases d JOIN subscriptions s ON s.databaseID = d.id
+                """)
+        }
+        var keys: [DatabaseKey] = []
+        for row in rows {
+            guard let environment = ContainerEnvironment(rawValue: row[0]), let scope = DatabaseScope(rawValue: row[1]) else {
+                throw ContainerError(.internalError, "\(name): corrupt databases table")
+            }
+            keys.append(DatabaseKey(environment: environment, scope: scope, userRecordName: row[2]))
+        }
+        return keys
     }
 
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {

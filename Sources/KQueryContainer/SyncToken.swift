@@ -28,6 +28,9 @@ public struct SyncToken: Hashable, Sendable, CustomStringConvertible {
     }
 
     private static let format: UInt8 = 1
+    /// Joins the parts of what a token is bound to: a control character no user, zone or owner
+    /// name contains in practice, so two different bindings never read the same.
+    static let bindingSeparator = "\u{1F}"
     private static let payloadLength = 26
 
     /// What a token says, once its tag is checked.

@@ -18,12 +18,3 @@ public struct ZoneChanges: Hashable, Sendable {
         changes.compactMap { if case .deleted(let id, _) = $0 { id } else { nil } }
     }
 }
-
-/// One batch of a database's zone changes (CKFetchDatabaseChangesOperation, `changes/database`).
-public struct DatabaseChanges: Hashable, Sendable {
-    /// Zones created, or whose records changed, in change order.
-    public var changedZones: [ZoneID]
-    public var deletedZones: [ZoneID]
-    public var syncToken: SyncToken
-    public var moreComing: Bool
-}

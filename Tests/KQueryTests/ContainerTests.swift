@@ -1,5 +1,6 @@
 import Foundation
 import KQuery
+import KQueryStore
 import Testing
 @testable import KQueryContainer
 
@@ -67,8 +68,13 @@ private typealias F = ContainerFixture
         try database.deleteZone(F.zone)
         #expect(try database.record(RecordID(recordName: "n1", zoneID: F.zone)) == nil)
         #expect(try database.query(query).records.map(\.recordID.recordName) == ["a1"])
+        try database.saveSubscription(Subscription(subscriptionID: "db", kind: .database(recordType: nil), options: [.firesOnRecordCreation, .firesOnce]))
+        let pushes = try database.deleteZone(F.otherZone)
+        #expect(pushes.map(\.subscriptionID) == ["db"])
+        #expect(pushes.first?.payload["ck"]?["met"]?["zid"] == .string("Archive"))
+        #expect(try database.subscriptions().isEmpty)
         let changes = try database.databaseChanges(since: before.syncToken)
-        #expect(changes.deletedZones == [F.zone])
+        #expect(changes.deletedZones == [F.zone, F.otherZone])
         #expect(changes.changedZones.isEmpty)
         try database.createZone(F.zone)
         #expect(try database.zoneChanges(F.zone, since: nil).changes.isEmpty)
@@ -125,6 +131,20 @@ private typealias F = ContainerFixture
         #expect(try database.modify([F.operation(.delete, F.record("n", tag: created.recordChangeTag))]).results[0].error?.code == .notFound)
         #expect(try database.modify([F.operation(.forceDelete, F.record("m", tag: "whatever"))]).results[0] == .deleted(RecordID(recordName: "m")))
         #expect(try database.modify([F.operation(.forceDelete, F.record("m"))]).results[0].error?.code == .notFound)
+    }
+
+    @Test func lookupAndQueryReadCommittedRecords() throws {
+        let database = try F.privateDatabase(F.container())
+        _ = try database.modify([F.operation(.create, F.record("n1", zone: F.zone, ["v": .int64(1)])), F.operation(.create, F.record("n2", ["v": .int64(2)]))])
+        let results = try database.lookup([RecordID(recordName: "n1", zoneID: F.zone), RecordID(recordName: "n1"), RecordID(recordName: "n2")])
+        #expect(results[0].record?["v"] == .int64(1))
+        #expect(results[1].error == ContainerError(.notFound, "record 'n1' does not exist"))
+        #expect(results[2].record?["v"] == .int64(2))
+        let query = Query(recordType: "Note", predicate: try ValidatedPredicate("v > 1"))
+        #expect(try database.query(query).records.map(\.recordID.recordName) == ["n2"])
+        let badQuery = Query(recordType: "Note", predicate: try ValidatedPredicate("v > 1"), zoneID: F.zone)
+        #expect(try database.query(badQuery).records.isEmpty)
+        #expect(try database.container.database(.private, user: "_u2").query(query).records.isEmpty)
     }
 
     @Test func wholeRequestErrors() throws {
@@ -411,6 +431,7 @@ private typealias F = ContainerFixture
             #expect(try container.pendingNotifications().count == 2)
         }
         let container = try F.container(path: path)
+        #expect(container.writer.withLock { $0.subscriptionSets.keys.map(\.description) } == ["development/private/_u1"])
         let database = try container.database(.private, user: "_u1")
         #expect(try database.subscriptions().map(\.subscriptionID) == ["notes"])
         #expect(try container.pendingNotifications().map(\.subscriptionID) == ["notes", "once"])
@@ -420,5 +441,20 @@ private typealias F = ContainerFixture
         let result = try database.modify([F.operation(.create, F.record("n3", zone: F.zone, ["priority": .int64(3)]))])
         #expect(result.notifications.map(\.subscriptionID) == ["notes"])
         #expect(try database.query(Query(recordType: "Note", predicate: try ValidatedPredicate("priority >= 3"))).records.map(\.recordID.recordName) == ["n1", "n3"])
+    }
+
+    @Test func otherFilesAreRefused() throws {
+        let path = F.temporaryPath()
+        defer { F.remove(path) }
+        _ = try KQueryStore.Database(path: path)
+        let error = containerError { _ = try F.container(path: path) }
+        #expect(error?.code == .internalError)
+        #expect(error?.reason.hasSuffix("not a KQuery container file (it has other tables)") == true, "\(String(describing: error))")
+    }
+
+    @Test func errorCodesMapToWebServicesStatuses() {
+        let statuses = Dictionary(uniqueKeysWithValues: ContainerError.Code.allCases.map { ($0.rawValue, $0.httpStatus) })
+        #expect(statuses == ["BAD_REQUEST": 400, "CONFLICT": 409, "EXISTS": 409, "NOT_FOUND": 404, "ZONE_NOT_FOUND": 404, "ATOMIC_ERROR": 400,
+                             "VALIDATING_REFERENCE_ERROR": 412, "LIMIT_EXCEEDED": 400, "CHANGE_TOKEN_EXPIRED": 400, "INTERNAL_ERROR": 500])
     }
 }
