@@ -70,9 +70,11 @@ final class SQLiteContainerStorage: ContainerStorage {
                 databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL,
                 createdSequence INTEGER NOT NULL, changedSequence INTEGER NOT NULL,
                 PRIMARY KEY (databaseID, zoneName, ownerName)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS zones_by_change ON zones (databaseID, changedSequence);
             CREATE TABLE IF NOT EXISTS zone_tombstones (
                 databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, deletedSequence INTEGER NOT NULL,
                 PRIMARY KEY (databaseID, zoneName, ownerName)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS zone_tombstones_by_change ON zone_tombstones (databaseID, deletedSequence);
             CREATE TABLE IF NOT EXISTS records (
                 databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, recordName TEXT NOT NULL,
                 recordType TEXT NOT NULL, changeSequence INTEGER NOT NULL, body BLOB NOT NULL,
@@ -146,9 +148,11 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         [database.id, zone.zoneName, zone.ownerName]
     }
 
-    private func decode(_ body: Data, _ recordName: String) throws -> KQuery.Record {
+    /// Decodes a stored record. `names` carries the field keys of the record decoded before, so a
+    /// run of records of one type reads its field names without interning each again.
+    private func decode(_ body: Data, _ recordName: String, names: inout RecordCoding.FieldNames) throws -> KQuery.Record {
         do {
-            return try body.withUnsafeBytes { bytes throws(RecordDecodingError) in try RecordCoding.decode(bytes) }
+            return try body.withUnsafeBytes { bytes throws(RecordDecodingError) in try RecordCoding.decode(bytes, names: &names) }
         } catch {
             throw ContainerError(.internalError, "\(name): record '\(recordName)' is corrupt: \(error)")
         }
@@ -158,24 +162,24 @@ private struct SQLiteTransaction: StorageWriteTransaction {
 
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
         try sql {
-            try Row.fetchOne(db, sql: "SELECT id, sequence, horizon FROM databases WHERE environment = ? AND scope = ? AND userRecordName = ?",
-                             arguments: [key.environment.rawValue, key.scope.rawValue, key.userRecordName])
+            try Row.fetchOne(db, SQLRequest(sql: "SELECT id, sequence, horizon FROM databases WHERE environment = ? AND scope = ? AND userRecordName = ?",
+                             arguments: [key.environment.rawValue, key.scope.rawValue, key.userRecordName], cached: true))
                 .map { StoredDatabase(id: $0[0], sequence: $0[1], horizon: $0[2]) }
         }
     }
 
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
         try sql {
-            try Row.fetchOne(db, sql: "SELECT createdSequence, changedSequence FROM zones WHERE databaseID = ? AND zoneName = ? AND ownerName = ?",
-                             arguments: zoneArguments(database, zoneID))
+            try Row.fetchOne(db, SQLRequest(sql: "SELECT createdSequence, changedSequence FROM zones WHERE databaseID = ? AND zoneName = ? AND ownerName = ?",
+                             arguments: zoneArguments(database, zoneID), cached: true))
                 .map { StoredZone(zoneID: zoneID, createdSequence: $0[0], changedSequence: $0[1]) }
         }
     }
 
     func zones(in database: StoredDatabase) throws(ContainerError) -> [StoredZone] {
         try sql {
-            try Row.fetchAll(db, sql: "SELECT zoneName, ownerName, createdSequence, changedSequence FROM zones WHERE databaseID = ? ORDER BY zoneName, ownerName",
-                             arguments: [database.id])
+            try Row.fetchAll(db, SQLRequest(sql: "SELECT zoneName, ownerName, createdSequence, changedSequence FROM zones WHERE databaseID = ? ORDER BY zoneName, ownerName",
+                             arguments: [database.id], cached: true))
                 .map { StoredZone(zoneID: ZoneID(zoneName: $0[0], ownerName: $0[1]), createdSequence: $0[2], changedSequence: $0[3]) }
         }
     }
@@ -184,16 +188,18 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         try sql {
             var arguments = zoneArguments(database, id.zoneID)
             arguments += [id.recordName]
-            guard let body = try Data.fetchOne(db, sql: "SELECT body FROM records WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND recordName = ?",
-                                               arguments: arguments) else { return nil }
-            return try decode(body, id.recordName)
+            guard let body = try Data.fetchOne(db, SQLRequest(sql: "SELECT body FROM records WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND recordName = ?",
+                                               arguments: arguments, cached: true)) else { return nil }
+            var names = RecordCoding.FieldNames()
+            return try decode(body, id.recordName, names: &names)
         }
     }
 
     func records(in database: StoredDatabase) throws(ContainerError) -> [KQuery.Record] {
         try sql {
-            try Row.fetchAll(db, sql: "SELECT recordName, body FROM records WHERE databaseID = ?", arguments: [database.id])
-                .map { row in try decode(row[1], row[0]) }
+            var names = RecordCoding.FieldNames()
+            return try Row.fetchAll(db, SQLRequest(sql: "SELECT recordName, body FROM records WHERE databaseID = ?", arguments: [database.id], cached: true))
+                .map { row in try decode(row[1], row[0], names: &names) }
         }
     }
 
@@ -201,34 +207,41 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         try sql {
             var arguments = zoneArguments(database, target.zoneID)
             arguments += [target.recordName, action.rawValue]
-            return try String.fetchAll(db, sql: """
+            return try String.fetchAll(db, SQLRequest(sql: """
                 SELECT sourceName FROM record_references
                 WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND targetName = ? AND action = ? ORDER BY sourceName
-                """, arguments: arguments)
+                """, arguments: arguments, cached: true))
         }
     }
 
     func recordChanges(in zone: ZoneID, of database: StoredDatabase, after sequence: Int64, includingDeletions: Bool, limit: Int)
         throws(ContainerError) -> [(sequence: Int64, change: RecordZoneChange)] {
         try sql {
+            // Each side reads at most `limit` rows in sequence order from its index, so a batch costs
+            // its own size, not the size of the history after the token.
             let where_ = "databaseID = ? AND zoneName = ? AND ownerName = ?"
             var arguments = zoneArguments(database, zone)
-            arguments += [sequence]
+            arguments += [sequence, limit]
             var deletions = ""
             if includingDeletions {
-                deletions = "UNION ALL SELECT deletedSequence, recordName, recordType, NULL FROM record_tombstones WHERE \(where_) AND deletedSequence > ?"
+                deletions = """
+                    UNION ALL SELECT * FROM (SELECT deletedSequence, recordName, recordType, NULL FROM record_tombstones
+                    WHERE \(where_) AND deletedSequence > ? ORDER BY deletedSequence LIMIT ?)
+                    """
                 arguments += zoneArguments(database, zone)
-                arguments += [sequence]
+                arguments += [sequence, limit]
             }
             arguments += [limit]
-            return try Row.fetchAll(db, sql: """
-                SELECT changeSequence AS s, recordName, recordType, body FROM records WHERE \(where_) AND changeSequence > ?
+            var names = RecordCoding.FieldNames()
+            return try Row.fetchAll(db, SQLRequest(sql: """
+                SELECT * FROM (SELECT changeSequence AS s, recordName, recordType, body FROM records
+                WHERE \(where_) AND changeSequence > ? ORDER BY changeSequence LIMIT ?)
                 \(deletions)
                 ORDER BY s LIMIT ?
-                """, arguments: arguments).map { row in
+                """, arguments: arguments, cached: true)).map { row in
                 let name: String = row[1]
                 if let body = row[3] as Data? {
-                    return (row[0], .changed(try decode(body, name)))
+                    return (row[0], .changed(try decode(body, name, names: &names)))
                 }
                 return (row[0], .deleted(RecordID(recordName: name, zoneID: zone), recordType: row[2]))
             }
@@ -238,21 +251,23 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     func zoneChanges(of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
         -> [(sequence: Int64, zoneID: ZoneID, deleted: Bool)] {
         try sql {
-            try Row.fetchAll(db, sql: """
-                SELECT changedSequence AS s, zoneName, ownerName, 0 FROM zones WHERE databaseID = ? AND changedSequence > ?
+            try Row.fetchAll(db, SQLRequest(sql: """
+                SELECT * FROM (SELECT changedSequence AS s, zoneName, ownerName, 0 FROM zones
+                WHERE databaseID = ? AND changedSequence > ? ORDER BY changedSequence LIMIT ?)
                 UNION ALL
-                SELECT deletedSequence, zoneName, ownerName, 1 FROM zone_tombstones WHERE databaseID = ? AND deletedSequence > ?
+                SELECT * FROM (SELECT deletedSequence, zoneName, ownerName, 1 FROM zone_tombstones
+                WHERE databaseID = ? AND deletedSequence > ? ORDER BY deletedSequence LIMIT ?)
                 ORDER BY s LIMIT ?
-                """, arguments: [database.id, sequence, database.id, sequence, limit])
+                """, arguments: [database.id, sequence, limit, database.id, sequence, limit, limit], cached: true))
                 .map { ($0[0], ZoneID(zoneName: $0[1], ownerName: $0[2]), $0[3] as Bool) }
         }
     }
 
     func subscribedDatabases() throws(ContainerError) -> [DatabaseKey] {
         let rows = try sql {
-            try Row.fetchAll(db, sql: """
+            try Row.fetchAll(db, SQLRequest(sql: """
                 SELECT DISTINCT d.environment, d.scope, d.userRecordName FROM databases d JOIN subscriptions s ON s.databaseID = d.id
-                """)
+                """, cached: true))
         }
         var keys: [DatabaseKey] = []
         for row in rows {
@@ -265,7 +280,7 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     }
 
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {
-        let bodies = try sql { try String.fetchAll(db, sql: "SELECT body FROM subscriptions WHERE databaseID = ? ORDER BY rowid", arguments: [database.id]) }
+        let bodies = try sql { try String.fetchAll(db, SQLRequest(sql: "SELECT body FROM subscriptions WHERE databaseID = ? ORDER BY rowid", arguments: [database.id], cached: true)) }
         var subscriptions: [Subscription] = []
         for body in bodies {
             let json: JSON
@@ -277,10 +292,10 @@ private struct SQLiteTransaction: StorageWriteTransaction {
 
     func pendingNotifications(limit: Int) throws(ContainerError) -> [OutboxNotification] {
         let rows = try sql {
-            try Row.fetchAll(db, sql: """
+            try Row.fetchAll(db, SQLRequest(sql: """
                 SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created
                 FROM outbox ORDER BY id LIMIT ?
-                """, arguments: [limit])
+                """, arguments: [limit], cached: true))
         }
         var notifications: [OutboxNotification] = []
         for row in rows {
@@ -298,24 +313,24 @@ private struct SQLiteTransaction: StorageWriteTransaction {
 
     func createDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase {
         try sql {
-            try db.execute(sql: "INSERT INTO databases (environment, scope, userRecordName) VALUES (?, ?, ?)",
-                           arguments: [key.environment.rawValue, key.scope.rawValue, key.userRecordName])
+            try db.cachedStatement(sql: "INSERT INTO databases (environment, scope, userRecordName) VALUES (?, ?, ?)")
+                .execute(arguments: [key.environment.rawValue, key.scope.rawValue, key.userRecordName])
             return StoredDatabase(id: db.lastInsertedRowID, sequence: 0, horizon: 0)
         }
     }
 
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
-        try sql { try db.execute(sql: "UPDATE databases SET sequence = ? WHERE id = ?", arguments: [sequence, database.id]) }
+        try sql { try db.cachedStatement(sql: "UPDATE databases SET sequence = ? WHERE id = ?").execute(arguments: [sequence, database.id]) }
     }
 
     func saveZone(_ zone: StoredZone, in database: StoredDatabase) throws(ContainerError) {
         try sql {
             var arguments = zoneArguments(database, zone.zoneID)
             arguments += [zone.createdSequence, zone.changedSequence]
-            try db.execute(sql: "INSERT OR REPLACE INTO zones (databaseID, zoneName, ownerName, createdSequence, changedSequence) VALUES (?, ?, ?, ?, ?)",
-                           arguments: arguments)
-            try db.execute(sql: "DELETE FROM zone_tombstones WHERE databaseID = ? AND zoneName = ? AND ownerName = ?",
-                           arguments: zoneArguments(database, zone.zoneID))
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO zones (databaseID, zoneName, ownerName, createdSequence, changedSequence) VALUES (?, ?, ?, ?, ?)")
+                .execute(arguments: arguments)
+            try db.cachedStatement(sql: "DELETE FROM zone_tombstones WHERE databaseID = ? AND zoneName = ? AND ownerName = ?")
+                .execute(arguments: zoneArguments(database, zone.zoneID))
         }
     }
 
@@ -323,12 +338,12 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         try sql {
             let arguments = zoneArguments(database, zoneID)
             for table in ["records", "record_tombstones", "record_references", "zones"] {
-                try db.execute(sql: "DELETE FROM \(table) WHERE databaseID = ? AND zoneName = ? AND ownerName = ?", arguments: arguments)
+                try db.cachedStatement(sql: "DELETE FROM \(table) WHERE databaseID = ? AND zoneName = ? AND ownerName = ?").execute(arguments: arguments)
             }
             var tombstone = arguments
             tombstone += [sequence]
-            try db.execute(sql: "INSERT OR REPLACE INTO zone_tombstones (databaseID, zoneName, ownerName, deletedSequence) VALUES (?, ?, ?, ?)",
-                           arguments: tombstone)
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO zone_tombstones (databaseID, zoneName, ownerName, deletedSequence) VALUES (?, ?, ?, ?)")
+                .execute(arguments: tombstone)
         }
     }
 
@@ -387,14 +402,14 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     func saveSubscription(_ subscription: Subscription, in database: StoredDatabase) throws(ContainerError) {
         let body = try subscription.storedJSON().serialized
         try sql {
-            try db.execute(sql: "DELETE FROM subscriptions WHERE databaseID = ? AND subscriptionID = ?", arguments: [database.id, subscription.subscriptionID])
-            try db.execute(sql: "INSERT INTO subscriptions (databaseID, subscriptionID, owner, body) VALUES (?, ?, ?, ?)",
-                           arguments: [database.id, subscription.subscriptionID, subscription.owner, body])
+            try db.cachedStatement(sql: "DELETE FROM subscriptions WHERE databaseID = ? AND subscriptionID = ?").execute(arguments: [database.id, subscription.subscriptionID])
+            try db.cachedStatement(sql: "INSERT INTO subscriptions (databaseID, subscriptionID, owner, body) VALUES (?, ?, ?, ?)")
+                .execute(arguments: [database.id, subscription.subscriptionID, subscription.owner, body])
         }
     }
 
     func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError) {
-        try sql { try db.execute(sql: "DELETE FROM subscriptions WHERE databaseID = ? AND subscriptionID = ?", arguments: [database.id, subscriptionID]) }
+        try sql { try db.cachedStatement(sql: "DELETE FROM subscriptions WHERE databaseID = ? AND subscriptionID = ?").execute(arguments: [database.id, subscriptionID]) }
     }
 
     func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification] {
@@ -425,16 +440,16 @@ private struct SQLiteTransaction: StorageWriteTransaction {
 
     func compactHistory(of database: StoredDatabase, keepingLast count: Int) throws(ContainerError) -> Int64 {
         try sql {
-            let newestDropped = try Int64.fetchOne(db, sql: """
+            let newestDropped = try Int64.fetchOne(db, SQLRequest(sql: """
                 SELECT s FROM (SELECT deletedSequence AS s FROM record_tombstones WHERE databaseID = ?
                                UNION ALL SELECT deletedSequence FROM zone_tombstones WHERE databaseID = ?)
                 ORDER BY s DESC LIMIT 1 OFFSET ?
-                """, arguments: [database.id, database.id, max(count, 0)])
+                """, arguments: [database.id, database.id, max(count, 0)], cached: true))
             guard let newestDropped else { return database.horizon }
-            try db.execute(sql: "DELETE FROM record_tombstones WHERE databaseID = ? AND deletedSequence <= ?", arguments: [database.id, newestDropped])
-            try db.execute(sql: "DELETE FROM zone_tombstones WHERE databaseID = ? AND deletedSequence <= ?", arguments: [database.id, newestDropped])
+            try db.cachedStatement(sql: "DELETE FROM record_tombstones WHERE databaseID = ? AND deletedSequence <= ?").execute(arguments: [database.id, newestDropped])
+            try db.cachedStatement(sql: "DELETE FROM zone_tombstones WHERE databaseID = ? AND deletedSequence <= ?").execute(arguments: [database.id, newestDropped])
             let horizon = max(database.horizon, newestDropped)
-            try db.execute(sql: "UPDATE databases SET horizon = ? WHERE id = ?", arguments: [horizon, database.id])
+            try db.cachedStatement(sql: "UPDATE databases SET horizon = ? WHERE id = ?").execute(arguments: [horizon, database.id])
             return horizon
         }
     }

@@ -63,7 +63,8 @@ package enum RecordCoding {
 
     /// Field keys of the record decoded last, by position: records of a type mostly repeat the same
     /// field names in the same order, so a byte comparison replaces interning each name again.
-    struct FieldNames {
+    package struct FieldNames {
+        package init() {}
         fileprivate var names: [(bytes: [UInt8], key: FieldKey)] = []
     }
 
@@ -72,7 +73,7 @@ package enum RecordCoding {
         return try decode(bytes, names: &names)
     }
 
-    static func decode(_ bytes: UnsafeRawBufferPointer, names: inout FieldNames) throws(RecordDecodingError) -> Record {
+    package static func decode(_ bytes: UnsafeRawBufferPointer, names: inout FieldNames) throws(RecordDecodingError) -> Record {
         var reader = Reader(bytes: bytes)
         guard try reader.byte() == version else { throw RecordDecodingError("unknown record encoding version") }
         let recordType = try reader.string()
