@@ -160,12 +160,14 @@ public final class Container: Sendable {
             for change in changes {
                 if case .deleted(let record) = change { final[record.recordID] = .some(nil) } else { final[change.record.recordID] = change.record }
             }
-            // Neither call can fail here: the records were checked by the modify that committed
-            // them, and only records the store holds are deleted.
-            try? store.importRecords(final.values.compactMap { $0 })
-            let deletions = final.filter { $0.value == nil && store.record($0.key) != nil }
+            // Deleted first: those gone, and those a modify deleted and created again as another
+            // type, which the store would refuse to import over the old one.
+            let deletions = final.filter { id, record in store.record(id).map { $0.recordType != record?.recordType } ?? false }
                 .map { RecordOperation(kind: .forceDelete, record: Record(recordType: "_deleted", recordID: $0.key)) }
+            // Neither call can fail here: only records the store holds are deleted, and the
+            // records imported were checked by the modify that committed them.
             if !deletions.isEmpty { _ = try? store.save(deletions) }
+            try? store.importRecords(final.values.compactMap { $0 })
             for zone in deletedZones where store.zones.contains(zone) { try? store.deleteZone(zone) }
         }
     }

@@ -216,6 +216,19 @@ private typealias F = ContainerFixture
         #expect(Set(deleted).count == deleted.count)
     }
 
+    @Test func aRecordCascadedAwayCanBeCreatedAgainAsAnotherType() throws {
+        let database = try F.privateDatabase(F.container())
+        let query = Query(recordType: "Task", predicate: try ValidatedPredicate("TRUEPREDICATE"))
+        _ = try database.query(query)  // builds the query store, which the modifies then update
+        _ = try database.modify([F.operation(.create, F.record("list", zone: F.zone)),
+                                 F.operation(.create, F.record("item", zone: F.zone, ["list": F.reference("list", .deleteSelf)]))])
+        let result = try database.modify([F.operation(.forceDelete, F.record("list", zone: F.zone)),
+                                          F.operation(.create, F.record("item", type: "Task", zone: F.zone))])
+        #expect(result.results[1].record?.recordType == "Task")
+        #expect(try database.query(query).records.map(\.recordID.recordName) == ["item"])
+        #expect(try database.query(Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"))).records.isEmpty)
+    }
+
     @Test func owningReferenceLimitIs750() throws {
         let database = try F.privateDatabase(F.container())
         _ = try database.modify([F.operation(.create, F.record("target", zone: F.zone))])
