@@ -40,6 +40,17 @@ private typealias F = ContainerFixture
         try database.createZone(ZoneID(zoneName: "com.apple.coredata.cloudkit.zone"))
     }
 
+    @Test func theDefaultOwnerOfAPrivateZoneIsTheUser() throws {
+        let database = try F.container().database(.private, user: "_u1")
+        let spelledDefault = ZoneID(zoneName: "Notes")
+        try database.createZone(spelledDefault)
+        #expect(try database.zones() == [.default, F.zone])
+        let result = try database.modify([F.operation(.create, F.record("n1", zone: spelledDefault, ["up": F.reference("n1", zone: spelledDefault, .validate)]))])
+        #expect(result.results[0].record?.recordID == RecordID(recordName: "n1", zoneID: F.zone))
+        #expect(try database.record(RecordID(recordName: "n1", zoneID: spelledDefault)) != nil)
+        #expect(try database.zoneChanges(spelledDefault, since: nil).changedRecords.count == 1)
+    }
+
     @Test func privateAndSharedDatabasesNeedAUser() throws {
         let container = try F.container()
         #expect(containerError { _ = try container.database(.private) }?.code == .badRequest)
