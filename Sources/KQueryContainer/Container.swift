@@ -40,7 +40,25 @@ public final class Container: Sendable {
     struct WriterState {
         /// The subscriptions of each database: those stored, restored at open; a database without
         /// any gets its set at its first write.
-        var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
+        private(set) var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
+        /// The sets the running write replaced, put back if it does not commit. Kept per set
+        /// rather than as a copy of the whole state, which would make every write copy the
+        /// dictionary of all databases.
+        private var replaced: [DatabaseKey: SubscriptionSet?] = [:]
+
+        /// Makes `set` the database's, undoably until the write ends.
+        mutating func install(_ set: SubscriptionSet, for key: DatabaseKey) {
+            if replaced[key] == nil { replaced[key] = .some(subscriptionSets[key]) }
+            subscriptionSets[key] = set
+        }
+
+        /// Ends a write: keeps what it installed, or with `rollingBack` puts back what it replaced.
+        mutating func end(rollingBack: Bool) {
+            if rollingBack {
+                for (key, set) in replaced { subscriptionSets[key] = set }
+            }
+            replaced = [:]
+        }
     }
 
     /// Opens the container kept in the SQLite file at `path` (created if missing), or a new one in
@@ -93,14 +111,14 @@ public final class Container: Sendable {
         _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T, committed: (T) -> Void = { _ in }
     ) throws(ContainerError) -> T {
         try writer.withLock { state throws(ContainerError) -> T in
-            let before = state
             let result: T
             do throws(ContainerError) {
                 result = try storage.write { tx throws(ContainerError) -> T in try body(&state, tx) }
             } catch {
-                state = before
+                state.end(rollingBack: true)
                 throw error
             }
+            state.end(rollingBack: false)
             committed(result)
             return result
         }

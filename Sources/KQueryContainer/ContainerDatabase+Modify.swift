@@ -99,7 +99,7 @@ extension ContainerDatabase {
 
             var set = try container.subscriptionSet(key, &state, tx)
             let notifications = try notify(changes, set: &set, database: database, tx: tx, now: now)
-            state.subscriptionSets[key] = set
+            state.install(set, for: key)
             return (ModifyResult(results: outcomes.map { $0! }, notifications: try tx.enqueue(notifications)), changes)
         } committed: { _, changes in
             container.updateQueryStore(key, changes: changes)

@@ -61,7 +61,7 @@ public struct ContainerDatabase: Sendable {
                     try tx.deleteSubscription(subscription.subscriptionID, in: database)
                 }
             }
-            state.subscriptionSets[key] = set
+            state.install(set, for: key)
             return try tx.enqueue(notifications)
         } committed: { _ in
             container.updateQueryStore(key, changes: [], deletedZones: [zoneID])
@@ -185,7 +185,7 @@ public struct ContainerDatabase: Sendable {
                 throw ContainerError(.zoneNotFound, "subscription '\(saved.subscriptionID)': zone '\(zoneID.zoneName)' does not exist")
             }
             try tx.saveSubscription(saved, in: database)
-            state.subscriptionSets[key] = set
+            state.install(set, for: key)
         }
         return saved
     }
@@ -213,7 +213,7 @@ public struct ContainerDatabase: Sendable {
             }
             set.remove(id: subscriptionID)
             try tx.deleteSubscription(subscriptionID, in: database)
-            state.subscriptionSets[key] = set
+            state.install(set, for: key)
         }
     }
 }

@@ -325,6 +325,8 @@ private typealias F = ContainerFixture
         #expect(containerError { try publicDatabase.saveSubscription(databaseSubscription) }?.code == .badRequest)
         #expect(containerError { try sharedDatabase.saveSubscription(query) }?.code == .badRequest)
         #expect(containerError { try privateDatabase.saveSubscription(Subscription(subscriptionID: "z", kind: .recordZone(zoneID: ZoneID(zoneName: "Nope"), recordType: nil))) }?.code == .zoneNotFound)
+        // The refused save was undone in memory too: nothing fires for it.
+        #expect(container.writer.withLock { $0.subscriptionSets[privateDatabase.key]?["z"] } == nil)
         try sharedDatabase.saveSubscription(databaseSubscription)
         try publicDatabase.saveSubscription(query)
         for subscription in [zoneSubscription, databaseSubscription, query] { try privateDatabase.saveSubscription(subscription) }
