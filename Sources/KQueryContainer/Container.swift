@@ -39,7 +39,25 @@ public final class Container: Sendable {
     struct WriterState {
         /// The subscriptions of each database: those stored, restored at open; a database without
         /// any gets its set at its first write.
-        var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
+        private(set) var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
+        /// The sets the running write replaced, put back if it does not commit. Kept per set
+        /// rather than as a copy of the whole state, which would make every write copy the
+        /// dictionary of all databases.
+        private var replaced: [DatabaseKey: SubscriptionSet?] = [:]
+
+        /// Makes `set` the database's, undoably until the write ends.
+        mutating func install(_ set: SubscriptionSet, for key: DatabaseKey) {
+            if replaced[key] == nil { replaced[key] = .some(subscriptionSets[key]) }
+            subscriptionSets[key] = set
+        }
+
+        /// Ends a write: keeps what it installed, or with `rollingBack` puts back what it replaced.
+        mutating func end(rollingBack: Bool) {
+            if rollingBack {
+                for (key, set) in replaced { subscriptionSets[key] = set }
+            }
+            replaced = [:]
+        }
     }
 
     /// Opens the container kept in the SQLite file at `path` (created if missing), or a new one in
@@ -92,14 +110,14 @@ public final class Container: Sendable {
         _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T, committed: (T) -> Void = { _ in }
     ) throws(ContainerError) -> T {
         try writer.withLock { state throws(ContainerError) -> T in
-            let before = state
             let result: T
             do throws(ContainerError) {
                 result = try storage.write { tx throws(ContainerError) -> T in try body(&state, tx) }
             } catch {
-                state = before
+                state.end(rollingBack: true)
                 throw error
             }
+            state.end(rollingBack: false)
             committed(result)
             return result
         }
@@ -159,12 +177,14 @@ public final class Container: Sendable {
             for change in changes {
                 if case .deleted(let record) = change { final[record.recordID] = .some(nil) } else { final[change.record.recordID] = change.record }
             }
-            // Neither call can fail here: the records were checked by the modify that committed
-            // them, and only records the store holds are deleted.
-            try? store.importRecords(final.values.compactMap { $0 })
-            let deletions = final.filter { $0.value == nil && store.record($0.key) != nil }
+            // Deleted first: those gone, and those a modify deleted and created again as another
+            // type, which the store would refuse to import over the old one.
+            let deletions = final.filter { id, record in store.record(id).map { $0.recordType != record?.recordType } ?? false }
                 .map { RecordOperation(kind: .forceDelete, record: Record(recordType: "_deleted", recordID: $0.key)) }
+            // Neither call can fail here: only records the store holds are deleted, and the
+            // records imported were checked by the modify that committed them.
             if !deletions.isEmpty { _ = try? store.save(deletions) }
+            try? store.importRecords(final.values.compactMap { $0 })
             for zone in deletedZones where store.zones.contains(zone) { try? store.deleteZone(zone) }
         }
     }

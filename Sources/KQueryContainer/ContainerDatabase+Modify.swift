@@ -23,6 +23,7 @@ extension ContainerDatabase {
     /// Whole-request errors (thrown): more than 200 operations (LIMIT_EXCEEDED), two operations on
     /// one record or an empty record name (BAD_REQUEST), a storage failure.
     public func modify(_ operations: [RecordOperation], atomic: Bool = true) throws(ContainerError) -> ModifyResult {
+        let operations = operations.map { RecordOperation(kind: $0.kind, record: canonical($0.record)) }
         guard operations.count <= Self.maximumOperations else {
             throw ContainerError(.limitExceeded, "a modify takes at most \(Self.maximumOperations) operations, not \(operations.count)")
         }
@@ -98,7 +99,7 @@ extension ContainerDatabase {
 
             var set = try container.subscriptionSet(key, &state, tx)
             let notifications = try notify(changes, set: &set, database: database, tx: tx, now: now)
-            state.subscriptionSets[key] = set
+            state.install(set, for: key)
             return (ModifyResult(results: outcomes.map { $0! }, notifications: try tx.enqueue(notifications)), changes)
         } committed: { _, changes in
             container.updateQueryStore(key, changes: changes)

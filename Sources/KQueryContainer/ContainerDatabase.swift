@@ -21,6 +21,7 @@ public struct ContainerDatabase: Sendable {
     /// Creates a custom zone (CKDatabase.save(CKRecordZone), Web Services `zones/modify` create).
     /// Only private databases hold custom zones. Saving a zone that exists changes nothing.
     public func createZone(_ zoneID: ZoneID) throws(ContainerError) {
+        let zoneID = canonical(zoneID)
         try checkCustomZone(zoneID)
         try container.write { _, tx throws(ContainerError) in
             let database = try tx.existingOrNewDatabase(key)
@@ -36,6 +37,7 @@ public struct ContainerDatabase: Sendable {
     /// notifications are returned, as a modify's are.
     @discardableResult
     public func deleteZone(_ zoneID: ZoneID) throws(ContainerError) -> [OutboxNotification] {
+        let zoneID = canonical(zoneID)
         guard !zoneID.isDefaultZone else { throw ContainerError(.badRequest, "the default zone cannot be deleted") }
         try checkCustomZone(zoneID)
         let notifications = try container.write { state, tx throws(ContainerError) -> [OutboxNotification] in
@@ -59,7 +61,7 @@ public struct ContainerDatabase: Sendable {
                     try tx.deleteSubscription(subscription.subscriptionID, in: database)
                 }
             }
-            state.subscriptionSets[key] = set
+            state.install(set, for: key)
             return try tx.enqueue(notifications)
         } committed: { _ in
             container.updateQueryStore(key, changes: [], deletedZones: [zoneID])
@@ -69,6 +71,7 @@ public struct ContainerDatabase: Sendable {
 
     /// The zone, if it exists (the default zone always does).
     public func zone(_ zoneID: ZoneID) throws(ContainerError) -> ZoneID? {
+        let zoneID = canonical(zoneID)
         if zoneID.isDefaultZone { return zoneID }
         return try container.storage.read { tx throws(ContainerError) in
             try tx.database(key).flatMap { database throws(ContainerError) in try tx.zone(zoneID, in: database)?.zoneID }
@@ -116,7 +119,8 @@ public struct ContainerDatabase: Sendable {
 
     /// The record, if it exists.
     public func record(_ id: RecordID) throws(ContainerError) -> Record? {
-        try container.storage.read { tx throws(ContainerError) in
+        let id = canonical(id)
+        return try container.storage.read { tx throws(ContainerError) in
             try tx.database(key).flatMap { database throws(ContainerError) in try tx.record(id, in: database) }
         }
     }
@@ -124,7 +128,8 @@ public struct ContainerDatabase: Sendable {
     /// Web Services `records/lookup`: each record, or NOT_FOUND, in the order asked, from one
     /// committed state.
     public func lookup(_ ids: [RecordID]) throws(ContainerError) -> [RecordResult] {
-        try container.storage.read { tx throws(ContainerError) in
+        let ids = ids.map(canonical)
+        return try container.storage.read { tx throws(ContainerError) in
             let database = try tx.database(key)
             var results: [RecordResult] = []
             for id in ids {
@@ -142,9 +147,12 @@ public struct ContainerDatabase: Sendable {
     /// cursor when more follow. `now` is the time `now()` in the predicate stands for.
     public func query(_ query: Query, cursor: QueryCursor? = nil, now: Int64? = nil) throws(ContainerError) -> QueryResult {
         let now = now ?? container.clock()
+        var query = query
+        query.zoneID = query.zoneID.map(canonical)
+        let canonicalQuery = query
         return try container.withQueryStore(key) { store throws(ContainerError) in
             do throws(DatabaseError) {
-                return try store.perform(query, cursor: cursor, now: now)
+                return try store.perform(canonicalQuery, cursor: cursor, now: now)
             } catch {
                 throw ContainerError(.badRequest, error.message)
             }
@@ -158,7 +166,7 @@ public struct ContainerDatabase: Sendable {
     /// zone does not exist, or it duplicates another (SPEC §4).
     @discardableResult
     public func saveSubscription(_ subscription: Subscription) throws(ContainerError) -> Subscription {
-        var subscription = subscription
+        var subscription = canonical(subscription)
         subscription.owner = actingUser
         let zoneID: ZoneID? = switch subscription.kind {
         case .query(_, _, let zoneID): zoneID
@@ -177,7 +185,7 @@ public struct ContainerDatabase: Sendable {
                 throw ContainerError(.zoneNotFound, "subscription '\(saved.subscriptionID)': zone '\(zoneID.zoneName)' does not exist")
             }
             try tx.saveSubscription(saved, in: database)
-            state.subscriptionSets[key] = set
+            state.install(set, for: key)
         }
         return saved
     }
@@ -205,7 +213,7 @@ public struct ContainerDatabase: Sendable {
             }
             set.remove(id: subscriptionID)
             try tx.deleteSubscription(subscriptionID, in: database)
-            state.subscriptionSets[key] = set
+            state.install(set, for: key)
         }
     }
 }

@@ -37,7 +37,7 @@ import Testing
     }
 
     @Test func modifiesKeepTheRules() async {
-        await propertyCheck(count: 15, input: Gen.uint64()) { seed in
+        await propertyCheck(count: 12, input: Gen.uint64()) { seed in
             var rng = SplitMix(seed: seed)
             do {
                 let database = try ContainerFixture.container().database(.private, user: "_u1")

@@ -132,7 +132,7 @@ import Testing
     }
 
     @Test func aDeviceApplyingEveryBatchHoldsTheServersZones() async {
-        await propertyCheck(count: 25, input: Gen.uint64()) { seed in
+        await propertyCheck(count: 20, input: Gen.uint64()) { seed in
             var rng = SplitMix(seed: seed)
             do {
                 let container = try ContainerFixture.container()

@@ -40,6 +40,17 @@ private typealias F = ContainerFixture
         try database.createZone(ZoneID(zoneName: "com.apple.coredata.cloudkit.zone"))
     }
 
+    @Test func theDefaultOwnerOfAPrivateZoneIsTheUser() throws {
+        let database = try F.container().database(.private, user: "_u1")
+        let spelledDefault = ZoneID(zoneName: "Notes")
+        try database.createZone(spelledDefault)
+        #expect(try database.zones() == [.default, F.zone])
+        let result = try database.modify([F.operation(.create, F.record("n1", zone: spelledDefault, ["up": F.reference("n1", zone: spelledDefault, .validate)]))])
+        #expect(result.results[0].record?.recordID == RecordID(recordName: "n1", zoneID: F.zone))
+        #expect(try database.record(RecordID(recordName: "n1", zoneID: spelledDefault)) != nil)
+        #expect(try database.zoneChanges(spelledDefault, since: nil).changedRecords.count == 1)
+    }
+
     @Test func privateAndSharedDatabasesNeedAUser() throws {
         let container = try F.container()
         #expect(containerError { _ = try container.database(.private) }?.code == .badRequest)
@@ -216,6 +227,19 @@ private typealias F = ContainerFixture
         #expect(Set(deleted).count == deleted.count)
     }
 
+    @Test func aRecordCascadedAwayCanBeCreatedAgainAsAnotherType() throws {
+        let database = try F.privateDatabase(F.container())
+        let query = Query(recordType: "Task", predicate: try ValidatedPredicate("TRUEPREDICATE"))
+        _ = try database.query(query)  // builds the query store, which the modifies then update
+        _ = try database.modify([F.operation(.create, F.record("list", zone: F.zone)),
+                                 F.operation(.create, F.record("item", zone: F.zone, ["list": F.reference("list", .deleteSelf)]))])
+        let result = try database.modify([F.operation(.forceDelete, F.record("list", zone: F.zone)),
+                                          F.operation(.create, F.record("item", type: "Task", zone: F.zone))])
+        #expect(result.results[1].record?.recordType == "Task")
+        #expect(try database.query(query).records.map(\.recordID.recordName) == ["item"])
+        #expect(try database.query(Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"))).records.isEmpty)
+    }
+
     @Test func owningReferenceLimitIs750() throws {
         let database = try F.privateDatabase(F.container())
         _ = try database.modify([F.operation(.create, F.record("target", zone: F.zone))])
@@ -301,6 +325,8 @@ private typealias F = ContainerFixture
         #expect(containerError { try publicDatabase.saveSubscription(databaseSubscription) }?.code == .badRequest)
         #expect(containerError { try sharedDatabase.saveSubscription(query) }?.code == .badRequest)
         #expect(containerError { try privateDatabase.saveSubscription(Subscription(subscriptionID: "z", kind: .recordZone(zoneID: ZoneID(zoneName: "Nope"), recordType: nil))) }?.code == .zoneNotFound)
+        // The refused save was undone in memory too: nothing fires for it.
+        #expect(container.writer.withLock { $0.subscriptionSets[privateDatabase.key]?["z"] } == nil)
         try sharedDatabase.saveSubscription(databaseSubscription)
         try publicDatabase.saveSubscription(query)
         for subscription in [zoneSubscription, databaseSubscription, query] { try privateDatabase.saveSubscription(subscription) }
