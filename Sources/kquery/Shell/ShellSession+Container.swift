@@ -75,7 +75,7 @@ extension ShellSession {
         guard argument.isEmpty else { return .failure("usage: .zones") }
         return withCurrentDatabase { opened throws(ContainerError) in
             let zones = try opened.zones()
-            return ShellReply(output: zones.map { ($0 == zone ? "* " : "  ") + $0.zoneName + "\n" }.joined())
+            return ShellReply(output: zones.map { ($0.zoneName == zone.zoneName ? "* " : "  ") + $0.zoneName + "\n" }.joined())
         }
     }
 
