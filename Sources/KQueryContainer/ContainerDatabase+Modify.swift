@@ -148,7 +148,7 @@ extension ContainerDatabase {
         for change in changes {
             let firings = set.apply(change, now: now)
             guard !firings.isEmpty else { continue }
-            let notificationID = UUID().uuidString
+            let notificationID = UUIDText.random()
             for firing in firings {
                 let subscription = firing.subscription
                 if subscription.options.contains(.firesOnce) { try tx.deleteSubscription(subscription.subscriptionID, in: database) }

@@ -39,7 +39,9 @@ final class SQLiteContainerStorage: ContainerStorage {
     init(path: String?) throws(ContainerError) {
         name = path ?? ":memory:"
         var configuration = Configuration()
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        // Statement journals (for INSERT OR REPLACE inside a transaction) in memory: on disk, SQLite
+        // opened a temporary file for each statement that needed one.
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY") }
         do {
             if let path {
                 writer = try DatabasePool(path: path, configuration: configuration)

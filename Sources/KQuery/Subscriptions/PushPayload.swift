@@ -141,7 +141,7 @@ public struct PushPayload: Hashable, Sendable {
     /// A query subscription's push for `record` (for deletes: the record as it was before).
     public static func query(
         subscriptionID: String, record: Record, reason: QueryNotificationReason, notificationInfo: NotificationInfo,
-        context: PushContext, notificationID: String = UUID().uuidString
+        context: PushContext, notificationID: String = UUIDText.random()
     ) -> PushPayload {
         var section: [(String, JSON)] = [
             ("sid", .string(subscriptionID)),
@@ -160,7 +160,7 @@ public struct PushPayload: Hashable, Sendable {
     /// A record zone subscription's push (`fet`).
     public static func recordZone(
         subscriptionID: String, zoneID: ZoneID, notificationInfo: NotificationInfo, context: PushContext,
-        notificationID: String = UUID().uuidString
+        notificationID: String = UUIDText.random()
     ) -> PushPayload {
         let section: [(String, JSON)] = [
             ("sid", .string(subscriptionID)),
@@ -175,7 +175,7 @@ public struct PushPayload: Hashable, Sendable {
     /// A database subscription's push (`met`, with the changed zone's zid/zoid).
     public static func database(
         subscriptionID: String, zoneID: ZoneID?, notificationInfo: NotificationInfo, context: PushContext,
-        notificationID: String = UUID().uuidString
+        notificationID: String = UUIDText.random()
     ) -> PushPayload {
         var section: [(String, JSON)] = [("sid", .string(subscriptionID)), ("dbs", .int(Int64(context.database.rawValue)))]
         if let zoneID {
