@@ -29,6 +29,8 @@ public final class Container: Sendable {
     /// The time modifies stamp records with, and `now()` in subscription predicates (milliseconds
     /// since 1970).
     let clock: @Sendable () -> Int64
+    /// How many deletions each database keeps for change fetches (nil: all).
+    public let changeHistoryRetention: Int?
     /// Held by every write, so writes are serialized and the memory that follows them (each
     /// database's subscriptions) changes in commit order.
     let writer = Locked(WriterState())
@@ -62,12 +64,17 @@ public final class Container: Sendable {
 
     /// Opens the container kept in the SQLite file at `path` (created if missing), or a new one in
     /// memory when `path` is nil.
+    ///
+    /// `changeHistoryRetention` keeps at most that many deletions (of records and zones) per
+    /// database: each write that deletes compacts older ones away, and a token from before them is
+    /// CHANGE_TOKEN_EXPIRED. nil keeps every deletion until `compactChangeHistory` is called.
     public init(
-        containerIdentifier: String, path: String? = nil,
+        containerIdentifier: String, path: String? = nil, changeHistoryRetention: Int? = nil,
         clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
     ) throws(ContainerError) {
         self.containerIdentifier = containerIdentifier
         storage = try SQLiteContainerStorage(path: path)
+        self.changeHistoryRetention = changeHistoryRetention.map { max($0, 0) }
         self.clock = clock
         try restoreSubscriptions()
     }

@@ -96,6 +96,9 @@ extension ContainerDatabase {
                 try tx.saveZone(zone, in: database)
             }
             try tx.setSequence(sequence, of: database)
+            if let keep = container.changeHistoryRetention, changes.contains(where: { if case .deleted = $0 { true } else { false } }) {
+                _ = try tx.compactHistory(of: database, keepingLast: keep)
+            }
 
             var set = try container.subscriptionSet(key, &state, tx)
             let notifications = try notify(changes, set: &set, database: database, tx: tx, now: now)

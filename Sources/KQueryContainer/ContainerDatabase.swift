@@ -47,6 +47,7 @@ public struct ContainerDatabase: Sendable {
             let sequence = database.sequence + 1
             try tx.deleteZone(zoneID, sequence: sequence, in: database)
             try tx.setSequence(sequence, of: database)
+            if let keep = container.changeHistoryRetention { _ = try tx.compactHistory(of: database, keepingLast: keep) }
             var set = try container.subscriptionSet(key, &state, tx)
             let now = container.clock()
             var notifications: [NewNotification] = []
