@@ -45,3 +45,34 @@ import Testing
         }
     }
 }
+
+/// Many clients at once: every request is answered, no modify is lost, the server keeps serving.
+@Suite struct ServerConcurrencyTests {
+    @Test func concurrentModifiesAndQueries() async throws {
+        try await ServerHarness().run { c in
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for i in 0..<120 {
+                    group.addTask {
+                        if i % 3 == 0 {
+                            return try await c.post("public", "records/query", #"{"query": {"recordType": "Hit"}}"#).status
+                        }
+                        return try await c.post("private", "records/modify", """
+                            {"operations": [{"operationType": "create", "record": {"recordName": "h\(i)", "recordType": "Hit", "fields": {"i": {"value": \(i)}}}}]}
+                            """, user: "_u\(i % 4)").status
+                    }
+                }
+                var statuses: [Int] = []
+                for try await status in group { statuses.append(status) }
+                return statuses
+            }
+            #expect(statuses.count == 120)
+            #expect(statuses.allSatisfy { $0 == 200 })
+            var total = 0
+            for user in 0..<4 {
+                let answer = try await c.post("private", "records/query", #"{"query": {"recordType": "Hit"}}"#, user: "_u\(user)")
+                total += answer.json["records"]?.elements.count ?? 0
+            }
+            #expect(total == 80)
+        }
+    }
+}

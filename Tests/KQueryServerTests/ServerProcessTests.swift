@@ -63,4 +63,41 @@ import Testing
         #expect(log.contains("POST /device/1/iCloud.p/development/tokens/create user=_gina status=200"))
         #expect(log.contains("GET /aps user=_gina status=204"))
     }
+
+    /// `--records` imports a records file into the public database at start; `--reset` empties DIR's containers.
+    @Test func recordsImportAndReset() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
+        let records = directory + "-records.ndjson"
+        try #"{"recordName": "r1", "recordType": "Shop", "fields": {"name": "Chez Nous"}}"#.write(toFile: records, atomically: true, encoding: .utf8)
+
+        func start(_ arguments: [String]) throws -> (Process, Int) {
+            let process = Process()
+            process.executableURL = Self.kquery
+            process.arguments = ["serve", "--data", directory, "--port", "0", "--quiet"] + arguments
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let (port, _) = try Self.port(from: errors)
+            return (process, port)
+        }
+        func stop(_ process: Process) {
+            kill(process.processIdentifier, SIGTERM)
+            process.waitUntilExit()
+        }
+
+        var (process, port) = try start(["--records", records, "--container", "iCloud.shops"])
+        var client = ServerClient(webAuthToken: { _ in "" }, host: "127.0.0.1", port: port, container: "iCloud.shops")
+        var answer = try await client.post("public", "records/lookup", #"{"records": [{"recordName": "r1"}]}"#)
+        stop(process)
+        #expect(answer.json["records"]?[0]?["fields"]?["name"]?["value"] == .string("Chez Nous"))
+        #expect(process.terminationStatus == 0)
+
+        (process, port) = try start(["--reset"])
+        client = ServerClient(webAuthToken: { _ in "" }, host: "127.0.0.1", port: port, container: "iCloud.shops")
+        answer = try await client.post("public", "records/lookup", #"{"records": [{"recordName": "r1"}]}"#)
+        stop(process)
+        #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("NOT_FOUND"))
+    }
 }
