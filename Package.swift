@@ -30,7 +30,7 @@ let package = Package(
         .target(
             name: "KQueryServer",
             dependencies: [
-                "KQuery", "KQueryContainer", .product(name: "Hummingbird", package: "hummingbird"),
+                "KQuery", "KQueryStore", "KQueryContainer", .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),

@@ -100,7 +100,7 @@ public final class CloudKitServer: Sendable {
             do throws(ContainerError) { database = try container.database(scope, environment: environment, user: user) } catch {
                 throw ServerError(error)
             }
-            let answer = try DatabaseService(database: database).run(operation, try body.json())
+            let answer = try DatabaseService(database: database, schema: self.configuration.schema).run(operation, try body.json())
             if answer.pushes > 0 { await self.courier.pushesQueued() }
             return answer
         }

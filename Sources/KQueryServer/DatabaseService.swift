@@ -1,5 +1,6 @@
 import KQuery
 import KQueryContainer
+import KQueryStore
 
 /// What a Web Services operation answers: the JSON body, its HTTP status, and how many pushes the
 /// operation queued (for the request log and the web courier).
@@ -13,6 +14,7 @@ struct ServiceAnswer: Sendable {
 /// request's Web Services JSON, calls the container, and encodes its answer. Knows nothing of HTTP.
 struct DatabaseService {
     let database: ContainerDatabase
+    var schema: Schema?
 
     func run(_ operation: String, _ body: JSON) throws(ServerError) -> ServiceAnswer {
         if operation.hasSuffix("/list") || operation == "users/current" {
@@ -47,6 +49,7 @@ struct DatabaseService {
 
     func query(_ body: JSON) throws(ServerError) -> ServiceAnswer {
         let request = try QueryRequest(webServicesJSON: body)
+        try schema?.check(request.query)
         let result: QueryResult
         do throws(ContainerError) { result = try database.query(request.query, cursor: request.cursor) } catch { throw ServerError(error) }
         var members: [(String, JSON)] = [("records", .array(result.records.map { $0.json(desiredKeys: request.query.desiredKeys) }))]
@@ -62,7 +65,8 @@ struct DatabaseService {
         do throws(ServerError) { desiredKeys = try QueryRequest.desiredKeys(body["desiredKeys"]) } catch {
             throw ContainerError(.badRequest, error.reason)
         }
-        let result = try database.modify(request.operations, atomic: request.atomic)
+        let operations = try schema?.conforming(request.operations) ?? request.operations
+        let result = try database.modify(operations, atomic: request.atomic)
         let json = result.webServicesJSON(desiredKeys: desiredKeys)
         if request.atomic, result.results.contains(where: { $0.error?.code == .atomicError }) {
             var error = ServerError("ATOMIC_ERROR", "an operation of an atomic zone failed, so none of that zone's were applied", httpStatus: 400)

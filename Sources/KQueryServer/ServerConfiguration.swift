@@ -1,4 +1,5 @@
 import KQuery
+import KQueryStore
 
 import Foundation
 
@@ -19,6 +20,8 @@ public struct ServerConfiguration: Sendable {
     public var courierTimeout: Duration = .seconds(30)
     /// How far a signed request's date may be from the server's clock.
     public var signatureTolerance: Double = 300
+    /// The `.ckdb` schema records and queries must fit (nil: any record type and field, any query).
+    public var schema: Schema?
     /// Whether each request is logged to standard error.
     public var logsRequests = true
 

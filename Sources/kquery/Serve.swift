@@ -2,6 +2,7 @@ import ArgumentParser
 import KQuery
 import KQueryContainer
 import KQueryServer
+import KQueryStore
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -41,6 +42,9 @@ struct Serve: ParsableCommand {
         valueName: "FILE"))
     var config: String?
 
+    @Option(help: ArgumentHelp("Enforce this CloudKit schema (.ckdb): record types, field types, QUERYABLE/SORTABLE/SEARCHABLE.", valueName: "FILE"))
+    var schema: String?
+
     @Flag(help: "Delete every container of DIR before starting.")
     var reset = false
 
@@ -66,6 +70,12 @@ struct Serve: ParsableCommand {
         if let config {
             let text = try ContainerFiles.read(config)
             try Self.run { () throws(ServerError) in try configuration.load(configurationText: text) }
+        }
+        if let schema {
+            do { configuration.schema = try Schema(contentsOfFile: schema) } catch {
+                Terminal.writeError("error: \(error)")
+                throw ExitCode(2)
+            }
         }
         if reset { try Self.run { () throws(ServerError) in try ContainerDirectory.reset(path: data) } }
         let server = try Self.run { () throws(ServerError) in try CloudKitServer(configuration: configuration) }
