@@ -1,4 +1,6 @@
 import Hummingbird
+import HummingbirdWebSocket
+import ServiceLifecycle
 import KQuery
 import KQueryContainer
 
@@ -63,11 +65,43 @@ public final class CloudKitServer: Sendable {
         return router
     }
 
+    /// The web courier as a WebSocket (a KQuery extension, for local tools): `GET /aps/stream?tok=...`
+    /// upgrades, then every notification queued for the token's user is sent as a text frame, as
+    /// the long poll would answer it, until the client closes.
+    public func webSocketRouter() -> Router<BasicWebSocketRequestContext> {
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        router.ws(RouterPath(Self.courierPath + "/stream")) { request, _ in
+            guard let token = request.uri.queryParameters.get("tok"), WebCourier.subscriber(token: token, secret: self.secret) != nil else {
+                return .dontUpgrade
+            }
+            return .upgrade([:])
+        } onUpgrade: { inbound, outbound, context in
+            guard let token = context.request.uri.queryParameters.get("tok"),
+                  let subscriber = WebCourier.subscriber(token: token, secret: self.secret)
+            else { return }
+            let container = try self.containers.container(subscriber.containerIdentifier)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { for try await _ in inbound {} }
+                group.addTask {
+                    while !Task.isCancelled, !Task.isShuttingDownGracefully {
+                        if let payload = try await self.courier.next(for: subscriber, in: container, timeout: .seconds(30)) {
+                            try await outbound.write(.text(payload.serialized))
+                        }
+                    }
+                }
+                try await group.next()
+                group.cancelAll()
+            }
+        }
+        return router
+    }
+
     /// The application serving `router()` at the configured address; `onServerRunning` learns the
     /// port (useful with port 0).
     public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
         Application(
             router: router(),
+            server: .http1WebSocketUpgrade(webSocketRouter: webSocketRouter()),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "kquery"),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? self.configuration.port
