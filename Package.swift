@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "KQuery", targets: ["KQuery"]),
         .library(name: "KQueryStore", targets: ["KQueryStore"]),
         .library(name: "KQueryContainer", targets: ["KQueryContainer"]),
+        .library(name: "KQueryServer", targets: ["KQueryServer"]),
         .executable(name: "kquery", targets: ["kquery"]),
     ],
     dependencies: [
@@ -15,6 +16,11 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based.git", exact: "2.0.1"),
         .package(url: "https://github.com/google/swift-benchmark.git", exact: "0.1.2"),
         .package(url: "https://github.com/groue/GRDB.swift.git", exact: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", exact: "2.8.1"),
+        .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", exact: "3.12.3"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0"),
     ],
     targets: [
         .systemLibrary(name: "CPCRE2", pkgConfig: "libpcre2-8", providers: [.apt(["libpcre2-dev"])]),
@@ -23,9 +29,20 @@ let package = Package(
         .target(name: "KQuery", dependencies: ["CPCRE2", "CKQuerySupport"]),
         .target(name: "KQueryStore", dependencies: ["KQuery", .product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "KQueryContainer", dependencies: ["KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(
+            name: "KQueryServer",
+            dependencies: [
+                "KQuery", "KQueryStore", "KQueryContainer", .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "Crypto", package: "swift-crypto"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .executableTarget(
             name: "kquery",
-            dependencies: ["KQuery", "KQueryStore", "KQueryContainer", "CEditLine", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: [
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryServer", "CEditLine",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
         ),
         .executableTarget(name: "PredicateFuzz", dependencies: ["KQuery"], path: "Fuzz/PredicateFuzz"),
         .executableTarget(
@@ -47,6 +64,15 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             resources: [.copy("Fixtures")]
+        ),
+        .testTarget(
+            name: "KQueryServerTests",
+            dependencies: [
+                "KQuery", "KQueryContainer", "KQueryServer", .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"), .product(name: "Logging", package: "swift-log"),
+            ]
         ),
     ]
 )

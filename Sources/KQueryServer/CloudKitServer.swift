@@ -1,0 +1,278 @@
+import Hummingbird
+import HummingbirdWebSocket
+import ServiceLifecycle
+import KQuery
+import KQueryContainer
+
+import Foundation
+
+/// `kquery serve`: CloudKit Web Services over the containers of a data directory (SPEC §11), and
+/// the web courier that delivers their pushes (SPEC §10).
+///
+/// The routes are thin: they read the request (body, path, credentials), let `Authentication`
+/// name the user and `DatabaseService` run the operation, and write the answer. Every refusal is
+/// a `ServerError`, rendered in one place (`response(_:)`).
+public final class CloudKitServer: Sendable {
+    public let configuration: ServerConfiguration
+    public let containers: ContainerDirectory
+    let secret: ServerSecret
+    let authentication: Authentication
+    let courier = WebCourier()
+    let deviceTokens: DeviceTokens
+    /// The port the server listens on, once it does (the configured one may be 0).
+    let boundPort = Locked<Int?>(nil)
+
+    /// The database operations: POST unless listed in `getOperations`.
+    static let postOperations = [
+        "records/query", "records/modify", "records/lookup", "records/changes", "changes/database", "changes/zone",
+        "zones/lookup", "zones/modify", "zones/changes", "subscriptions/lookup", "subscriptions/modify",
+    ]
+    static let getOperations = ["zones/list", "subscriptions/list", "users/current"]
+    /// Where the web courier listens, as Apple's does (`/aps?tok=...&ttl=43200`).
+    static let courierPath = "/aps"
+
+    public init(configuration: ServerConfiguration) throws(ServerError) {
+        self.configuration = configuration
+        containers = try ContainerDirectory(path: configuration.dataDirectory)
+        secret = try ServerSecret(directory: configuration.dataDirectory)
+        authentication = Authentication(
+            apiTokens: configuration.apiTokens, serverKeys: configuration.serverKeys, secret: secret,
+            signatureTolerance: configuration.signatureTolerance)
+        deviceTokens = DeviceTokens(directory: configuration.dataDirectory)
+    }
+
+    /// The web auth token of a local user.
+    public func webAuthToken(user: String) -> String { secret.webAuthToken(user: user) }
+
+    // MARK: Application
+
+    public func router() -> Router<ServerContext> {
+        let router = Router(context: ServerContext.self)
+        router.middlewares.add(RequestLog(enabled: configuration.logsRequests))
+        let databasePath = "/database/1/:container/:environment/:database/"
+        for operation in Self.postOperations {
+            router.post(RouterPath(databasePath + operation)) { request, context in await self.database(operation, request, context) }
+        }
+        for operation in Self.getOperations {
+            router.get(RouterPath(databasePath + operation)) { request, context in await self.database(operation, request, context) }
+        }
+        for operation in ["tokens/create", "tokens/register"] {
+            router.post(RouterPath("/device/1/:container/:environment/" + operation)) { request, context in
+                await self.device(operation, request, context)
+            }
+        }
+        router.get(RouterPath(Self.courierPath)) { request, context in await self.courierPoll(request, context) }
+        return router
+    }
+
+    /// The web courier as a WebSocket (a KQuery extension, for local tools): `GET /aps/stream?tok=...`
+    /// upgrades, then every notification queued for the token's user is sent as a text frame, as
+    /// the long poll would answer it, until the client closes.
+    public func webSocketRouter() -> Router<BasicWebSocketRequestContext> {
+        let router = Router(context: BasicWebSocketRequestContext.self)
+        router.ws(RouterPath(Self.courierPath + "/stream")) { request, _ in
+            guard let token = request.uri.queryParameters.get("tok"), WebCourier.subscriber(token: token, secret: self.secret) != nil else {
+                return .dontUpgrade
+            }
+            return .upgrade([:])
+        } onUpgrade: { inbound, outbound, context in
+            guard let token = context.request.uri.queryParameters.get("tok"),
+                  let subscriber = WebCourier.subscriber(token: token, secret: self.secret)
+            else { return }
+            let container = try self.containers.container(subscriber.containerIdentifier)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { for try await _ in inbound {} }
+                group.addTask {
+                    while !Task.isCancelled, !Task.isShuttingDownGracefully {
+                        if let payload = try await self.courier.next(for: subscriber, in: container, timeout: .seconds(30)) {
+                            try await outbound.write(.text(payload.serialized))
+                        }
+                    }
+                }
+                try await group.next()
+                group.cancelAll()
+            }
+        }
+        return router
+    }
+
+    /// The application serving `router()` at the configured address; `onServerRunning` learns the
+    /// port (useful with port 0).
+    public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
+        Application(
+            router: router(),
+            server: .http1WebSocketUpgrade(webSocketRouter: webSocketRouter()),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "kquery"),
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? self.configuration.port
+                self.boundPort.withLock { $0 = port }
+                await onServerRunning(port)
+            }
+        )
+    }
+
+    /// Serves until SIGTERM or SIGINT, which finish the requests in flight (waiting web courier
+    /// polls answer 204 at once) before this returns.
+    public func run(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
+        try await application(onServerRunning: onServerRunning).runService()
+    }
+
+    // MARK: Routes
+
+    func database(_ operation: String, _ request: Request, _ context: ServerContext) async -> Response {
+        await respond(request, context) { body async throws(ServerError) -> ServiceAnswer in
+            let environment = try Self.environment(context)
+            guard let scopeName = context.parameters.get("database"), let scope = DatabaseScope(name: scopeName) else {
+                throw ServerError.badRequest("the database must be public, private or shared")
+            }
+            let user = try self.authenticate(request, context, body: body.bytes, scope: scope)
+            if operation == "users/current", user == nil {
+                throw ServerError.authenticationRequired("users/current needs a signed-in user (ckWebAuthToken)")
+            }
+            let container = try self.containers.container(context.parameters.get("container") ?? "")
+            let database: ContainerDatabase
+            do throws(ContainerError) { database = try container.database(scope, environment: environment, user: user) } catch {
+                throw ServerError(error)
+            }
+            let answer = try DatabaseService(database: database, schema: self.configuration.schema).run(operation, try body.json())
+            if answer.pushes > 0 { await self.courier.pushesQueued() }
+            return answer
+        }
+    }
+
+    func device(_ operation: String, _ request: Request, _ context: ServerContext) async -> Response {
+        await respond(request, context) { body async throws(ServerError) -> ServiceAnswer in
+            let environment = try Self.environment(context)
+            guard let user = try self.authenticate(request, context, body: body.bytes, scope: nil) else {
+                throw ServerError.authenticationRequired("tokens belong to a signed-in user (ckWebAuthToken)")
+            }
+            let containerIdentifier = context.parameters.get("container") ?? ""
+            _ = try self.containers.container(containerIdentifier)
+            let json = try body.json()
+            guard case .object = json else { throw ServerError.badRequest("the request body must be a JSON object") }
+            let apnsEnvironment = json["apnsEnvironment"]?.stringValue ?? environment.name
+            guard ContainerEnvironment(name: apnsEnvironment) != nil else {
+                throw ServerError.badRequest("apnsEnvironment must be \"development\" or \"production\"")
+            }
+            if operation == "tokens/create" {
+                let token = WebCourier.token(
+                    for: WebCourier.Subscriber(containerIdentifier: containerIdentifier, environment: environment, user: user), secret: self.secret)
+                let port = self.boundPort.withLock { $0 } ?? self.configuration.port
+                let host = request.head.authority ?? "\(self.configuration.host):\(port)"
+                let url = "http://\(host)\(Self.courierPath)?tok=\(token)&ttl=43200"
+                return ServiceAnswer(json: .object([
+                    ("apnsEnvironment", .string(apnsEnvironment)), ("apnsToken", .string(token)), ("webcourierURL", .string(url)),
+                ]))
+            }
+            guard let apnsToken = json["apnsToken"]?.stringValue, !apnsToken.isEmpty else {
+                throw ServerError.badRequest("tokens/register needs an \"apnsToken\"")
+            }
+            try self.deviceTokens.register(.init(
+                containerIdentifier: containerIdentifier, environment: environment.name, user: user, apnsEnvironment: apnsEnvironment,
+                apnsToken: apnsToken))
+            return ServiceAnswer(json: .object([("apnsEnvironment", .string(apnsEnvironment)), ("apnsToken", .string(apnsToken))]))
+        }
+    }
+
+    /// A web courier poll: one notification (200), or 204 when none came in time.
+    func courierPoll(_ request: Request, _ context: ServerContext) async -> Response {
+        await respond(request, context) { _ async throws(ServerError) -> ServiceAnswer in
+            guard let token = request.uri.queryParameters.get("tok"), let subscriber = WebCourier.subscriber(token: token, secret: self.secret) else {
+                throw ServerError.authenticationFailed("invalid web courier token")
+            }
+            context.entry.record(user: subscriber.user)
+            let container = try self.containers.container(subscriber.containerIdentifier)
+            guard let payload = try await self.courier.next(for: subscriber, in: container, timeout: self.configuration.courierTimeout) else {
+                return ServiceAnswer(json: .null, status: 204)
+            }
+            return ServiceAnswer(json: payload)
+        }
+    }
+
+    // MARK: Reading requests, writing answers
+
+    /// A request body, read once, parsed on demand.
+    struct Body {
+        var bytes: [UInt8]
+
+        func json() throws(ServerError) -> JSON {
+            if bytes.allSatisfy({ $0 == 32 || $0 == 9 || $0 == 10 || $0 == 13 }) { return .object([]) }
+            do {
+                return try bytes.withUnsafeBufferPointer { buffer throws(JSONError) in try JSON.parse(bytes: buffer) }
+            } catch {
+                throw ServerError.badRequest("malformed JSON: \(error)")
+            }
+        }
+    }
+
+    /// Reads the body (refused past the size limit), runs `body`, and writes its answer or its error.
+    func respond(_ request: Request, _ context: ServerContext, _ operation: (Body) async throws(ServerError) -> ServiceAnswer) async -> Response {
+        var answer: ServiceAnswer
+        do throws(ServerError) {
+            let buffer: ByteBuffer
+            do { buffer = try await request.body.collect(upTo: configuration.maximumBodySize) } catch {
+                throw ServerError.tooLarge(configuration.maximumBodySize)
+            }
+            answer = try await operation(Body(bytes: Array(buffer.readableBytesView)))
+        } catch {
+            answer = ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus)
+        }
+        context.entry.record(pushes: answer.pushes)
+        return Self.response(answer)
+    }
+
+    static func response(_ answer: ServiceAnswer) -> Response {
+        if answer.status == 204 { return Response(status: .noContent) }
+        return Response(
+            status: .init(code: answer.status), headers: [.contentType: "application/json; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(string: answer.json.serialized + "\n")))
+    }
+
+    func authenticate(_ request: Request, _ context: ServerContext, body: [UInt8], scope: DatabaseScope?) throws(ServerError) -> String? {
+        func header(_ name: String) -> String? {
+            request.headers.first { $0.name.canonicalName == name }?.value
+        }
+        let query = request.uri.queryParameters
+        let credentials = Authentication.Credentials(
+            apiToken: query.get("ckAPIToken"), webAuthToken: query.get("ckWebAuthToken"),
+            keyID: header("x-apple-cloudkit-request-keyid"), date: header("x-apple-cloudkit-request-iso8601date"),
+            signature: header("x-apple-cloudkit-request-signaturev1"), subpath: request.uri.path, body: body)
+        let user = try authentication.user(credentials, scope: scope)
+        context.entry.record(user: user)
+        return user
+    }
+
+    static func environment(_ context: ServerContext) throws(ServerError) -> ContainerEnvironment {
+        guard let name = context.parameters.get("environment"), let environment = ContainerEnvironment(name: name) else {
+            throw ServerError.badRequest("the environment must be development or production")
+        }
+        return environment
+    }
+}
+
+/// One line on standard error per request: method, path, user, status, milliseconds, pushes queued.
+/// Requests no route answers get CloudKit's error JSON here too.
+struct RequestLog: RouterMiddleware {
+    let enabled: Bool
+
+    func handle(_ request: Request, context: ServerContext, next: (Request, ServerContext) async throws -> Response) async throws -> Response {
+        let start = ContinuousClock.now
+        var response: Response
+        do {
+            response = try await next(request, context)
+        } catch let error as any HTTPResponseError {
+            let code = error.status == .notFound ? "NOT_FOUND" : error.status == .methodNotAllowed ? "BAD_REQUEST" : "INTERNAL_ERROR"
+            let refusal = ServerError(code, "\(request.method) \(request.uri.path): \(error.status.reasonPhrase)", httpStatus: error.status.code)
+            response = CloudKitServer.response(ServiceAnswer(json: refusal.webServicesJSON, status: refusal.httpStatus))
+        }
+        if enabled {
+            let elapsed = ContinuousClock.now - start
+            let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+            let facts = context.entry.facts.withLock { $0 }
+            let line = "\(request.method) \(request.uri.path) user=\(facts.user ?? "-") status=\(response.status.code) "
+                + "\(String(format: "%.1f", milliseconds))ms pushes=\(facts.pushes)\n"
+            FileHandle.standardError.write(Data(line.utf8))
+        }
+        return response
+    }
+}

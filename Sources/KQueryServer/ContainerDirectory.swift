@@ -1,0 +1,69 @@
+import KQuery
+import KQueryContainer
+
+import Foundation
+
+/// The containers a server serves: every container identifier a request names, each kept in its
+/// own file `DIR/<identifier>.container`, opened at its first request and then kept open.
+public final class ContainerDirectory: Sendable {
+    public let path: String
+    private let opened = Locked<[String: Container]>([:])
+
+    public init(path: String) throws(ServerError) {
+        var isDirectory: ObjCBool = false
+        if !FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            do {
+                try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            } catch {
+                throw ServerError("INTERNAL_ERROR", "cannot create the data directory \(path)", httpStatus: 500)
+            }
+        } else if !isDirectory.boolValue {
+            throw ServerError.badRequest("\(path) is not a directory")
+        }
+        self.path = path
+    }
+
+    static let fileExtension = "container"
+
+    /// Whether `identifier` may name a container: letters, digits, `.`, `-` and `_`, not starting
+    /// with a dot (so it stays one file inside the directory).
+    static func isValidIdentifier(_ identifier: String) -> Bool {
+        !identifier.isEmpty && identifier.utf8.count <= 200 && !identifier.hasPrefix(".")
+            && identifier.utf8.allSatisfy { c in
+                (c >= 48 && c <= 57) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c == 46 || c == 45 || c == 95
+            }
+    }
+
+    /// The container `identifier`, opened (and created) on first use.
+    public func container(_ identifier: String) throws(ServerError) -> Container {
+        guard Self.isValidIdentifier(identifier) else {
+            throw ServerError.badRequest("invalid container identifier '\(identifier)'")
+        }
+        return try opened.withLock { containers throws(ServerError) -> Container in
+            if let container = containers[identifier] { return container }
+            let file = (path as NSString).appendingPathComponent("\(identifier).\(Self.fileExtension)")
+            do throws(ContainerError) {
+                let container = try Container(containerIdentifier: identifier, path: file)
+                containers[identifier] = container
+                return container
+            } catch {
+                throw ServerError(error)
+            }
+        }
+    }
+
+    /// The containers opened so far.
+    var openContainers: [Container] { opened.withLock { Array($0.values) } }
+
+    /// Deletes every container file of the directory (`kquery serve --reset`); the web auth secret stays,
+    /// so issued tokens keep working.
+    public static func reset(path: String) throws(ServerError) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: path) else { return }
+        for name in names where name.contains(".\(fileExtension)") {
+            let file = (path as NSString).appendingPathComponent(name)
+            do { try FileManager.default.removeItem(atPath: file) } catch {
+                throw ServerError("INTERNAL_ERROR", "cannot remove \(file)", httpStatus: 500)
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+import KQuery
+import KQueryContainer
+import KQueryStore
+
+/// What a Web Services operation answers: the JSON body, its HTTP status, and how many pushes the
+/// operation queued (for the request log and the web courier).
+struct ServiceAnswer: Sendable {
+    var json: JSON
+    var status: Int = 200
+    var pushes: Int = 0
+}
+
+/// CloudKit Web Services' database operations over one container database: each reads the
+/// request's Web Services JSON, calls the container, and encodes its answer. Knows nothing of HTTP.
+struct DatabaseService {
+    let database: ContainerDatabase
+    var schema: Schema?
+
+    func run(_ operation: String, _ body: JSON) throws(ServerError) -> ServiceAnswer {
+        if operation.hasSuffix("/list") || operation == "users/current" {
+            // GET operations take no body.
+        } else {
+            guard case .object = body else { throw ServerError.badRequest("the request body must be a JSON object") }
+        }
+        if operation == "records/query" { return try query(body) }
+        do throws(ContainerError) {
+            switch operation {
+            case "records/modify": return try modify(body)
+            case "records/lookup": return try lookup(body)
+            case "records/changes": return try recordChanges(body)
+            case "changes/zone": return try zoneChanges(body)
+            case "changes/database": return try databaseChanges(body, tokenKey: "syncToken")
+            case "zones/changes": return try databaseChanges(body, tokenKey: "metaSyncToken")
+            case "zones/list": return ServiceAnswer(json: .object([("zones", .array(try database.zones().map(zoneJSON)))]))
+            case "zones/lookup": return try lookupZones(body)
+            case "zones/modify": return try modifyZones(body)
+            case "subscriptions/list": return ServiceAnswer(json: .object([("subscriptions", .array(try database.subscriptions().map(\.webServicesJSON)))]))
+            case "subscriptions/lookup": return try lookupSubscriptions(body)
+            case "subscriptions/modify": return try modifySubscriptions(body)
+            case "users/current": return ServiceAnswer(json: .object([("userRecordName", .string(database.userRecordName ?? ""))]))
+            default: throw ContainerError(.notFound, "no operation '\(operation)'")
+            }
+        } catch {
+            throw ServerError(error)
+        }
+    }
+
+    // MARK: Records
+
+    func query(_ body: JSON) throws(ServerError) -> ServiceAnswer {
+        let request = try QueryRequest(webServicesJSON: body)
+        try schema?.check(request.query)
+        let result: QueryResult
+        do throws(ContainerError) { result = try database.query(request.query, cursor: request.cursor) } catch { throw ServerError(error) }
+        var members: [(String, JSON)] = [("records", .array(result.records.map { $0.json(desiredKeys: request.query.desiredKeys) }))]
+        if let cursor = result.cursor { members.append(("continuationMarker", .string(cursor.token))) }
+        return ServiceAnswer(json: .object(members))
+    }
+
+    /// An atomic failure answers HTTP 400 ATOMIC_ERROR, with every operation's result in
+    /// `records` (the culprit's own code, its siblings ATOMIC_ERROR).
+    func modify(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        let request = try ModifyRequest(webServicesJSON: body)
+        let desiredKeys: [String]?
+        do throws(ServerError) { desiredKeys = try QueryRequest.desiredKeys(body["desiredKeys"]) } catch {
+            throw ContainerError(.badRequest, error.reason)
+        }
+        let operations = try schema?.conforming(request.operations) ?? request.operations
+        let result = try database.modify(operations, atomic: request.atomic)
+        let json = result.webServicesJSON(desiredKeys: desiredKeys)
+        if request.atomic, result.results.contains(where: { $0.error?.code == .atomicError }) {
+            var error = ServerError("ATOMIC_ERROR", "an operation of an atomic zone failed, so none of that zone's were applied", httpStatus: 400)
+            error.extra["records"] = json["records"]
+            return ServiceAnswer(json: error.webServicesJSON, status: 400, pushes: result.notifications.count)
+        }
+        return ServiceAnswer(json: json, pushes: result.notifications.count)
+    }
+
+    func lookup(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        guard case .array(let elements)? = body["records"] else { throw ContainerError(.badRequest, "a lookup request needs a \"records\" array") }
+        let zone = try body["zoneID"].map(zoneID) ?? .default
+        var ids: [RecordID] = []
+        for (index, element) in elements.enumerated() {
+            guard let name = element["recordName"]?.stringValue, !name.isEmpty else {
+                throw ContainerError(.badRequest, "records[\(index)] needs a \"recordName\"")
+            }
+            ids.append(RecordID(recordName: name, zoneID: try element["zoneID"].map(zoneID) ?? zone))
+        }
+        let desiredKeys = try keys(body["desiredKeys"])
+        let results = try database.lookup(ids)
+        return ServiceAnswer(json: .object([("records", .array(results.map { $0.webServicesJSON(desiredKeys: desiredKeys) }))]))
+    }
+
+    // MARK: Changes
+
+    func recordChanges(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        guard let zoneJSON = body["zoneID"] else { throw ContainerError(.badRequest, "records/changes needs a \"zoneID\"") }
+        let changes = try database.zoneChanges(try zoneID(zoneJSON), since: try token(body["syncToken"]), resultsLimit: try limit(body["resultsLimit"]))
+        return ServiceAnswer(json: changes.webServicesJSON(desiredKeys: try keys(body["desiredKeys"])))
+    }
+
+    func zoneChanges(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        guard case .array(let zones)? = body["zones"] else { throw ContainerError(.badRequest, "changes/zone needs a \"zones\" array") }
+        let sharedLimit = try limit(body["resultsLimit"])
+        let sharedKeys = try keys(body["desiredKeys"])
+        var answers: [JSON] = []
+        for (index, entry) in zones.enumerated() {
+            guard let zoneJSON = entry["zoneID"] else { throw ContainerError(.badRequest, "zones[\(index)] needs a \"zoneID\"") }
+            let zone = try zoneID(zoneJSON)
+            do throws(ContainerError) {
+                let entryLimit = entry["resultsLimit"] == nil ? sharedLimit : try limit(entry["resultsLimit"])
+                let entryKeys = entry["desiredKeys"] == nil ? sharedKeys : try keys(entry["desiredKeys"])
+                let changes = try database.zoneChanges(zone, since: try token(entry["syncToken"]), resultsLimit: entryLimit)
+                answers.append(changes.webServicesJSON(desiredKeys: entryKeys))
+            } catch {
+                answers.append(.object([("zoneID", zone.json)] + error.webServicesMembers))
+            }
+        }
+        return ServiceAnswer(json: .object([("zones", .array(answers))]))
+    }
+
+    /// `changes/database` (`syncToken`) and its older form `zones/changes` (`metaSyncToken`).
+    func databaseChanges(_ body: JSON, tokenKey: String) throws(ContainerError) -> ServiceAnswer {
+        let changes = try database.databaseChanges(since: try token(body[tokenKey]), resultsLimit: try limit(body["resultsLimit"]))
+        guard case .object(var members) = changes.webServicesJSON else { return ServiceAnswer(json: changes.webServicesJSON) }
+        if tokenKey != "syncToken", let position = members.firstIndex(where: { $0.0 == "syncToken" }) {
+            members[position].0 = tokenKey
+        }
+        return ServiceAnswer(json: .object(members))
+    }
+
+    // MARK: Zones
+
+    func zoneJSON(_ zone: ZoneID) -> JSON {
+        .object([("zoneID", zone.json), ("atomic", .bool(!zone.isDefaultZone))])
+    }
+
+    func lookupZones(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        guard case .array(let elements)? = body["zones"] else { throw ContainerError(.badRequest, "zones/lookup needs a \"zones\" array") }
+        var answers: [JSON] = []
+        for element in elements {
+            // Apple sends zone IDs; a zone dictionary (`{"zoneID": {...}}`) is read too.
+            let zone = try zoneID(element["zoneID"] ?? element)
+            if let found = try database.zone(zone) {
+                answers.append(zoneJSON(found))
+            } else {
+                answers.append(.object([("zoneID", zone.json)] + ContainerError(.zoneNotFound, "zone '\(zone.zoneName)' does not exist").webServicesMembers))
+            }
+        }
+        return ServiceAnswer(json: .object([("zones", .array(answers))]))
+    }
+
+    func modifyZones(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        guard case .array(let operations)? = body["operations"] else { throw ContainerError(.badRequest, "zones/modify needs an \"operations\" array") }
+        var parsed: [(String, ZoneID)] = []
+        for (index, operation) in operations.enumerated() {
+            guard let type = operation["operationType"]?.stringValue, type == "create" || type == "delete" else {
+                throw ContainerError(.badRequest, "operations[\(index)]: operationType must be \"create\" or \"delete\"")
+            }
+            guard let zoneJSON = operation["zone"] else { throw ContainerError(.badRequest, "operations[\(index)] needs a \"zone\"") }
+            parsed.append((type, try zoneID(zoneJSON["zoneID"] ?? zoneJSON)))
+        }
+        var answers: [JSON] = []
+        var pushes = 0
+        for (type, zone) in parsed {
+            do throws(ContainerError) {
+                if type == "create" {
+                    try database.createZone(zone)
+                    answers.append(zoneJSON(zone))
+                } else {
+                    pushes += try database.deleteZone(zone).count
+                    answers.append(.object([("zoneID", zone.json), ("deleted", .bool(true))]))
+                }
+            } catch {
+                answers.append(.object([("zoneID", zone.json)] + error.webServicesMembers))
+            }
+        }
+        return ServiceAnswer(json: .object([("zones", .array(answers))]), pushes: pushes)
+    }
+
+    // MARK: Subscriptions
+
+    func lookupSubscriptions(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        guard case .array(let elements)? = body["subscriptions"] else {
+            throw ContainerError(.badRequest, "subscriptions/lookup needs a \"subscriptions\" array")
+        }
+        var answers: [JSON] = []
+        for (index, element) in elements.enumerated() {
+            guard let id = element["subscriptionID"]?.stringValue ?? element.stringValue else {
+                throw ContainerError(.badRequest, "subscriptions[\(index)] needs a \"subscriptionID\"")
+            }
+            if let found = try database.subscription(id) {
+                answers.append(found.webServicesJSON)
+            } else {
+                answers.append(.object([("subscriptionID", .string(id))] + ContainerError(.notFound, "subscription '\(id)' does not exist").webServicesMembers))
+            }
+        }
+        return ServiceAnswer(json: .object([("subscriptions", .array(answers))]))
+    }
+
+    func modifySubscriptions(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        guard case .array(let operations)? = body["operations"] else {
+            throw ContainerError(.badRequest, "subscriptions/modify needs an \"operations\" array")
+        }
+        for (index, operation) in operations.enumerated() {
+            guard let type = operation["operationType"]?.stringValue, ["create", "update", "delete"].contains(type) else {
+                throw ContainerError(.badRequest, "operations[\(index)]: operationType must be \"create\", \"update\" or \"delete\"")
+            }
+            guard case .object? = operation["subscription"] else { throw ContainerError(.badRequest, "operations[\(index)] needs a \"subscription\" object") }
+        }
+        var answers: [JSON] = []
+        for operation in operations {
+            let subscriptionJSON = operation["subscription"]!
+            let id = subscriptionJSON["subscriptionID"]?.stringValue ?? ""
+            do throws(ContainerError) {
+                if operation["operationType"]?.stringValue == "delete" {
+                    try database.deleteSubscription(id)
+                    answers.append(.object([("subscriptionID", .string(id)), ("deleted", .bool(true))]))
+                } else {
+                    let subscription: Subscription
+                    do throws(SubscriptionError) { subscription = try Subscription(webServicesJSON: subscriptionJSON) } catch {
+                        throw ContainerError(.badRequest, error.message)
+                    }
+                    answers.append(try database.saveSubscription(subscription).webServicesJSON)
+                }
+            } catch {
+                answers.append(.object([("subscriptionID", .string(id))] + error.webServicesMembers))
+            }
+        }
+        return ServiceAnswer(json: .object([("subscriptions", .array(answers))]))
+    }
+
+    // MARK: Reading request members
+
+    func zoneID(_ json: JSON) throws(ContainerError) -> ZoneID {
+        do throws(RecordDecodingError) { return try ZoneID(json: json) } catch { throw ContainerError(.badRequest, error.message) }
+    }
+
+    func token(_ json: JSON?) throws(ContainerError) -> SyncToken? {
+        guard let json, json != .null else { return nil }
+        guard let text = json.stringValue else { throw ContainerError(.badRequest, "a sync token must be a string") }
+        return SyncToken(text: text)
+    }
+
+    func limit(_ json: JSON?) throws(ContainerError) -> Int {
+        guard let json, json != .null else { return ContainerDatabase.maximumChangesLimit }
+        guard let value = json.int64Value, value >= 1 else { throw ContainerError(.badRequest, "\"resultsLimit\" must be a positive integer") }
+        return Int(min(value, Int64(ContainerDatabase.maximumChangesLimit)))
+    }
+
+    func keys(_ json: JSON?) throws(ContainerError) -> [String]? {
+        do throws(ServerError) { return try QueryRequest.desiredKeys(json) } catch { throw ContainerError(.badRequest, error.reason) }
+    }
+}

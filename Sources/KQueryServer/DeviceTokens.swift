@@ -1,0 +1,55 @@
+import KQuery
+
+import Foundation
+
+/// The APNs device tokens users registered (`tokens/register`), kept in `DIR/device-tokens.json`
+/// so a restart keeps them.
+final class DeviceTokens: Sendable {
+    struct Registration: Hashable, Sendable {
+        var containerIdentifier: String
+        var environment: String
+        var user: String
+        var apnsEnvironment: String
+        var apnsToken: String
+
+        var json: JSON {
+            .object([
+                ("containerIdentifier", .string(containerIdentifier)), ("environment", .string(environment)), ("user", .string(user)),
+                ("apnsEnvironment", .string(apnsEnvironment)), ("apnsToken", .string(apnsToken)),
+            ])
+        }
+    }
+
+    let path: String
+    private let registrations = Locked<[Registration]>([])
+
+    init(directory: String) {
+        path = (directory as NSString).appendingPathComponent("device-tokens.json")
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8),
+              case .array(let elements)? = try? JSON.parse(text)
+        else { return }
+        let loaded = elements.compactMap { element -> Registration? in
+            guard let container = element["containerIdentifier"]?.stringValue, let environment = element["environment"]?.stringValue,
+                  let user = element["user"]?.stringValue, let apnsEnvironment = element["apnsEnvironment"]?.stringValue,
+                  let apnsToken = element["apnsToken"]?.stringValue
+            else { return nil }
+            return Registration(containerIdentifier: container, environment: environment, user: user, apnsEnvironment: apnsEnvironment, apnsToken: apnsToken)
+        }
+        registrations.withLock { $0 = loaded }
+    }
+
+    /// Registers a device token (again: registering twice keeps one).
+    func register(_ registration: Registration) throws(ServerError) {
+        try registrations.withLock { all throws(ServerError) in
+            guard !all.contains(registration) else { return }
+            all.append(registration)
+            let text = JSON.array(all.map(\.json)).serialized + "\n"
+            do { try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic) } catch {
+                all.removeLast()
+                throw ServerError("INTERNAL_ERROR", "cannot write \(path)", httpStatus: 500)
+            }
+        }
+    }
+
+    var all: [Registration] { registrations.withLock { $0 } }
+}

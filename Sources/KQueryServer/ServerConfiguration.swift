@@ -1,0 +1,55 @@
+import KQuery
+import KQueryStore
+
+import Foundation
+
+/// What `kquery serve` is told: where the data lives, where to listen, whom to let in.
+public struct ServerConfiguration: Sendable {
+    /// The directory holding one container file per container identifier, and the web auth secret.
+    public var dataDirectory: String
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port (tests).
+    public var port: Int = 8080
+    /// API tokens (`ckAPIToken`) accepted; empty accepts any.
+    public var apiTokens: Set<String> = []
+    /// Server-to-server keys by key ID, for the public database.
+    public var serverKeys: [String: ServerKey] = [:]
+    /// The largest request body accepted; a larger one is answered 413.
+    public var maximumBodySize: Int = 2 * 1024 * 1024
+    /// How long a web courier GET waits for a notification before answering 204.
+    public var courierTimeout: Duration = .seconds(30)
+    /// How far a signed request's date may be from the server's clock.
+    public var signatureTolerance: Double = 300
+    /// The `.ckdb` schema records and queries must fit (nil: any record type and field, any query).
+    public var schema: Schema?
+    /// Whether each request is logged to standard error.
+    public var logsRequests = true
+
+    public init(dataDirectory: String) {
+        self.dataDirectory = dataDirectory
+    }
+
+    /// Reads a configuration file: `{"apiTokens": ["..."], "serverToServerKeys": [{"keyID": "...",
+    /// "publicKey": "-----BEGIN PUBLIC KEY-----...", "userRecordName": "_server"}]}` (every member optional).
+    public mutating func load(configurationText text: String) throws(ServerError) {
+        let json: JSON
+        do { json = try JSON.parse(text) } catch { throw ServerError.badRequest("configuration: \(error)") }
+        guard case .object = json else { throw ServerError.badRequest("configuration: expected a JSON object") }
+        if let tokens = json["apiTokens"] {
+            guard case .array(let elements) = tokens else { throw ServerError.badRequest("configuration: \"apiTokens\" must be an array of strings") }
+            for element in elements {
+                guard let token = element.stringValue else { throw ServerError.badRequest("configuration: \"apiTokens\" must be an array of strings") }
+                apiTokens.insert(token)
+            }
+        }
+        if let keys = json["serverToServerKeys"] {
+            guard case .array(let elements) = keys else { throw ServerError.badRequest("configuration: \"serverToServerKeys\" must be an array") }
+            for element in elements {
+                guard let keyID = element["keyID"]?.stringValue, let pem = element["publicKey"]?.stringValue else {
+                    throw ServerError.badRequest("configuration: each server-to-server key needs \"keyID\" and \"publicKey\" (PEM)")
+                }
+                serverKeys[keyID] = try ServerKey(keyID: keyID, pem: pem, userRecordName: element["userRecordName"]?.stringValue ?? "_server")
+            }
+        }
+    }
+}

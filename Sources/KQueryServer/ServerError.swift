@@ -1,0 +1,45 @@
+import KQuery
+import KQueryContainer
+
+import Foundation
+
+/// A request the server refused as a whole: CloudKit's `serverErrorCode`, a reason, and the HTTP
+/// status Web Services answers it with (SPEC §11). The one error type routes throw; it is rendered
+/// once, in `webServicesJSON`, as `{"uuid", "serverErrorCode", "reason"}`.
+public struct ServerError: Error, Hashable, Sendable, CustomStringConvertible {
+    public var serverErrorCode: String
+    public var reason: String
+    public var httpStatus: Int
+    /// Extra members of the answer: the per-record results of a failed atomic modify.
+    var extra: [String: JSON] = [:]
+
+    public init(_ serverErrorCode: String, _ reason: String, httpStatus: Int) {
+        self.serverErrorCode = serverErrorCode
+        self.reason = reason
+        self.httpStatus = httpStatus
+    }
+
+    public init(_ error: ContainerError) {
+        self.init(error.code.rawValue, error.reason, httpStatus: error.code.httpStatus)
+    }
+
+    public var description: String { "\(serverErrorCode): \(reason)" }
+
+    static func badRequest(_ reason: String) -> ServerError { ServerError("BAD_REQUEST", reason, httpStatus: 400) }
+    static func authenticationRequired(_ reason: String) -> ServerError { ServerError("AUTHENTICATION_REQUIRED", reason, httpStatus: 421) }
+    static func authenticationFailed(_ reason: String) -> ServerError { ServerError("AUTHENTICATION_FAILED", reason, httpStatus: 401) }
+    static func accessDenied(_ reason: String) -> ServerError { ServerError("ACCESS_DENIED", reason, httpStatus: 403) }
+    static func notFound(_ reason: String) -> ServerError { ServerError("NOT_FOUND", reason, httpStatus: 404) }
+    static func tooLarge(_ limit: Int) -> ServerError {
+        ServerError("QUOTA_EXCEEDED", "the request body is larger than \(limit) bytes", httpStatus: 413)
+    }
+
+    /// `{"uuid", "serverErrorCode", "reason"}` and any extra members.
+    public var webServicesJSON: JSON {
+        var members: [(String, JSON)] = [
+            ("uuid", .string(UUID().uuidString.lowercased())), ("serverErrorCode", .string(serverErrorCode)), ("reason", .string(reason)),
+        ]
+        for key in extra.keys.sorted() { members.append((key, extra[key]!)) }
+        return .object(members)
+    }
+}

@@ -1,0 +1,100 @@
+import Crypto
+
+import Foundation
+
+/// The secret kept in the data directory that makes the server's tokens unforgeable: a web auth
+/// token (`ckWebAuthToken`) and a web courier token are their contents followed by an HMAC-SHA256
+/// of them under this key, so the server keeps no token table and restarts lose none.
+public struct ServerSecret: Sendable {
+    static let fileName = "web-auth-secret"
+    /// The key's bytes (SymmetricKey is not Sendable).
+    private let keyBytes: [UInt8]
+    var key: SymmetricKey { SymmetricKey(data: keyBytes) }
+
+    /// The secret of `directory`, made (32 random bytes, readable by the owner only) when missing.
+    public init(directory: String) throws(ServerError) {
+        let path = (directory as NSString).appendingPathComponent(Self.fileName)
+        if let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8),
+           let bytes = Self.bytes(hex: text.trimmingCharacters(in: .whitespacesAndNewlines)), bytes.count >= 16
+        {
+            keyBytes = bytes
+            return
+        }
+        let fresh = SymmetricKey(size: .bits256)
+        let hex = fresh.withUnsafeBytes { Self.hex(Array($0)) }
+        guard FileManager.default.createFile(atPath: path, contents: Data((hex + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw ServerError("INTERNAL_ERROR", "cannot write \(path)", httpStatus: 500)
+        }
+        keyBytes = fresh.withUnsafeBytes { Array($0) }
+    }
+
+    /// `base64url(parts joined by newlines).hex(HMAC)`, the HMAC bound to `purpose` so a token of
+    /// one kind is not accepted as another.
+    func token(_ purpose: String, _ parts: [String]) -> String {
+        let body = Data(parts.joined(separator: "\n").utf8).base64URLEncoded
+        return body + "." + signature(purpose, body)
+    }
+
+    /// The parts of a token this secret made for `purpose`, or nil.
+    func parts(_ purpose: String, of token: String) -> [String]? {
+        let pieces = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard pieces.count == 2, let mac = Self.bytes(hex: String(pieces[1])) else { return nil }
+        let body = String(pieces[0])
+        guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Data((purpose + ":" + body).utf8), using: key),
+              let data = Data(base64URLEncoded: body), let text = String(data: data, encoding: .utf8)
+        else { return nil }
+        return text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    }
+
+    /// The web auth token of a local user (what `kquery token` prints).
+    public func webAuthToken(user: String) -> String { token("user", [user]) }
+
+    /// The user a web auth token names, or nil when this secret did not make it.
+    public func user(webAuthToken: String) -> String? {
+        guard let parts = parts("user", of: webAuthToken), parts.count == 1, !parts[0].isEmpty else { return nil }
+        return parts[0]
+    }
+
+    private func signature(_ purpose: String, _ body: String) -> String {
+        Self.hex(Array(HMAC<SHA256>.authenticationCode(for: Data((purpose + ":" + body).utf8), using: key)))
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef")
+        return String(bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] })
+    }
+
+    static func bytes(hex: String) -> [UInt8]? {
+        let utf8 = Array(hex.utf8)
+        guard utf8.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(utf8.count / 2)
+        func value(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 48...57: c - 48
+            case 97...102: c - 87
+            case 65...70: c - 55
+            default: nil
+            }
+        }
+        var index = 0
+        while index < utf8.count {
+            guard let high = value(utf8[index]), let low = value(utf8[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        return bytes
+    }
+}
+
+extension Data {
+    var base64URLEncoded: String {
+        String(base64EncodedString().compactMap { $0 == "+" ? "-" : $0 == "/" ? "_" : $0 == "=" ? nil : $0 })
+    }
+
+    init?(base64URLEncoded text: String) {
+        var base64 = String(text.map { $0 == "-" ? "+" : $0 == "_" ? "/" : $0 })
+        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+        self.init(base64Encoded: base64)
+    }
+}

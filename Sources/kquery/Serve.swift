@@ -1,0 +1,152 @@
+import ArgumentParser
+import KQuery
+import KQueryContainer
+import KQueryServer
+import KQueryStore
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+#if canImport(Dispatch)
+import Dispatch
+#endif
+
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve CloudKit Web Services over HTTP, with its pushes on the web courier.",
+        discussion: """
+            Every container identifier a request names (/database/1/{container}/{environment}/{database}/...) is \
+            served, its data in DIR/{container}.container. Requests need a ckAPIToken (any, unless --api-token or \
+            the config file names some); private and shared databases need a ckWebAuthToken from `kquery token`; \
+            server-to-server keys in the config file sign requests to the public database. SIGTERM or SIGINT \
+            finishes the requests in flight and exits 0.
+            """
+    )
+
+    @Option(help: ArgumentHelp("The data directory (created if missing).", valueName: "DIR"))
+    var data: String
+
+    @Option(help: "The address to listen on.")
+    var host = "127.0.0.1"
+
+    @Option(help: "The port to listen on (0 picks a free one).")
+    var port = 8080
+
+    @Option(name: .customLong("api-token"), help: ArgumentHelp("Accept this ckAPIToken (repeatable; none: accept any).", valueName: "TOKEN"))
+    var apiTokens: [String] = []
+
+    @Option(help: ArgumentHelp(
+        "A JSON configuration: {\"apiTokens\": [...], \"serverToServerKeys\": [{\"keyID\", \"publicKey\": PEM, \"userRecordName\"}]}.",
+        valueName: "FILE"))
+    var config: String?
+
+    @Option(help: ArgumentHelp("Enforce this CloudKit schema (.ckdb): record types, field types, QUERYABLE/SORTABLE/SEARCHABLE.", valueName: "FILE"))
+    var schema: String?
+
+    @Flag(help: "Delete every container of DIR before starting.")
+    var reset = false
+
+    @Option(help: ArgumentHelp("Import these records (JSON or NDJSON) into the public development database of --container at start.", valueName: "FILE"))
+    var records: String?
+
+    @Option(help: ArgumentHelp("The container --records imports into.", valueName: "ID"))
+    var container = ContainerFiles.defaultIdentifier
+
+    @Option(help: "Seconds a web courier poll waits for a notification before answering 204.")
+    var courierTimeout = 30
+
+    @Flag(help: "Do not log requests to standard error.")
+    var quiet = false
+
+    func run() throws {
+        var configuration = ServerConfiguration(dataDirectory: data)
+        configuration.host = host
+        configuration.port = port
+        configuration.apiTokens = Set(apiTokens)
+        configuration.courierTimeout = .seconds(courierTimeout)
+        configuration.logsRequests = !quiet
+        if let config {
+            let text = try ContainerFiles.read(config)
+            try Self.run { () throws(ServerError) in try configuration.load(configurationText: text) }
+        }
+        if let schema {
+            do { configuration.schema = try Schema(contentsOfFile: schema) } catch {
+                Terminal.writeError("error: \(error)")
+                throw ExitCode(2)
+            }
+        }
+        if reset { try Self.run { () throws(ServerError) in try ContainerDirectory.reset(path: data) } }
+        let server = try Self.run { () throws(ServerError) in try CloudKitServer(configuration: configuration) }
+        if let records {
+            let loaded: [Record]
+            do { loaded = try RecordFile.load(path: records) } catch {
+                Terminal.writeError("error: \(error)")
+                throw ExitCode(2)
+            }
+            let identifier = container
+            let results = try Self.run { () throws(ServerError) in
+                let container = try server.containers.container(identifier)
+                do throws(ContainerError) {
+                    return try container.database(.public).importRecords(loaded)
+                } catch {
+                    throw ServerError(error)
+                }
+            }
+            let failed = results.filter { $0.error != nil }.count
+            Terminal.writeError("imported \(results.count - failed) records into \(identifier) (public, development)\(failed > 0 ? ", \(failed) refused" : "")")
+        }
+        let outcome = Locked<(any Error)?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            do {
+                try await server.run { port in
+                    Terminal.writeError("kquery serve: listening on http://\(server.configuration.host):\(port), data in \(server.configuration.dataDirectory)")
+                }
+            } catch { outcome.withLock { $0 = error } }
+            done.signal()
+        }
+        done.wait()
+        if let error = outcome.withLock({ $0 }) {
+            Terminal.writeError("error: \(error)")
+            throw ExitCode(1)
+        }
+    }
+
+    /// Runs `body`; a refusal is printed as `error: CODE: reason` and exits 2.
+    static func run<T>(_ body: () throws(ServerError) -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            Terminal.writeError("error: \(error.serverErrorCode): \(error.reason)")
+            throw ExitCode(2)
+        }
+    }
+}
+
+struct Token: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print a web auth token (ckWebAuthToken) for a local user of `kquery serve --data DIR`.",
+        discussion: "The token is an HMAC of the user name under a secret kept in DIR, so it cannot be forged and survives restarts."
+    )
+
+    @Option(help: ArgumentHelp("The server's data directory.", valueName: "DIR"))
+    var data: String
+
+    @Option(help: ArgumentHelp("The user record name (such as _alice).", valueName: "NAME"))
+    var user: String
+
+    func validate() throws {
+        if user.isEmpty || user.contains("\n") { throw ValidationError("--user must be a non-empty name on one line") }
+    }
+
+    func run() throws {
+        let name = user
+        let token = try Serve.run { () throws(ServerError) -> String in
+            _ = try ContainerDirectory(path: data)
+            return try ServerSecret(directory: data).webAuthToken(user: name)
+        }
+        Terminal.writeAll(token + "\n", to: 1)
+    }
+}

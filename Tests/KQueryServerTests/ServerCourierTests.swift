@@ -1,0 +1,82 @@
+import KQuery
+import KQueryServer
+import Testing
+
+import Foundation
+
+/// tokens/create and tokens/register, and pushes on the web courier (SPEC §10).
+@Suite struct ServerCourierTests {
+    /// The path and query of a web courier URL.
+    static func pathAndQuery(_ url: String) throws -> String {
+        let afterScheme = try #require(url.range(of: "://")).upperBound
+        let slash = try #require(url[afterScheme...].firstIndex(of: "/"))
+        return String(url[slash...])
+    }
+
+    @Test func webCourierDeliversTheModifysPush() async throws {
+        try await ServerHarness().run { c in
+            let dave = "_dave"
+            var answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: #"{"apnsEnvironment": "development"}"#, user: dave)
+            #expect(answer.status == 200)
+            #expect(answer.json["apnsEnvironment"] == .string("development"))
+            let url = try #require(answer.json["webcourierURL"]?.stringValue)
+            #expect(url.hasPrefix("http://127.0.0.1:\(c.port)/"))
+            let poll = try Self.pathAndQuery(url)
+
+            // Nothing queued: 204 after the (short) timeout.
+            answer = try await c.send(.get, poll, apiToken: nil)
+            #expect(answer.status == 204)
+
+            answer = try await c.post("private", "subscriptions/modify", """
+                {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "notes", "subscriptionType": "query",
+                  "query": {"recordType": "Note"}, "firesOn": ["create"], "notificationInfo": {"alertBody": "new note"}}}]}
+                """, user: dave)
+            #expect(answer.status == 200)
+
+            // A poll waiting when the modify commits receives its push.
+            async let waiting = c.send(.get, poll, apiToken: nil)
+            try await Task.sleep(for: .milliseconds(100))
+            answer = try await c.post("private", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "n1", "recordType": "Note"}}]}"#, user: dave)
+            #expect(answer.status == 200)
+            let push = try await waiting
+            #expect(push.status == 200)
+            #expect(push.json["ck"]?["qry"]?["sid"] == .string("notes"))
+            #expect(push.json["ck"]?["qry"]?["rid"] == .string("n1"))
+            #expect(push.json["aps"]?["alert"] != nil)
+
+            // A push queued before the poll is there at once; each is delivered once.
+            _ = try await c.post("private", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "n2", "recordType": "Note"}}]}"#, user: dave)
+            answer = try await c.send(.get, poll, apiToken: nil)
+            #expect(answer.json["ck"]?["qry"]?["rid"] == .string("n2"))
+            answer = try await c.send(.get, poll, apiToken: nil)
+            #expect(answer.status == 204)
+
+            // Another user's courier gets none of Dave's pushes; a forged courier token is refused.
+            answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: "{}", user: "_eve")
+            let evePoll = try Self.pathAndQuery(try #require(answer.json["webcourierURL"]?.stringValue))
+            _ = try await c.post("private", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "n3", "recordType": "Note"}}]}"#, user: dave)
+            answer = try await c.send(.get, evePoll, apiToken: nil)
+            #expect(answer.status == 204)
+            answer = try await c.send(.get, "/aps?tok=bogus.00", apiToken: nil)
+            #expect(answer.status == 401)
+            answer = try await c.send(.get, poll, apiToken: nil)
+            #expect(answer.json["ck"]?["qry"]?["rid"] == .string("n3"))
+        }
+    }
+
+    @Test func tokensNeedAUserAndRegisterDevices() async throws {
+        let harness = ServerHarness()
+        try await harness.run { c in
+            var answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: "{}")
+            #expect(answer.status == 421)
+            answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/register",
+                                      body: #"{"apnsEnvironment": "production", "apnsToken": "a1b2c3"}"#, user: "_frank")
+            #expect(answer.status == 200)
+            #expect(answer.json["apnsToken"] == .string("a1b2c3"))
+            answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/register", body: #"{"apnsEnvironment": "production"}"#, user: "_frank")
+            #expect(answer.status == 400)
+        }
+        let saved = try String(contentsOfFile: harness.directory + "/device-tokens.json", encoding: .utf8)
+        #expect(saved.contains("a1b2c3"))
+    }
+}

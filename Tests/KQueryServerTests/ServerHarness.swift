@@ -1,0 +1,113 @@
+import Hummingbird
+import HummingbirdTesting
+import KQuery
+import KQueryServer
+import ServiceLifecycle
+import Testing
+
+import Foundation
+
+/// A `CloudKitServer` on 127.0.0.1 and a free port, started for one test and stopped after it,
+/// whether the test passes or not.
+struct ServerHarness {
+    let directory: String
+    var configuration: ServerConfiguration
+
+    init(directory: String? = nil, _ configure: (inout ServerConfiguration) -> Void = { _ in }) {
+        let path = directory ?? NSTemporaryDirectory() + "kquery-server-\(UUID().uuidString)"
+        self.directory = path
+        configuration = ServerConfiguration(dataDirectory: path)
+        configuration.host = "127.0.0.1"
+        configuration.port = 0
+        configuration.courierTimeout = .milliseconds(500)
+        configuration.logsRequests = false
+        configure(&configuration)
+    }
+
+    /// Runs `body` against a running server; the server shuts down gracefully afterwards.
+    func run<T: Sendable>(_ body: @escaping @Sendable (ServerClient) async throws -> T) async throws -> T {
+        let server = try CloudKitServer(configuration: configuration)
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let application = server.application { port in continuation.yield(port) }
+        let group = ServiceGroup(configuration: .init(services: [application], logger: application.logger))
+        return try await withThrowingTaskGroup(of: T?.self) { tasks in
+            tasks.addTask {
+                try await group.run()
+                return nil
+            }
+            var iterator = ports.makeAsyncIterator()
+            guard let port = await iterator.next() else { throw CancellationError() }
+            let client = ServerClient(webAuthToken: { server.webAuthToken(user: $0) }, host: "127.0.0.1", port: port)
+            do {
+                let value = try await body(client)
+                await group.triggerGracefulShutdown()
+                for try await _ in tasks {}
+                return value
+            } catch {
+                await group.triggerGracefulShutdown()
+                tasks.cancelAll()
+                throw error
+            }
+        }
+    }
+}
+
+/// Requests to a harness's server: each on a fresh connection, so a waiting poll blocks nothing.
+struct ServerClient: Sendable {
+    let webAuthToken: @Sendable (String) -> String
+    let host: String
+    let port: Int
+    var container = "iCloud.com.example.tests"
+
+    struct Answer: Sendable {
+        var status: Int
+        var json: JSON
+        var text: String
+    }
+
+    func token(_ user: String) -> String { webAuthToken(user) }
+
+    /// `/database/1/{container}/development/{database}/{operation}`.
+    func path(_ database: String, _ operation: String, environment: String = "development") -> String {
+        "/database/1/\(container)/\(environment)/\(database)/\(operation)"
+    }
+
+    /// Sends a request; `user` adds that user's ckWebAuthToken, `apiToken` the ckAPIToken (nil: none).
+    func send(
+        _ method: HTTPRequest.Method, _ path: String, body: String? = nil, user: String? = nil, apiToken: String? = "test-token",
+        query: [String] = [], headers: HTTPFields = [:]
+    ) async throws -> Answer {
+        var items = query
+        if let apiToken { items.append("ckAPIToken=\(apiToken)") }
+        if let user { items.append("ckWebAuthToken=\(token(user))") }
+        let uri = items.isEmpty ? path : path + (path.contains("?") ? "&" : "?") + items.joined(separator: "&")
+        let client = TestClient(host: host, port: port, configuration: .init(timeout: .seconds(20)))
+        client.connect()
+        do {
+            let response = try await client.execute(.init(uri, method: method, headers: headers, body: body.map { ByteBuffer(string: $0) }))
+            try await client.shutdown()
+            let text = response.body.map { String(buffer: $0) } ?? ""
+            let json = text.isEmpty ? JSON.null : ((try? JSON.parse(text)) ?? .string(text))
+            return Answer(status: Int(response.status.code), json: json, text: text)
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+
+    func post(_ database: String, _ operation: String, _ body: String, user: String? = nil, apiToken: String? = "test-token") async throws -> Answer {
+        try await send(.post, path(database, operation), body: body, user: user, apiToken: apiToken)
+    }
+
+    func get(_ database: String, _ operation: String, user: String? = nil) async throws -> Answer {
+        try await send(.get, path(database, operation), user: user)
+    }
+}
+
+extension JSON {
+    /// The array at this value, or empty.
+    var elements: [JSON] {
+        if case .array(let elements) = self { return elements }
+        return []
+    }
+}

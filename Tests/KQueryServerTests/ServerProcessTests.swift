@@ -1,0 +1,172 @@
+import Foundation
+import KQuery
+import KQueryServer
+import Testing
+
+/// `kquery serve` as a process: it listens, logs each request, and on SIGTERM ends waiting polls,
+/// finishes, and exits 0.
+@Suite(.serialized) struct ServerProcessTests {
+    static var kquery: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent(".build/debug/kquery")
+    }
+
+    /// Reads the child's standard error until the `listening on` line, and returns the port.
+    static func port(from pipe: Pipe) throws -> (Int, String) {
+        var text = ""
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            let data = pipe.fileHandleForReading.availableData
+            if data.isEmpty { break }
+            text += String(decoding: data, as: UTF8.self)
+            if let range = text.range(of: "listening on http://127.0.0.1:") {
+                let digits = text[range.upperBound...].prefix { $0.isNumber }
+                if let port = Int(digits), text[range.upperBound...].contains(",") { return (port, text) }
+            }
+        }
+        throw CancellationError()
+    }
+
+    @Test func sigtermEndsAWaitingPollAndExitsZero() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
+        let process = Process()
+        process.executableURL = Self.kquery
+        process.arguments = ["serve", "--data", directory, "--port", "0", "--courier-timeout", "60"]
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        let (port, _) = try Self.port(from: errors)
+
+        let secret = try ServerSecret(directory: directory)
+        let client = ServerClient(webAuthToken: { secret.webAuthToken(user: $0) }, host: "127.0.0.1", port: port)
+        let created = try await client.send(.post, "/device/1/iCloud.p/development/tokens/create", body: "{}", user: "_gina")
+        #expect(created.status == 200)
+        let url = try #require(created.json["webcourierURL"]?.stringValue)
+        let range = try #require(url.range(of: "/aps"))
+        let poll = String(url[range.lowerBound...])
+
+        let started = Date()
+        async let waiting = client.send(.get, poll, apiToken: nil)
+        // Long enough for the poll to reach the server on a loaded machine (a connection that has
+        // sent nothing yet is closed by the shutdown, legitimately).
+        try await Task.sleep(for: .seconds(1))
+        kill(process.processIdentifier, SIGTERM)
+        let answer = try await waiting
+        #expect(answer.status == 204)
+        while process.isRunning, Date().timeIntervalSince(started) < 20 { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(!process.isRunning)
+        #expect(process.terminationStatus == 0)
+        #expect(Date().timeIntervalSince(started) < 10)
+
+        let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(log.contains("POST /device/1/iCloud.p/development/tokens/create user=_gina status=200"))
+        #expect(log.contains("GET /aps user=_gina status=204"))
+    }
+
+    /// kill -9 during a load of modifies: after a restart every acknowledged modify is there, and so
+    /// is its push (at least once).
+    @Test func killDuringModifiesLosesNothingAcknowledged() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
+        func start() throws -> (Process, Int) {
+            let process = Process()
+            process.executableURL = Self.kquery
+            process.arguments = ["serve", "--data", directory, "--port", "0", "--quiet", "--courier-timeout", "1"]
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let (port, _) = try Self.port(from: errors)
+            return (process, port)
+        }
+        let secret = try ServerSecret(directory: { try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true); return directory }())
+        var (process, port) = try start()
+        var client = ServerClient(webAuthToken: { secret.webAuthToken(user: $0) }, host: "127.0.0.1", port: port)
+        let subscribed = try await client.post("private", "subscriptions/modify", """
+            {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "load", "subscriptionType": "query",
+              "query": {"recordType": "Load"}, "firesOn": ["create"], "notificationInfo": {"shouldSendContentAvailable": true}}}]}
+            """, user: "_k")
+        #expect(subscribed.status == 200)
+
+        let loader = client
+        let pid = process.processIdentifier
+        // The server is killed once 15 modifies are acknowledged, with the rest in flight.
+        let answered = Locked(0)
+        let acknowledged = await withTaskGroup(of: String?.self) { group in
+            for i in 0..<60 {
+                group.addTask {
+                    let answer = try? await loader.post("private", "records/modify", """
+                        {"operations": [{"operationType": "create", "record": {"recordName": "l\(i)", "recordType": "Load"}}]}
+                        """, user: "_k")
+                    guard answer?.status == 200 else { return nil }
+                    if answered.withLock({ count in count += 1; return count }) == 15 { kill(pid, SIGKILL) }
+                    return "l\(i)"
+                }
+            }
+            var names: [String] = []
+            for await name in group { if let name { names.append(name) } }
+            return names
+        }
+        process.waitUntilExit()
+        #expect(process.terminationReason == .uncaughtSignal)
+        #expect(!acknowledged.isEmpty)
+
+        (process, port) = try start()
+        defer { kill(process.processIdentifier, SIGTERM); process.waitUntilExit() }
+        client = ServerClient(webAuthToken: { secret.webAuthToken(user: $0) }, host: "127.0.0.1", port: port)
+        let lookup = "{\"records\": [\(acknowledged.map { "{\"recordName\": \"\($0)\"}" }.joined(separator: ","))]}"
+        let found = try await client.post("private", "records/lookup", lookup, user: "_k")
+        #expect(found.json["records"]?.elements.filter { $0["recordType"] == .string("Load") }.count == acknowledged.count)
+
+        let created = try await client.send(.post, "/device/1/\(client.container)/development/tokens/create", body: "{}", user: "_k")
+        let url = try #require(created.json["webcourierURL"]?.stringValue)
+        let poll = String(url[try #require(url.range(of: "/aps")).lowerBound...])
+        var pushed: Set<String> = []
+        while true {
+            let answer = try await client.send(.get, poll, apiToken: nil)
+            guard answer.status == 200, let rid = answer.json["ck"]?["qry"]?["rid"]?.stringValue else { break }
+            pushed.insert(rid)
+        }
+        #expect(Set(acknowledged).isSubset(of: pushed))
+    }
+
+    /// `--records` imports a records file into the public database at start; `--reset` empties DIR's containers.
+    @Test func recordsImportAndReset() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
+        let records = directory + "-records.ndjson"
+        try #"{"recordName": "r1", "recordType": "Shop", "fields": {"name": "Chez Nous"}}"#.write(toFile: records, atomically: true, encoding: .utf8)
+
+        func start(_ arguments: [String]) throws -> (Process, Int) {
+            let process = Process()
+            process.executableURL = Self.kquery
+            process.arguments = ["serve", "--data", directory, "--port", "0", "--quiet"] + arguments
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let (port, _) = try Self.port(from: errors)
+            return (process, port)
+        }
+        func stop(_ process: Process) {
+            kill(process.processIdentifier, SIGTERM)
+            process.waitUntilExit()
+        }
+
+        var (process, port) = try start(["--records", records, "--container", "iCloud.shops"])
+        var client = ServerClient(webAuthToken: { _ in "" }, host: "127.0.0.1", port: port, container: "iCloud.shops")
+        var answer = try await client.post("public", "records/lookup", #"{"records": [{"recordName": "r1"}]}"#)
+        stop(process)
+        #expect(answer.json["records"]?[0]?["fields"]?["name"]?["value"] == .string("Chez Nous"))
+        #expect(process.terminationStatus == 0)
+
+        (process, port) = try start(["--reset"])
+        client = ServerClient(webAuthToken: { _ in "" }, host: "127.0.0.1", port: port, container: "iCloud.shops")
+        answer = try await client.post("public", "records/lookup", #"{"records": [{"recordName": "r1"}]}"#)
+        stop(process)
+        #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("NOT_FOUND"))
+    }
+}
