@@ -21,6 +21,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto.git", exact: "3.12.3"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0"),
+        // Hummingbird's NIO, held at the project's version (it would otherwise resolve to the newest).
+        .package(url: "https://github.com/apple/swift-nio.git", exact: "2.101.2"),
     ],
     targets: [
         .systemLibrary(name: "CPCRE2", pkgConfig: "libpcre2-8", providers: [.apt(["libpcre2-dev"])]),
@@ -33,6 +35,7 @@ let package = Package(
             name: "KQueryServer",
             dependencies: [
                 "KQuery", "KQueryStore", "KQueryContainer", .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
