@@ -27,6 +27,33 @@ import Testing
         throw CancellationError()
     }
 
+    /// Starts `kquery serve --data directory --port 0 --quiet` with `arguments` on 127.0.0.1 (the
+    /// default host), and returns it with the port it listens on.
+    static func startServer(directory: String, _ arguments: [String] = []) throws -> (Process, Int) {
+        let process = Process()
+        process.executableURL = kquery
+        process.arguments = ["serve", "--data", directory, "--port", "0", "--quiet"] + arguments
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        do {
+            let (port, _) = try port(from: errors)
+            return (process, port)
+        } catch {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            throw error
+        }
+    }
+
+    /// Stops a server started by `startServer` (SIGTERM, then waits).
+    static func stop(_ process: Process) {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+    }
+
     @Test func sigtermEndsAWaitingPollAndExitsZero() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
         let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
@@ -71,19 +98,11 @@ import Testing
     @Test func killDuringModifiesLosesNothingAcknowledged() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
         let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
-        func start() throws -> (Process, Int) {
-            let process = Process()
-            process.executableURL = Self.kquery
-            process.arguments = ["serve", "--data", directory, "--port", "0", "--quiet", "--courier-timeout", "1"]
-            let errors = Pipe()
-            process.standardError = errors
-            process.standardOutput = FileHandle.nullDevice
-            try process.run()
-            let (port, _) = try Self.port(from: errors)
-            return (process, port)
-        }
+        func start() throws -> (Process, Int) { try Self.startServer(directory: directory, ["--courier-timeout", "1"]) }
         let secret = try ServerSecret(directory: { try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true); return directory }())
         var (process, port) = try start()
+        // Whatever happens below, no server outlives the test.
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() } }
         var client = ServerClient(webAuthToken: { secret.webAuthToken(user: $0) }, host: "127.0.0.1", port: port)
         let subscribed = try await client.post("private", "subscriptions/modify", """
             {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "load", "subscriptionType": "query",
@@ -110,12 +129,13 @@ import Testing
             for await name in group { if let name { names.append(name) } }
             return names
         }
+        // Fewer than 15 answers would leave the server running: kill it anyway.
+        if process.isRunning { kill(pid, SIGKILL) }
         process.waitUntilExit()
         #expect(process.terminationReason == .uncaughtSignal)
         #expect(!acknowledged.isEmpty)
 
         (process, port) = try start()
-        defer { kill(process.processIdentifier, SIGTERM); process.waitUntilExit() }
         client = ServerClient(webAuthToken: { secret.webAuthToken(user: $0) }, host: "127.0.0.1", port: port)
         let lookup = "{\"records\": [\(acknowledged.map { "{\"recordName\": \"\($0)\"}" }.joined(separator: ","))]}"
         let found = try await client.post("private", "records/lookup", lookup, user: "_k")
@@ -140,23 +160,11 @@ import Testing
         let records = directory + "-records.ndjson"
         try #"{"recordName": "r1", "recordType": "Shop", "fields": {"name": "Chez Nous"}}"#.write(toFile: records, atomically: true, encoding: .utf8)
 
-        func start(_ arguments: [String]) throws -> (Process, Int) {
-            let process = Process()
-            process.executableURL = Self.kquery
-            process.arguments = ["serve", "--data", directory, "--port", "0", "--quiet"] + arguments
-            let errors = Pipe()
-            process.standardError = errors
-            process.standardOutput = FileHandle.nullDevice
-            try process.run()
-            let (port, _) = try Self.port(from: errors)
-            return (process, port)
-        }
-        func stop(_ process: Process) {
-            kill(process.processIdentifier, SIGTERM)
-            process.waitUntilExit()
-        }
+        func start(_ arguments: [String]) throws -> (Process, Int) { try Self.startServer(directory: directory, arguments) }
+        func stop(_ process: Process) { Self.stop(process) }
 
         var (process, port) = try start(["--records", records, "--container", "iCloud.shops"])
+        defer { Self.stop(process) }
         var client = ServerClient(webAuthToken: { _ in "" }, host: "127.0.0.1", port: port, container: "iCloud.shops")
         var answer = try await client.post("public", "records/lookup", #"{"records": [{"recordName": "r1"}]}"#)
         stop(process)
