@@ -31,10 +31,11 @@ let package = Package(
         .target(name: "KQuery", dependencies: ["CPCRE2", "CKQuerySupport"]),
         .target(name: "KQueryStore", dependencies: ["KQuery", .product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "KQueryContainer", dependencies: ["KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "KQueryWebServices", dependencies: ["KQuery", "KQueryStore", "KQueryContainer"]),
         .target(
             name: "KQueryServer",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", .product(name: "Hummingbird", package: "hummingbird"),
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -43,11 +44,13 @@ let package = Package(
         .executableTarget(
             name: "kquery",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", "KQueryServer", "CEditLine",
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "CEditLine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .executableTarget(name: "PredicateFuzz", dependencies: ["KQuery"], path: "Fuzz/PredicateFuzz"),
+        .executableTarget(
+            name: "RequestFuzz", dependencies: ["KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices"], path: "Fuzz/RequestFuzz"),
         .executableTarget(
             name: "KQueryBenchmarks",
             dependencies: [
@@ -71,7 +74,7 @@ let package = Package(
         .testTarget(
             name: "KQueryServerTests",
             dependencies: [
-                "KQuery", "KQueryContainer", "KQueryServer", .product(name: "Hummingbird", package: "hummingbird"),
+                "KQuery", "KQueryContainer", "KQueryWebServices", "KQueryServer", .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"), .product(name: "Logging", package: "swift-log"),

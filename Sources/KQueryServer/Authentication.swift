@@ -1,5 +1,6 @@
 import KQuery
 import KQueryContainer
+import KQueryWebServices
 
 import Foundation
 

@@ -3,6 +3,7 @@ import HummingbirdWebSocket
 import ServiceLifecycle
 import KQuery
 import KQueryContainer
+import KQueryWebServices
 
 import Foundation
 
@@ -129,12 +130,17 @@ public final class CloudKitServer: Sendable {
             if operation == "users/current", user == nil {
                 throw ServerError.authenticationRequired("users/current needs a signed-in user (ckWebAuthToken)")
             }
-            let container = try self.containers.container(context.parameters.get("container") ?? "")
+            let containerIdentifier = context.parameters.get("container") ?? ""
+            let container = try self.containers.container(containerIdentifier)
             let database: ContainerDatabase
             do throws(ContainerError) { database = try container.database(scope, environment: environment, user: user) } catch {
                 throw ServerError(error)
             }
-            let answer = try DatabaseService(database: database, schema: self.configuration.schema).run(operation, try body.json())
+            var service = DatabaseService(database: database, schema: self.configuration.schema)
+            if self.configuration.schema == nil, operation == "records/modify" {
+                service.learnedSchema = try self.containers.learnedSchema(containerIdentifier)
+            }
+            let answer = try service.run(operation, try body.json())
             if answer.pushes > 0 { await self.courier.pushesQueued() }
             return answer
         }

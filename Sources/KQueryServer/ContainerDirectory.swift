@@ -1,5 +1,6 @@
 import KQuery
 import KQueryContainer
+import KQueryWebServices
 
 import Foundation
 
@@ -8,6 +9,7 @@ import Foundation
 public final class ContainerDirectory: Sendable {
     public let path: String
     private let opened = Locked<[String: Container]>([:])
+    private let learned = Locked<[String: LearnedSchema]>([:])
 
     public init(path: String) throws(ServerError) {
         var isDirectory: ObjCBool = false
@@ -49,6 +51,21 @@ public final class ContainerDirectory: Sendable {
             } catch {
                 throw ServerError(error)
             }
+        }
+    }
+
+    /// The schema container `identifier` learned from its saves (kept in `DIR/<identifier>.container.ckdb`),
+    /// for a server without `--schema`.
+    func learnedSchema(_ identifier: String) throws(ServerError) -> LearnedSchema {
+        guard Self.isValidIdentifier(identifier) else {
+            throw ServerError.badRequest("invalid container identifier '\(identifier)'")
+        }
+        return try learned.withLock { schemas throws(ServerError) -> LearnedSchema in
+            if let schema = schemas[identifier] { return schema }
+            let file = (path as NSString).appendingPathComponent("\(identifier).\(Self.fileExtension).ckdb")
+            let schema = try LearnedSchema(path: file)
+            schemas[identifier] = schema
+            return schema
         }
     }
 

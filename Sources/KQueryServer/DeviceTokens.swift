@@ -1,4 +1,5 @@
 import KQuery
+import KQueryWebServices
 
 import Foundation
 

@@ -1,5 +1,6 @@
 import KQuery
 import KQueryStore
+import KQueryWebServices
 
 import Foundation
 

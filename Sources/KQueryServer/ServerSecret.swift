@@ -1,4 +1,5 @@
 import Crypto
+import KQueryWebServices
 
 import Foundation
 

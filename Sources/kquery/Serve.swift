@@ -3,6 +3,7 @@ import KQuery
 import KQueryContainer
 import KQueryServer
 import KQueryStore
+import KQueryWebServices
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials

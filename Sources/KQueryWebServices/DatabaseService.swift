@@ -4,19 +4,35 @@ import KQueryStore
 
 /// What a Web Services operation answers: the JSON body, its HTTP status, and how many pushes the
 /// operation queued (for the request log and the web courier).
-struct ServiceAnswer: Sendable {
-    var json: JSON
-    var status: Int = 200
-    var pushes: Int = 0
+package struct ServiceAnswer: Sendable {
+    package var json: JSON
+    package var status: Int
+    package var pushes: Int
+
+    package init(json: JSON, status: Int = 200, pushes: Int = 0) {
+        self.json = json
+        self.status = status
+        self.pushes = pushes
+    }
 }
 
 /// CloudKit Web Services' database operations over one container database: each reads the
 /// request's Web Services JSON, calls the container, and encodes its answer. Knows nothing of HTTP.
-struct DatabaseService {
-    let database: ContainerDatabase
-    var schema: Schema?
+package struct DatabaseService {
+    package let database: ContainerDatabase
+    /// The `.ckdb` schema records and queries must fit, if the server was given one.
+    package var schema: Schema?
+    /// Without a schema, the one the container learns from its saves (CloudKit's development
+    /// behaviour: a field's first save fixes its type).
+    package var learnedSchema: LearnedSchema?
 
-    func run(_ operation: String, _ body: JSON) throws(ServerError) -> ServiceAnswer {
+    package init(database: ContainerDatabase, schema: Schema? = nil, learnedSchema: LearnedSchema? = nil) {
+        self.database = database
+        self.schema = schema
+        self.learnedSchema = learnedSchema
+    }
+
+    package func run(_ operation: String, _ body: JSON) throws(ServerError) -> ServiceAnswer {
         if operation.hasSuffix("/list") || operation == "users/current" {
             // GET operations take no body.
         } else {
@@ -65,7 +81,12 @@ struct DatabaseService {
         do throws(ServerError) { desiredKeys = try QueryRequest.desiredKeys(body["desiredKeys"]) } catch {
             throw ContainerError(.badRequest, error.reason)
         }
-        let operations = try schema?.conforming(request.operations) ?? request.operations
+        var operations = request.operations
+        if let schema {
+            operations = try schema.conforming(operations)
+        } else if let learnedSchema {
+            operations = try learnedSchema.conforming(operations)
+        }
         let result = try database.modify(operations, atomic: request.atomic)
         let json = result.webServicesJSON(desiredKeys: desiredKeys)
         if request.atomic, result.results.contains(where: { $0.error?.code == .atomicError }) {

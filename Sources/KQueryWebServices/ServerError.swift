@@ -11,7 +11,7 @@ public struct ServerError: Error, Hashable, Sendable, CustomStringConvertible {
     public var reason: String
     public var httpStatus: Int
     /// Extra members of the answer: the per-record results of a failed atomic modify.
-    var extra: [String: JSON] = [:]
+    package var extra: [String: JSON] = [:]
 
     public init(_ serverErrorCode: String, _ reason: String, httpStatus: Int) {
         self.serverErrorCode = serverErrorCode
@@ -25,12 +25,12 @@ public struct ServerError: Error, Hashable, Sendable, CustomStringConvertible {
 
     public var description: String { "\(serverErrorCode): \(reason)" }
 
-    static func badRequest(_ reason: String) -> ServerError { ServerError("BAD_REQUEST", reason, httpStatus: 400) }
-    static func authenticationRequired(_ reason: String) -> ServerError { ServerError("AUTHENTICATION_REQUIRED", reason, httpStatus: 421) }
-    static func authenticationFailed(_ reason: String) -> ServerError { ServerError("AUTHENTICATION_FAILED", reason, httpStatus: 401) }
-    static func accessDenied(_ reason: String) -> ServerError { ServerError("ACCESS_DENIED", reason, httpStatus: 403) }
-    static func notFound(_ reason: String) -> ServerError { ServerError("NOT_FOUND", reason, httpStatus: 404) }
-    static func tooLarge(_ limit: Int) -> ServerError {
+    package static func badRequest(_ reason: String) -> ServerError { ServerError("BAD_REQUEST", reason, httpStatus: 400) }
+    package static func authenticationRequired(_ reason: String) -> ServerError { ServerError("AUTHENTICATION_REQUIRED", reason, httpStatus: 421) }
+    package static func authenticationFailed(_ reason: String) -> ServerError { ServerError("AUTHENTICATION_FAILED", reason, httpStatus: 401) }
+    package static func accessDenied(_ reason: String) -> ServerError { ServerError("ACCESS_DENIED", reason, httpStatus: 403) }
+    package static func notFound(_ reason: String) -> ServerError { ServerError("NOT_FOUND", reason, httpStatus: 404) }
+    package static func tooLarge(_ limit: Int) -> ServerError {
         ServerError("QUOTA_EXCEEDED", "the request body is larger than \(limit) bytes", httpStatus: 413)
     }
 
