@@ -20,6 +20,7 @@ public final class CloudKitServer: Sendable {
     let authentication: Authentication
     let courier = WebCourier()
     let deviceTokens: DeviceTokens
+    let blockingWork: BlockingWork
     /// The port the server listens on, once it does (the configured one may be 0).
     let boundPort = Locked<Int?>(nil)
 
@@ -40,6 +41,7 @@ public final class CloudKitServer: Sendable {
             apiTokens: configuration.apiTokens, serverKeys: configuration.serverKeys, secret: secret,
             signatureTolerance: configuration.signatureTolerance)
         deviceTokens = DeviceTokens(directory: configuration.dataDirectory)
+        blockingWork = BlockingWork(threads: configuration.blockingThreads)
     }
 
     /// The web auth token of a local user.
@@ -140,7 +142,9 @@ public final class CloudKitServer: Sendable {
             if self.configuration.schema == nil, operation == "records/modify" {
                 service.learnedSchema = try self.containers.learnedSchema(containerIdentifier)
             }
-            let answer = try service.run(operation, try body.json())
+            let json = try body.json()
+            let prepared = service
+            let answer = try await self.blockingWork.run { () throws(ServerError) -> ServiceAnswer in try prepared.run(operation, json) }
             if answer.pushes > 0 { await self.courier.pushesQueued() }
             return answer
         }

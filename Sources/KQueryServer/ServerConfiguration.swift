@@ -23,6 +23,9 @@ public struct ServerConfiguration: Sendable {
     public var signatureTolerance: Double = 300
     /// The `.ckdb` schema records and queries must fit (nil: any record type and field, any query).
     public var schema: Schema?
+    /// Threads for the container's blocking work (a modify waits for the disk): as many modifies
+    /// can be in flight at once, and share group commits.
+    public var blockingThreads: Int = 64
     /// Whether each request is logged to standard error.
     public var logsRequests = true
 

@@ -18,7 +18,7 @@ package struct ServiceAnswer: Sendable {
 
 /// CloudKit Web Services' database operations over one container database: each reads the
 /// request's Web Services JSON, calls the container, and encodes its answer. Knows nothing of HTTP.
-package struct DatabaseService {
+package struct DatabaseService: Sendable {
     package let database: ContainerDatabase
     /// The `.ckdb` schema records and queries must fit, if the server was given one.
     package var schema: Schema?
