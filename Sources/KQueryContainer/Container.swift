@@ -113,10 +113,12 @@ public final class Container: Sendable {
     /// Runs `body` in a write transaction, then `committed` with its result once it has
     /// committed, holding the writer lock throughout (so the memory `committed` updates follows
     /// the commit order). What `body` changes in `state` is undone if the transaction does not commit.
+    /// Returns once the write is durable: after the lock is released, so the next write runs
+    /// while this one waits for the disk, and writes waiting together share one sync.
     func write<T: Sendable>(
         _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T, committed: (T) -> Void = { _ in }
     ) throws(ContainerError) -> T {
-        try writer.withLock { state throws(ContainerError) -> T in
+        let result = try writer.withLock { state throws(ContainerError) -> T in
             let result: T
             do throws(ContainerError) {
                 result = try storage.write { tx throws(ContainerError) -> T in try body(&state, tx) }
@@ -128,6 +130,8 @@ public final class Container: Sendable {
             committed(result)
             return result
         }
+        try storage.waitUntilDurable()
+        return result
     }
 
     /// The database's subscriptions: those in memory, else those stored.

@@ -12,6 +12,15 @@ protocol ContainerStorage: Sendable {
     var secret: (UInt64, UInt64) { get }
     func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T
+    /// Returns once every write committed before the call is on stable storage. `write` may return
+    /// as soon as its transaction is visible to readers (a file storage then shares one disk sync
+    /// among the writes that wait here together); a write is acknowledged only after this.
+    func waitUntilDurable() throws(ContainerError)
+}
+
+extension ContainerStorage {
+    /// Storages whose writes are durable when `write` returns (or never, in memory) have nothing to wait for.
+    func waitUntilDurable() throws(ContainerError) {}
 }
 
 /// A database's change bookkeeping, as stored.

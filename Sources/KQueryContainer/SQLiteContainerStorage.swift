@@ -25,8 +25,10 @@ import Foundation
 ///        notificationID, payload, priority, pushType, created)
 /// ```
 /// A record's `body` is `RecordCoding`'s binary form. A file uses WAL (readers do not wait for the
-/// writer) and `synchronous = FULL`: a committed modify survives a crash or a power cut, its
-/// outbox rows with it.
+/// writer) with group commit: transactions commit with `synchronous = NORMAL`, and each write waits
+/// in `waitUntilDurable` for an `fsync` of the log that covers it before it is acknowledged
+/// (`GroupCommit`), so a committed modify survives a crash or a power cut, its outbox rows with it,
+/// and concurrent writes share a sync.
 final class SQLiteContainerStorage: ContainerStorage {
     static let formatVersion = "1"
 
@@ -34,6 +36,8 @@ final class SQLiteContainerStorage: ContainerStorage {
     private let writer: any DatabaseWriter
     /// The file, or `:memory:`, for messages.
     private let name: String
+    /// Syncs the write-ahead log for the writes waiting to be acknowledged (nil in memory).
+    private let groupCommit: GroupCommit?
 
     /// Opens (creating if needed) the container file at `path`, or an in-memory one for nil.
     init(path: String?) throws(ContainerError) {
@@ -41,7 +45,10 @@ final class SQLiteContainerStorage: ContainerStorage {
         var configuration = Configuration()
         // Statement journals (for INSERT OR REPLACE inside a transaction) in memory: on disk, SQLite
         // opened a temporary file for each statement that needed one.
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY") }
+        // synchronous = NORMAL: commits do not wait for the disk; `waitUntilDurable` syncs the log
+        // for every write before it is acknowledged (group commit).
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY") }
+        groupCommit = path.map { GroupCommit(walPath: $0 + "-wal") }
         do {
             if let path {
                 writer = try DatabasePool(path: path, configuration: configuration)
@@ -123,10 +130,16 @@ final class SQLiteContainerStorage: ContainerStorage {
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         do {
-            return try writer.write { db in try body(SQLiteTransaction(db: db, name: name)) }
+            let result = try writer.write { db in try body(SQLiteTransaction(db: db, name: name)) }
+            groupCommit?.committed()
+            return result
         } catch {
             throw Self.storageError(error, name: name)
         }
+    }
+
+    func waitUntilDurable() throws(ContainerError) {
+        try groupCommit?.waitUntilDurable()
     }
 
     static func storageError(_ error: any Error, name: String) -> ContainerError {

@@ -95,8 +95,9 @@ struct Serve: ParsableCommand {
                     throw ServerError(error)
                 }
             }
-            let failed = results.filter { $0.error != nil }.count
-            Terminal.writeError("imported \(results.count - failed) records into \(identifier) (public, development)\(failed > 0 ? ", \(failed) refused" : "")")
+            // importRecords answers the operations that failed.
+            let failed = results.count
+            Terminal.writeError("imported \(loaded.count - failed) records into \(identifier) (public, development)\(failed > 0 ? ", \(failed) refused" : "")")
         }
         let outcome = Locked<(any Error)?>(nil)
         let done = DispatchSemaphore(value: 0)
