@@ -228,6 +228,35 @@ import Foundation
         #expect(apns.requests.count == 5)
     }
 
+    @Test func eachEnvironmentGoesToItsHostAndADownHostWaitsForTheNextPass() async throws {
+        let live = try await FakeAPNs.start()
+        defer { Task { try await live.stop() } }
+        let gone = try await FakeAPNs.start()
+        try await gone.stop()
+        let logs = Locked<[String]>([])
+        var harness = try Self.harness(live, key: P256.Signing.PrivateKey(), logs: logs, attempts: 2, poll: .seconds(3600))
+        harness.configuration.apns?.sandboxURL = gone.url
+        harness.configuration.apns?.requestTimeout = .milliseconds(300)
+        let production = String(repeating: "0f", count: 32)
+        let development = [String(repeating: "1a", count: 32), String(repeating: "2b", count: 32)]
+        try await harness.run { c in
+            for (environment, token) in [("production", production), ("development", development[0]), ("development", development[1])] {
+                let answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/register",
+                                              body: #"{"apnsEnvironment": "\#(environment)", "apnsToken": "\#(token)"}"#, user: "_dave")
+                #expect(answer.status == 200)
+            }
+            try await Self.queuePush(c)
+            try await live.wait { _ in logs.withLock { $0 }.contains { $0.contains("left pending") } }
+            try await Task.sleep(for: .milliseconds(200))
+            // The production device got it from the production host; the sandbox host never answered.
+            #expect(live.requests.map(\.path).contains("/3/device/\(production)"))
+            #expect(!live.requests.contains { $0.path.contains(development[0]) || $0.path.contains(development[1]) })
+            // One development device spent its retries; the other was not tried against the down host.
+            #expect(logs.withLock { $0 }.filter { $0.contains("left pending") }.count == 1)
+            #expect(try Self.container(c).pendingNotifications(for: .apns).count == 1)
+        }
+    }
+
     @Test func aBadAPNsConfigurationNamesItsField() throws {
         func refusal(_ text: String) -> String? {
             var configuration = ServerConfiguration(dataDirectory: "/nonexistent")

@@ -85,6 +85,9 @@ public final class APNsDelivery: Service, Sendable {
         var failures: [String] = []
         let all = containers.allContainers(failures: &failures)
         for failure in failures { log("cannot open container \(failure)") }
+        // Hosts that did not answer this pass: their pushes wait for the next one rather than each
+        // spend its own retries.
+        var downHosts: Set<String> = []
         for container in all {
             var more = true
             while more, !Task.isCancelled {
@@ -95,7 +98,9 @@ public final class APNsDelivery: Service, Sendable {
                 }
                 var acknowledged: [Int64] = []
                 for notification in pending where !Task.isCancelled {
-                    if await deliver(notification, of: container.containerIdentifier, with: client) { acknowledged.append(notification.id) }
+                    if await deliver(notification, of: container.containerIdentifier, with: client, downHosts: &downHosts) {
+                        acknowledged.append(notification.id)
+                    }
                 }
                 do throws(ContainerError) { try container.acknowledge(acknowledged, channel: .apns) } catch {
                     log("\(container.containerIdentifier): cannot acknowledge \(acknowledged.count) pushes: \(error)")
@@ -108,12 +113,17 @@ public final class APNsDelivery: Service, Sendable {
     }
 
     /// Sends one push to every device of its owner; true when it is done with (to be acknowledged).
-    func deliver(_ notification: OutboxNotification, of containerIdentifier: String, with client: HTTPClient) async -> Bool {
+    func deliver(_ notification: OutboxNotification, of containerIdentifier: String, with client: HTTPClient, downHosts: inout Set<String>) async -> Bool {
         let devices = deviceTokens.registrations(
             containerIdentifier: containerIdentifier, environment: notification.database.environment.name, user: notification.owner)
         var done = true
         for device in devices {
             guard !Task.isCancelled else { return false }
+            let host = baseURL(for: device)
+            guard !downHosts.contains(host) else {
+                done = false
+                continue
+            }
             let outcome = await send(notification, to: device, with: client)
             switch outcome {
             case .delivered:
@@ -125,11 +135,12 @@ public final class APNsDelivery: Service, Sendable {
                 }
             case .refused(let status, let reason):
                 log("push \(notification.id) of \(containerIdentifier) to device \(device.apnsToken) refused (\(status) \(reason)): dropped")
-            case .failed(let reason):
+            case .failed(let reason), .unreachable(let reason):
                 // A send cancelled by shutdown is no failure to report; the push stays pending all the same.
                 if !Task.isCancelled {
                     log("push \(notification.id) of \(containerIdentifier) to device \(device.apnsToken) failed \(configuration.maximumAttempts) times (\(reason)): left pending")
                 }
+                if case .unreachable = outcome { downHosts.insert(host) }
                 done = false
             }
         }
@@ -154,8 +165,7 @@ public final class APNsDelivery: Service, Sendable {
         guard !device.apnsToken.isEmpty, device.apnsToken.utf8.allSatisfy({ $0.isHexDigit }) else {
             return .refused(status: 400, reason: "BadDeviceToken")
         }
-        let base = device.apnsEnvironment == "production" ? configuration.productionURL : configuration.sandboxURL
-        var request = HTTPClientRequest(url: "\(base)/3/device/\(device.apnsToken)")
+        var request = HTTPClientRequest(url: "\(baseURL(for: device))/3/device/\(device.apnsToken)")
         request.method = .POST
         do throws(ServerError) {
             request.headers.add(name: "authorization", value: "bearer \(try providerToken.current())")
@@ -167,14 +177,20 @@ public final class APNsDelivery: Service, Sendable {
         }
         request.body = .bytes(ByteBuffer(string: notification.payload.serialized))
         do {
-            let response = try await client.execute(request, timeout: .seconds(configuration.requestTimeout.components.seconds))
+            let timeout = configuration.requestTimeout.components
+            let response = try await client.execute(request, timeout: .nanoseconds(timeout.seconds * 1_000_000_000 + timeout.attoseconds / 1_000_000_000))
             let body = try await response.body.collect(upTo: 64 * 1024)
             let outcome = APNsOutcome(status: Int(response.status.code), body: Array(body.readableBytesView))
             if case .failed(let reason) = outcome, reason.contains("ExpiredProviderToken") { providerToken.invalidate() }
             return outcome
         } catch {
-            return .failed(reason: "\(error)")
+            return .unreachable(reason: "\(error)")
         }
+    }
+
+    /// The production host for devices registered as "production", the sandbox for the others.
+    func baseURL(for device: DeviceTokens.Registration) -> String {
+        device.apnsEnvironment == "production" ? configuration.productionURL : configuration.sandboxURL
     }
 
     /// The `apns-*` headers of a push (SPEC §10); `authorization` is added by the sender.

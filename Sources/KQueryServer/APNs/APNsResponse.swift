@@ -9,8 +9,11 @@ enum APNsOutcome: Equatable, Sendable {
     /// A 4xx that sending again cannot fix (400 `BadDeviceToken`, 413 `PayloadTooLarge`, ...):
     /// dropped and logged, never retried.
     case refused(status: Int, reason: String)
-    /// 429, 5xx, 403 (the provider token) or no answer at all: tried again with backoff.
+    /// 429 or 403 (the provider token): tried again with backoff.
     case failed(reason: String)
+    /// 5xx or no answer at all: tried again with backoff; when that fails too, the host is taken
+    /// to be down and the rest of the pass sends nothing more to it.
+    case unreachable(reason: String)
 
     /// Reads an answer: its status and its body (`{"reason": "..."}` on errors).
     init(status: Int, body: [UInt8]) {
@@ -18,7 +21,8 @@ enum APNsOutcome: Equatable, Sendable {
         switch status {
         case 200..<300: self = .delivered
         case 410: self = .unregistered(reason: reason)
-        case 403, 429, 500..<600: self = .failed(reason: "\(status) \(reason)")
+        case 403, 429: self = .failed(reason: "\(status) \(reason)")
+        case 500..<600: self = .unreachable(reason: "\(status) \(reason)")
         case 400..<500: self = .refused(status: status, reason: reason)
         default: self = .failed(reason: "\(status) \(reason)")
         }
@@ -26,7 +30,9 @@ enum APNsOutcome: Equatable, Sendable {
 
     /// Whether the push is done with for this device (delivered or definitively refused).
     var isFinal: Bool {
-        if case .failed = self { return false }
-        return true
+        switch self {
+        case .failed, .unreachable: false
+        case .delivered, .unregistered, .refused: true
+        }
     }
 }
