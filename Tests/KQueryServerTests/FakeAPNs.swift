@@ -23,8 +23,9 @@ final class FakeAPNs: Sendable {
         var body: [UInt8]
     }
 
-    /// The certificate clients must trust.
+    /// The certificate clients must trust, and its PEM text.
     let certificate: NIOSSLCertificate
+    let certificatePEM: String
     let port: Int
     private let channel: any Channel
     private let state: Locked<(requests: [Request], script: [(status: Int, body: String)])>
@@ -45,8 +46,11 @@ final class FakeAPNs: Sendable {
         }
     }
 
-    private init(certificate: NIOSSLCertificate, channel: any Channel, state: Locked<(requests: [Request], script: [(status: Int, body: String)])>) {
+    private init(
+        certificate: NIOSSLCertificate, pem: String, channel: any Channel, state: Locked<(requests: [Request], script: [(status: Int, body: String)])>
+    ) {
         self.certificate = certificate
+        certificatePEM = pem
         self.channel = channel
         self.state = state
         port = channel.localAddress?.port ?? 0
@@ -84,7 +88,7 @@ final class FakeAPNs: Sendable {
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
-        let apns = FakeAPNs(certificate: nioCertificate, channel: channel, state: state)
+        let apns = FakeAPNs(certificate: nioCertificate, pem: pem, channel: channel, state: state)
         recorder.apns.withLock { $0 = apns }
         return apns
     }
