@@ -141,9 +141,15 @@ import Foundation
         #expect(!(try String(contentsOfFile: file, encoding: .utf8)).contains(Self.device))
 
         // After a restart the device is still gone: a new push goes nowhere and is acknowledged at once.
+        // First let the stopped server's container file close (its last connection checkpoints and
+        // removes the WAL, holding the file's lock while it does).
+        let wal = (harness.directory as NSString).appendingPathComponent("iCloud.com.example.tests.container-wal")
+        let deadline = ContinuousClock.now + .seconds(5)
+        while FileManager.default.fileExists(atPath: wal), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         try await Self.harness(apns, key: key, logs: logs, directory: harness.directory).run { c in
-            _ = try await c.post("private", "records/modify",
-                                 #"{"operations": [{"operationType": "create", "record": {"recordName": "n2", "recordType": "Note"}}]}"#, user: "_dave")
+            let answer = try await c.post("private", "records/modify",
+                                          #"{"operations": [{"operationType": "create", "record": {"recordName": "n2", "recordType": "Note"}}]}"#, user: "_dave")
+            #expect(answer.status == 200, "\(answer.text)")
             try await Self.waitForAcknowledgement(c)
             #expect(try Self.container(c).pendingNotifications(for: .apns).isEmpty)
             #expect(try Self.container(c).pendingNotifications(for: .webCourier).count == 2)

@@ -53,8 +53,8 @@ import Foundation
         #expect(APNsOutcome(status: 410, body: Array(#"{"reason":"ExpiredToken"}"#.utf8)) == .unregistered(reason: "ExpiredToken"))
         #expect(APNsOutcome(status: 400, body: Array(#"{"reason":"BadDeviceToken"}"#.utf8)) == .refused(status: 400, reason: "BadDeviceToken"))
         #expect(APNsOutcome(status: 413, body: Array(#"{"reason":"PayloadTooLarge"}"#.utf8)) == .refused(status: 413, reason: "PayloadTooLarge"))
-        #expect(!APNsOutcome(status: 429, body: Array(#"{"reason":"TooManyRequests"}"#.utf8)).isFinal)
-        #expect(APNsOutcome(status: 500, body: Array("not json".utf8)) == .unreachable(reason: "500 HTTP 500"))
+        #expect(APNsOutcome(status: 429, body: Array(#"{"reason":"TooManyRequests"}"#.utf8)) == .throttled(reason: "429 TooManyRequests"))
+        #expect(APNsOutcome(status: 500, body: Array("not json".utf8)) == .serviceFailed(reason: "500 HTTP 500"))
         #expect(!APNsOutcome(status: 503, body: []).isFinal)
         #expect(!APNsOutcome(status: 403, body: Array(#"{"reason":"ExpiredProviderToken"}"#.utf8)).isFinal)
     }

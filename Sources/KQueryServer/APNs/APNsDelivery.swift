@@ -14,7 +14,7 @@ import Foundation
 /// notifications not yet acknowledged for `DeliveryChannel.apns` and POSTs each to
 /// `/3/device/<token>` of every device of its owner, in the notification's environment. A push is
 /// acknowledged for APNs once every device took it or refused it for good; a device that is gone
-/// (410) is forgotten. 429, 5xx and connection failures are retried with exponential backoff; when
+/// (410) is forgotten. 429, 403, 5xx and connection failures are retried with exponential backoff; when
 /// the attempts run out the push stays pending and is tried again on a later pass, so a transient
 /// failure never drops one.
 public final class APNsDelivery: Service, Sendable {
@@ -102,7 +102,7 @@ public final class APNsDelivery: Service, Sendable {
                         acknowledged.append(notification.id)
                     }
                 }
-                do throws(ContainerError) { try container.acknowledge(acknowledged, channel: .apns) } catch {
+                do throws(ContainerError) { if !acknowledged.isEmpty { try container.acknowledge(acknowledged, channel: .apns) } } catch {
                     log("\(container.containerIdentifier): cannot acknowledge \(acknowledged.count) pushes: \(error)")
                     break
                 }
@@ -135,12 +135,12 @@ public final class APNsDelivery: Service, Sendable {
                 }
             case .refused(let status, let reason):
                 log("push \(notification.id) of \(containerIdentifier) to device \(device.apnsToken) refused (\(status) \(reason)): dropped")
-            case .failed(let reason), .unreachable(let reason):
+            case .throttled(let reason), .serviceFailed(let reason):
                 // A send cancelled by shutdown is no failure to report; the push stays pending all the same.
                 if !Task.isCancelled {
                     log("push \(notification.id) of \(containerIdentifier) to device \(device.apnsToken) failed \(configuration.maximumAttempts) times (\(reason)): left pending")
                 }
-                if case .unreachable = outcome { downHosts.insert(host) }
+                if case .serviceFailed = outcome { downHosts.insert(host) }
                 done = false
             }
         }
@@ -170,7 +170,7 @@ public final class APNsDelivery: Service, Sendable {
         do throws(ServerError) {
             request.headers.add(name: "authorization", value: "bearer \(try providerToken.current())")
         } catch {
-            return .failed(reason: error.reason)
+            return .serviceFailed(reason: error.reason)
         }
         for (name, value) in Self.headers(for: notification, topic: configuration.topic, expiration: configuration.expiration) {
             request.headers.add(name: name, value: value)
@@ -181,10 +181,10 @@ public final class APNsDelivery: Service, Sendable {
             let response = try await client.execute(request, timeout: .nanoseconds(timeout.seconds * 1_000_000_000 + timeout.attoseconds / 1_000_000_000))
             let body = try await response.body.collect(upTo: 64 * 1024)
             let outcome = APNsOutcome(status: Int(response.status.code), body: Array(body.readableBytesView))
-            if case .failed(let reason) = outcome, reason.contains("ExpiredProviderToken") { providerToken.invalidate() }
+            if case .serviceFailed(let reason) = outcome, reason.contains("ExpiredProviderToken") { providerToken.invalidate() }
             return outcome
         } catch {
-            return .unreachable(reason: "\(error)")
+            return .serviceFailed(reason: "\(error)")
         }
     }
 

@@ -9,11 +9,12 @@ enum APNsOutcome: Equatable, Sendable {
     /// A 4xx that sending again cannot fix (400 `BadDeviceToken`, 413 `PayloadTooLarge`, ...):
     /// dropped and logged, never retried.
     case refused(status: Int, reason: String)
-    /// 429 or 403 (the provider token): tried again with backoff.
-    case failed(reason: String)
-    /// 5xx or no answer at all: tried again with backoff; when that fails too, the host is taken
-    /// to be down and the rest of the pass sends nothing more to it.
-    case unreachable(reason: String)
+    /// 429 (too many pushes to this device): tried again with backoff.
+    case throttled(reason: String)
+    /// 5xx, 403 (the provider token) or no answer at all: a failure of the service or of the
+    /// server's credentials, not of this push. Tried again with backoff; when that fails too, the
+    /// rest of the pass sends nothing more to that host.
+    case serviceFailed(reason: String)
 
     /// Reads an answer: its status and its body (`{"reason": "..."}` on errors).
     init(status: Int, body: [UInt8]) {
@@ -21,17 +22,17 @@ enum APNsOutcome: Equatable, Sendable {
         switch status {
         case 200..<300: self = .delivered
         case 410: self = .unregistered(reason: reason)
-        case 403, 429: self = .failed(reason: "\(status) \(reason)")
-        case 500..<600: self = .unreachable(reason: "\(status) \(reason)")
+        case 429: self = .throttled(reason: "\(status) \(reason)")
+        case 403, 500..<600: self = .serviceFailed(reason: "\(status) \(reason)")
         case 400..<500: self = .refused(status: status, reason: reason)
-        default: self = .failed(reason: "\(status) \(reason)")
+        default: self = .serviceFailed(reason: "\(status) \(reason)")
         }
     }
 
     /// Whether the push is done with for this device (delivered or definitively refused).
     var isFinal: Bool {
         switch self {
-        case .failed, .unreachable: false
+        case .throttled, .serviceFailed: false
         case .delivered, .unregistered, .refused: true
         }
     }
