@@ -97,15 +97,27 @@ public final class Container: Sendable {
 
     // MARK: Outbox
 
-    /// The oldest `limit` notifications not yet acknowledged, in the order they were queued.
+    /// The oldest `limit` notifications not yet acknowledged on every channel, in the order they
+    /// were queued.
     public func pendingNotifications(limit: Int = 100) throws(ContainerError) -> [OutboxNotification] {
-        try storage.read { tx throws(ContainerError) in try tx.pendingNotifications(limit: max(limit, 0)) }
+        try pendingNotifications(for: .all, limit: limit)
     }
 
-    /// Removes delivered notifications from the outbox (unknown IDs are ignored, so a retried
-    /// acknowledgement is harmless).
+    /// The oldest `limit` notifications `channel` has not acknowledged, in the order they were queued.
+    public func pendingNotifications(for channel: DeliveryChannel, limit: Int = 100) throws(ContainerError) -> [OutboxNotification] {
+        try storage.read { tx throws(ContainerError) in try tx.pendingNotifications(for: channel, limit: max(limit, 0)) }
+    }
+
+    /// Removes delivered notifications from the outbox, for every channel (unknown IDs are
+    /// ignored, so a retried acknowledgement is harmless).
     public func acknowledge(_ ids: [Int64]) throws(ContainerError) {
-        try write { _, tx throws(ContainerError) in try tx.acknowledge(ids) }
+        try acknowledge(ids, channel: .all)
+    }
+
+    /// Records that `channel` delivered (or definitively refused) the notifications; each is
+    /// removed once every channel has acknowledged it.
+    public func acknowledge(_ ids: [Int64], channel: DeliveryChannel) throws(ContainerError) {
+        try write { _, tx throws(ContainerError) in try tx.acknowledge(ids, on: channel) }
     }
 
     // MARK: Writing

@@ -75,8 +75,9 @@ protocol StorageTransaction {
     func subscribedDatabases() throws(ContainerError) -> [DatabaseKey]
     /// The database's subscriptions, in the order they were saved.
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription]
-    /// The oldest notifications not yet acknowledged.
-    func pendingNotifications(limit: Int) throws(ContainerError) -> [OutboxNotification]
+    /// The oldest notifications not yet acknowledged on one of `channels` (on a single channel:
+    /// not acknowledged there; on `.all`: still queued).
+    func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification]
 }
 
 /// The writes a request makes, inside one transaction.
@@ -95,7 +96,9 @@ protocol StorageWriteTransaction: StorageTransaction {
     func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError)
     /// Queues notifications; returns them with their outbox IDs.
     func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification]
-    func acknowledge(_ ids: [Int64]) throws(ContainerError)
+    /// Marks the notifications delivered on `channels`, and removes those every channel has
+    /// delivered (unknown IDs are ignored).
+    func acknowledge(_ ids: [Int64], on channels: DeliveryChannel) throws(ContainerError)
     /// Drops all but the newest `count` tombstones (record and zone) of the database and raises its
     /// horizon past the dropped ones; returns the new horizon.
     func compactHistory(of database: StoredDatabase, keepingLast count: Int) throws(ContainerError) -> Int64

@@ -25,6 +25,7 @@ extension NotificationInfo {
         add("shouldSendMutableContent", shouldSendMutableContent)
         add("category", category)
         add("desiredKeys", desiredKeys)
+        add("collapseIDKey", collapseIDKey)
         return .object(members)
     }
 }

@@ -18,4 +18,6 @@ public struct OutboxNotification: Hashable, Sendable {
     public var pushType: String
     /// When it was queued, in milliseconds since 1970.
     public var created: Int64
+    /// APNs' `apns-collapse-id`: the value of the subscription's `collapseIDKey` field, if any.
+    public var collapseID: String? = nil
 }

@@ -22,8 +22,10 @@ import Foundation
 /// record_references(databaseID, zoneName, ownerName, targetName, action, sourceName PK)
 /// subscriptions(databaseID, subscriptionID PK, owner, body)      rowid keeps the save order
 /// outbox(id AUTOINCREMENT, environment, scope, userRecordName, subscriptionID, owner,
-///        notificationID, payload, priority, pushType, created)
+///        notificationID, payload, priority, pushType, created, collapseID, delivered)
 /// ```
+/// An outbox row's `delivered` holds the bits of the `DeliveryChannel`s that acknowledged it; the
+/// row is deleted when all are set. Files from before it get the two last columns on opening.
 /// A record's `body` is `RecordCoding`'s binary form. A file uses WAL (readers do not wait for the
 /// writer) with group commit: transactions commit with `synchronous = NORMAL`, and each write waits
 /// in `waitUntilDurable` for an `fsync` of the log that covers it before it is acknowledged
@@ -105,8 +107,12 @@ final class SQLiteContainerStorage: ContainerStorage {
             CREATE TABLE IF NOT EXISTS outbox (
                 id INTEGER PRIMARY KEY AUTOINCREMENT, environment INTEGER NOT NULL, scope INTEGER NOT NULL,
                 userRecordName TEXT NOT NULL, subscriptionID TEXT NOT NULL, owner TEXT NOT NULL, notificationID TEXT NOT NULL,
-                payload TEXT NOT NULL, priority INTEGER NOT NULL, pushType TEXT NOT NULL, created INTEGER NOT NULL);
+                payload TEXT NOT NULL, priority INTEGER NOT NULL, pushType TEXT NOT NULL, created INTEGER NOT NULL,
+                collapseID TEXT, delivered INTEGER NOT NULL DEFAULT 0);
             """)
+        let outboxColumns = try Set(Row.fetchAll(db, sql: "PRAGMA table_info(outbox)").map { $0["name"] as String })
+        if !outboxColumns.contains("collapseID") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN collapseID TEXT") }
+        if !outboxColumns.contains("delivered") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0") }
         try db.execute(sql: "INSERT OR IGNORE INTO container_meta (key, value) VALUES ('format', ?)", arguments: [formatVersion])
         let format = try String.fetchOne(db, sql: "SELECT value FROM container_meta WHERE key = 'format'")
         guard format == formatVersion else {
@@ -305,12 +311,12 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         return subscriptions
     }
 
-    func pendingNotifications(limit: Int) throws(ContainerError) -> [OutboxNotification] {
+    func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification] {
         let rows = try sql {
             try Row.fetchAll(db, SQLRequest(sql: """
-                SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created
-                FROM outbox ORDER BY id LIMIT ?
-                """, arguments: [limit], cached: true))
+                SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created, collapseID
+                FROM outbox WHERE delivered & ?1 != ?1 ORDER BY id LIMIT ?2
+                """, arguments: [channels.rawValue, limit], cached: true))
         }
         var notifications: [OutboxNotification] = []
         for row in rows {
@@ -319,7 +325,8 @@ private struct SQLiteTransaction: StorageWriteTransaction {
             else { throw ContainerError(.internalError, "\(name): outbox entry \(row[0] as Int64) is corrupt") }
             notifications.append(OutboxNotification(
                 id: row[0], database: DatabaseKey(environment: environment, scope: scope, userRecordName: row[3]),
-                subscriptionID: row[4], owner: row[5], payload: payload, priority: row[7], pushType: row[8], created: row[9]))
+                subscriptionID: row[4], owner: row[5], payload: payload, priority: row[7], pushType: row[8], created: row[9],
+                collapseID: row[10]))
         }
         return notifications
     }
@@ -430,8 +437,9 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification] {
         try sql {
             let insert = try db.cachedStatement(sql: """
-                INSERT INTO outbox (environment, scope, userRecordName, subscriptionID, owner, notificationID, payload, priority, pushType, created)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO outbox (environment, scope, userRecordName, subscriptionID, owner, notificationID, payload, priority, pushType, created,
+                                    collapseID)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             return try notifications.map { new in
                 let key = new.database
@@ -439,17 +447,23 @@ private struct SQLiteTransaction: StorageWriteTransaction {
                 try insert.execute(arguments: [
                     key.environment.rawValue, key.scope.rawValue, key.userRecordName, new.subscriptionID, new.owner,
                     payload.json["ck"]?["nid"]?.stringValue ?? "", payload.json.serialized, payload.priority, payload.pushType, new.created,
+                    payload.collapseID,
                 ])
                 return OutboxNotification(id: db.lastInsertedRowID, database: key, subscriptionID: new.subscriptionID, owner: new.owner,
-                                          payload: payload.json, priority: payload.priority, pushType: payload.pushType, created: new.created)
+                                          payload: payload.json, priority: payload.priority, pushType: payload.pushType, created: new.created,
+                                          collapseID: payload.collapseID)
             }
         }
     }
 
-    func acknowledge(_ ids: [Int64]) throws(ContainerError) {
+    func acknowledge(_ ids: [Int64], on channels: DeliveryChannel) throws(ContainerError) {
         try sql {
-            let delete = try db.cachedStatement(sql: "DELETE FROM outbox WHERE id = ?")
-            for id in ids { try delete.execute(arguments: [id]) }
+            let mark = try db.cachedStatement(sql: "UPDATE outbox SET delivered = delivered | ? WHERE id = ?")
+            let delete = try db.cachedStatement(sql: "DELETE FROM outbox WHERE id = ?1 AND delivered & ?2 = ?2")
+            for id in ids {
+                try mark.execute(arguments: [channels.rawValue, id])
+                try delete.execute(arguments: [id, DeliveryChannel.all.rawValue])
+            }
         }
     }
 

@@ -8,7 +8,7 @@ import KQueryWebServices
 import Foundation
 
 /// `kquery serve`: CloudKit Web Services over the containers of a data directory (SPEC §11), and
-/// the web courier that delivers their pushes (SPEC §10).
+/// the web courier and APNs delivery that deliver their pushes (SPEC §10).
 ///
 /// The routes are thin: they read the request (body, path, credentials), let `Authentication`
 /// name the user and `DatabaseService` run the operation, and write the answer. Every refusal is
@@ -18,9 +18,11 @@ public final class CloudKitServer: Sendable {
     public let containers: ContainerDirectory
     let secret: ServerSecret
     let authentication: Authentication
-    let courier = WebCourier()
+    let courier: WebCourier
     let deviceTokens: DeviceTokens
     let blockingWork: BlockingWork
+    /// Delivery to APNs, when configured.
+    public let apns: APNsDelivery?
     /// The port the server listens on, once it does (the configured one may be 0).
     let boundPort = Locked<Int?>(nil)
 
@@ -42,6 +44,13 @@ public final class CloudKitServer: Sendable {
             signatureTolerance: configuration.signatureTolerance)
         deviceTokens = DeviceTokens(directory: configuration.dataDirectory)
         blockingWork = BlockingWork(threads: configuration.blockingThreads)
+        courier = WebCourier(acknowledges: configuration.apns == nil ? .all : .webCourier)
+        if let apnsConfiguration = configuration.apns {
+            apns = APNsDelivery(
+                configuration: apnsConfiguration, containers: containers, deviceTokens: deviceTokens, logsToStandardError: configuration.logsRequests)
+        } else {
+            apns = nil
+        }
     }
 
     /// The web auth token of a local user.
@@ -114,10 +123,20 @@ public final class CloudKitServer: Sendable {
         )
     }
 
+    /// The services `run` runs together: the application and, when configured, APNs delivery.
+    public func services(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> (application: some ApplicationProtocol, all: [any Service]) {
+        let application = application(onServerRunning: onServerRunning)
+        var all: [any Service] = [application]
+        if let apns { all.append(apns) }
+        return (application, all)
+    }
+
     /// Serves until SIGTERM or SIGINT, which finish the requests in flight (waiting web courier
-    /// polls answer 204 at once) before this returns.
+    /// polls answer 204 at once; a push being sent to APNs stays pending) before this returns.
     public func run(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
-        try await application(onServerRunning: onServerRunning).runService()
+        let (application, all) = services(onServerRunning: onServerRunning)
+        let group = ServiceGroup(configuration: .init(services: all, gracefulShutdownSignals: [.sigterm, .sigint], logger: application.logger))
+        try await group.run()
     }
 
     // MARK: Routes
@@ -145,7 +164,10 @@ public final class CloudKitServer: Sendable {
             let json = try body.json()
             let prepared = service
             let answer = try await self.blockingWork.run { () throws(ServerError) -> ServiceAnswer in try prepared.run(operation, json) }
-            if answer.pushes > 0 { await self.courier.pushesQueued() }
+            if answer.pushes > 0 {
+                await self.courier.pushesQueued()
+                self.apns?.pushesQueued()
+            }
             return answer
         }
     }

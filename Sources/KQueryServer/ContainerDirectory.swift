@@ -72,6 +72,21 @@ public final class ContainerDirectory: Sendable {
     /// The containers opened so far.
     var openContainers: [Container] { opened.withLock { Array($0.values) } }
 
+    /// Every container of the directory, opening those no request has named yet (so pushes queued
+    /// before a restart are delivered); one that cannot be opened is skipped and named in `failures`.
+    func allContainers(failures: inout [String]) -> [Container] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+        var containers: [Container] = []
+        for name in names.sorted() where name.hasSuffix(".\(Self.fileExtension)") {
+            let identifier = String(name.dropLast(Self.fileExtension.count + 1))
+            guard Self.isValidIdentifier(identifier) else { continue }
+            do throws(ServerError) { containers.append(try container(identifier)) } catch {
+                failures.append("\(identifier): \(error.reason)")
+            }
+        }
+        return containers
+    }
+
     /// Deletes every container file of the directory (`kquery serve --reset`); the web auth secret stays,
     /// so issued tokens keep working.
     public static func reset(path: String) throws(ServerError) {

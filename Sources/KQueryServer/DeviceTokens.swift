@@ -43,14 +43,34 @@ final class DeviceTokens: Sendable {
     func register(_ registration: Registration) throws(ServerError) {
         try registrations.withLock { all throws(ServerError) in
             guard !all.contains(registration) else { return }
+            try save(all + [registration])
             all.append(registration)
-            let text = JSON.array(all.map(\.json)).serialized + "\n"
-            do { try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic) } catch {
-                all.removeLast()
-                throw ServerError("INTERNAL_ERROR", "cannot write \(path)", httpStatus: 500)
-            }
+        }
+    }
+
+    /// Forgets a device token APNs reported unregistered (410), for every user and container.
+    func remove(apnsToken: String, apnsEnvironment: String) throws(ServerError) {
+        try registrations.withLock { all throws(ServerError) in
+            let kept = all.filter { $0.apnsToken != apnsToken || $0.apnsEnvironment != apnsEnvironment }
+            guard kept.count != all.count else { return }
+            try save(kept)
+            all = kept
+        }
+    }
+
+    /// The devices a user registered in a container's environment.
+    func registrations(containerIdentifier: String, environment: String, user: String) -> [Registration] {
+        registrations.withLock { all in
+            all.filter { $0.containerIdentifier == containerIdentifier && $0.environment == environment && $0.user == user }
         }
     }
 
     var all: [Registration] { registrations.withLock { $0 } }
+
+    private func save(_ registrations: [Registration]) throws(ServerError) {
+        let text = JSON.array(registrations.map(\.json)).serialized + "\n"
+        do { try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic) } catch {
+            throw ServerError("INTERNAL_ERROR", "cannot write \(path)", httpStatus: 500)
+        }
+    }
 }

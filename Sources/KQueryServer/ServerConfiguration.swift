@@ -28,14 +28,19 @@ public struct ServerConfiguration: Sendable {
     public var blockingThreads: Int = 64
     /// Whether each request is logged to standard error.
     public var logsRequests = true
+    /// APNs delivery; nil turns it off (the web courier alone then delivers, and decides when a
+    /// push leaves the outbox).
+    public var apns: APNsConfiguration?
 
     public init(dataDirectory: String) {
         self.dataDirectory = dataDirectory
     }
 
     /// Reads a configuration file: `{"apiTokens": ["..."], "serverToServerKeys": [{"keyID": "...",
-    /// "publicKey": "-----BEGIN PUBLIC KEY-----...", "userRecordName": "_server"}]}` (every member optional).
-    public mutating func load(configurationText text: String) throws(ServerError) {
+    /// "publicKey": "-----BEGIN PUBLIC KEY-----...", "userRecordName": "_server"}], "apns": {...}}`
+    /// (every member optional; `"apns"` as `APNsConfiguration(json:directory:)` reads it, relative
+    /// paths from `directory`, the configuration file's).
+    public mutating func load(configurationText text: String, directory: String? = nil) throws(ServerError) {
         let json: JSON
         do { json = try JSON.parse(text) } catch { throw ServerError.badRequest("configuration: \(error)") }
         guard case .object = json else { throw ServerError.badRequest("configuration: expected a JSON object") }
@@ -55,5 +60,6 @@ public struct ServerConfiguration: Sendable {
                 serverKeys[keyID] = try ServerKey(keyID: keyID, pem: pem, userRecordName: element["userRecordName"]?.stringValue ?? "_server")
             }
         }
+        if let apns = json["apns"] { self.apns = try APNsConfiguration(json: apns, directory: directory) }
     }
 }

@@ -24,6 +24,13 @@ actor WebCourier {
 
     private var waiters: [UUID: CheckedContinuation<Void, Never>] = [:]
     private var isShuttingDown = false
+    /// The channels a pop acknowledges: the courier's own, and APNs' too when the server does not
+    /// deliver to APNs (so the row leaves the outbox).
+    let acknowledges: DeliveryChannel
+
+    init(acknowledges: DeliveryChannel = .all) {
+        self.acknowledges = acknowledges
+    }
 
     /// The token of a web courier URL, and back.
     static func token(for subscriber: Subscriber, secret: ServerSecret) -> String {
@@ -49,11 +56,11 @@ actor WebCourier {
 
     private func pop(for subscriber: Subscriber, in container: Container) throws(ServerError) -> JSON? {
         do throws(ContainerError) {
-            let pending = try container.pendingNotifications(limit: Self.scanLimit)
+            let pending = try container.pendingNotifications(for: .webCourier, limit: Self.scanLimit)
             guard let notification = pending.first(where: { $0.owner == subscriber.user && $0.database.environment == subscriber.environment }) else {
                 return nil
             }
-            try container.acknowledge([notification.id])
+            try container.acknowledge([notification.id], channel: acknowledges)
             return notification.payload
         } catch {
             throw ServerError(error)

@@ -39,7 +39,8 @@ struct Serve: ParsableCommand {
     var apiTokens: [String] = []
 
     @Option(help: ArgumentHelp(
-        "A JSON configuration: {\"apiTokens\": [...], \"serverToServerKeys\": [{\"keyID\", \"publicKey\": PEM, \"userRecordName\"}]}.",
+        "A JSON configuration: {\"apiTokens\": [...], \"serverToServerKeys\": [{\"keyID\", \"publicKey\": PEM, \"userRecordName\"}], "
+            + "\"apns\": {\"teamID\", \"keyID\", \"privateKey\": PEM or \"privateKeyPath\", \"topic\"}} (see README).",
         valueName: "FILE"))
     var config: String?
 
@@ -70,7 +71,9 @@ struct Serve: ParsableCommand {
         configuration.logsRequests = !quiet
         if let config {
             let text = try ContainerFiles.read(config)
-            try Self.run { () throws(ServerError) in try configuration.load(configurationText: text) }
+            // A relative path in the file (apns.privateKeyPath) is read beside the file.
+            let directory = config.lastIndex(of: "/").map { String(config[..<$0]).isEmpty ? "/" : String(config[..<$0]) }
+            try Self.run { () throws(ServerError) in try configuration.load(configurationText: text, directory: directory) }
         }
         if let schema {
             do { configuration.schema = try Schema(contentsOfFile: schema) } catch {

@@ -12,7 +12,7 @@ import Glibc
 /// and keeps serving.
 @Suite struct ServerConnectionTests {
     /// A blocking TCP connection to 127.0.0.1, for raw HTTP/1.1 bytes.
-    final class RawConnection {
+    final class RawConnection: @unchecked Sendable {
         let descriptor: Int32
 
         init(port: Int) throws {

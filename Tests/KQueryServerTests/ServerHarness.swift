@@ -28,8 +28,8 @@ struct ServerHarness {
     func run<T: Sendable>(_ body: @escaping @Sendable (ServerClient) async throws -> T) async throws -> T {
         let server = try CloudKitServer(configuration: configuration)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
-        let application = server.application { port in continuation.yield(port) }
-        let group = ServiceGroup(configuration: .init(services: [application], logger: application.logger))
+        let (application, services) = server.services { port in continuation.yield(port) }
+        let group = ServiceGroup(configuration: .init(services: services, logger: application.logger))
         return try await withThrowingTaskGroup(of: T?.self) { tasks in
             tasks.addTask {
                 try await group.run()
@@ -37,7 +37,7 @@ struct ServerHarness {
             }
             var iterator = ports.makeAsyncIterator()
             guard let port = await iterator.next() else { throw CancellationError() }
-            let client = ServerClient(webAuthToken: { server.webAuthToken(user: $0) }, host: "127.0.0.1", port: port)
+            let client = ServerClient(webAuthToken: { server.webAuthToken(user: $0) }, host: "127.0.0.1", port: port, server: server)
             do {
                 let value = try await body(client)
                 await group.triggerGracefulShutdown()
@@ -58,6 +58,8 @@ struct ServerClient: Sendable {
     let host: String
     let port: Int
     var container = "iCloud.com.example.tests"
+    /// The server, when the test runs it in process.
+    var server: CloudKitServer? = nil
 
     struct Answer: Sendable {
         var status: Int

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import KQuery
 import KQueryServer
@@ -176,5 +177,35 @@ import Testing
         answer = try await client.post("public", "records/lookup", #"{"records": [{"recordName": "r1"}]}"#)
         stop(process)
         #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("NOT_FOUND"))
+    }
+
+    @Test func aConfiguredServerDeliversToAPNsAndStopsOnSIGTERM() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let apns = try await FakeAPNs.start()
+        defer { Task { try await apns.stop() } }
+        let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        // The key beside the config file, named relative to it.
+        try Data(P256.Signing.PrivateKey().pemRepresentation.utf8).write(to: URL(fileURLWithPath: directory + "/AuthKey_K.p8"))
+        let config = JSON.object([("apns", .object([
+            ("teamID", .string(APNsDeliveryTests.teamID)), ("keyID", .string(APNsDeliveryTests.keyID)), ("privateKeyPath", .string("AuthKey_K.p8")),
+            ("topic", .string(APNsDeliveryTests.topic)), ("productionURL", .string(apns.url)), ("sandboxURL", .string(apns.url)),
+            ("trustRootsPEM", .string(apns.certificatePEM)),
+        ]))])
+        try Data(config.serialized.utf8).write(to: URL(fileURLWithPath: directory + "/config.json"))
+        let (process, port) = try Self.startServer(directory: directory + "/data", ["--config", directory + "/config.json"])
+        defer { Self.stop(process) }
+        let secret = try ServerSecret(directory: directory + "/data")
+        let client = ServerClient(webAuthToken: { secret.webAuthToken(user: $0) }, host: "127.0.0.1", port: port)
+        try await APNsDeliveryTests.queuePush(client)
+        try await apns.wait { $0.requests.count >= 1 }
+        #expect(apns.requests.map(\.path) == ["/3/device/\(APNsDeliveryTests.device)"])
+        #expect(apns.requests.first?.headers["apns-topic"] == APNsDeliveryTests.topic)
+
+        let stopping = ContinuousClock.now
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(ContinuousClock.now - stopping < .seconds(10))
     }
 }

@@ -37,6 +37,8 @@ public struct NotificationInfo: Hashable, Sendable {
     public var category: String?
     /// Fields sent in `af` (at most 3 are used).
     public var desiredKeys: [String]?
+    /// The field whose value becomes the push's APNs `apns-collapse-id` (query subscriptions).
+    public var collapseIDKey: String?
 
     /// Creates notification info; every property defaults to absent (or false).
     public init(
@@ -45,7 +47,7 @@ public struct NotificationInfo: Hashable, Sendable {
         subtitle: String? = nil, subtitleLocalizationKey: String? = nil, subtitleLocalizationArgs: [String]? = nil,
         alertActionLocalizationKey: String? = nil, alertLaunchImage: String? = nil, soundName: String? = nil,
         shouldBadge: Bool = false, shouldSendContentAvailable: Bool = false, shouldSendMutableContent: Bool = false,
-        category: String? = nil, desiredKeys: [String]? = nil
+        category: String? = nil, desiredKeys: [String]? = nil, collapseIDKey: String? = nil
     ) {
         self.alertBody = alertBody
         self.alertLocalizationKey = alertLocalizationKey
@@ -64,9 +66,10 @@ public struct NotificationInfo: Hashable, Sendable {
         self.shouldSendMutableContent = shouldSendMutableContent
         self.category = category
         self.desiredKeys = desiredKeys
+        self.collapseIDKey = collapseIDKey
     }
 
-    /// Reads the CloudKit Web Services notificationInfo dictionary: alertBody, alertLocalizationKey, alertLocalizationArgs, alertActionLocalizationKey, alertLaunchImage, soundName, shouldBadge, shouldSendContentAvailable, plus the extensions shouldSendMutableContent, category, desiredKeys, title, titleLocalizationKey, titleLocalizationArgs, subtitle, subtitleLocalizationKey, subtitleLocalizationArgs. Unknown keys or wrong types → error naming the key.
+    /// Reads the CloudKit Web Services notificationInfo dictionary: alertBody, alertLocalizationKey, alertLocalizationArgs, alertActionLocalizationKey, alertLaunchImage, soundName, shouldBadge, shouldSendContentAvailable, collapseIDKey, plus the extensions shouldSendMutableContent, category, desiredKeys, title, titleLocalizationKey, titleLocalizationArgs, subtitle, subtitleLocalizationKey, subtitleLocalizationArgs. Unknown keys or wrong types → error naming the key.
     ///
     /// A member whose value is `null` counts as absent; a key given twice is an error.
     public init(json: JSON) throws(NotificationInfoError) {
@@ -98,6 +101,7 @@ public struct NotificationInfo: Hashable, Sendable {
             case "shouldSendMutableContent": shouldSendMutableContent = try Self.bool(value, key)
             case "category": category = try Self.string(value, key)
             case "desiredKeys": desiredKeys = try Self.strings(value, key)
+            case "collapseIDKey": collapseIDKey = try Self.string(value, key)
             default: throw NotificationInfoError(message: "notificationInfo: unknown key '\(key)'")
             }
         }

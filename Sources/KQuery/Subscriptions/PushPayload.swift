@@ -116,6 +116,12 @@ public struct PushPayload: Hashable, Sendable {
     public var pushType: String
     /// Whether fields were dropped to fit APNs' 4096 bytes (then ck.p == 1).
     public var isPruned: Bool
+    /// APNs' `apns-collapse-id` (not part of the payload): the text of the record's
+    /// `collapseIDKey` field, cut to APNs' 64 bytes; nil when unset or empty.
+    public var collapseID: String? = nil
+
+    /// APNs' limit on `apns-collapse-id`, in UTF-8 bytes.
+    public static let maximumCollapseIDSize = 64
 
     /// `{"payload": {...}, "priority": 10, "pushType": "alert"}` — one line of `kquery simulate` output.
     public var envelope: JSON {
@@ -153,8 +159,24 @@ public struct PushPayload: Hashable, Sendable {
         ]
         let fields = desiredFields(notificationInfo.desiredKeys, of: record)
         if !fields.isEmpty { section.append(("af", .object(fields))) }
-        return build(notificationInfo, record: record, context: context, notificationID: notificationID,
-                     sectionKey: "qry", section: section)
+        var payload = build(notificationInfo, record: record, context: context, notificationID: notificationID,
+                            sectionKey: "qry", section: section)
+        if let key = notificationInfo.collapseIDKey {
+            let text = truncatedUTF8(argumentText(key, of: record), maximumBytes: maximumCollapseIDSize)
+            if !text.isEmpty { payload.collapseID = text }
+        }
+        return payload
+    }
+
+    /// The longest prefix of `text`, at a Character boundary, of at most `maximumBytes` UTF-8 bytes.
+    static func truncatedUTF8(_ text: String, maximumBytes: Int) -> String {
+        guard text.utf8.count > maximumBytes else { return text }
+        var result = ""
+        for character in text {
+            guard result.utf8.count + character.utf8.count <= maximumBytes else { break }
+            result.append(character)
+        }
+        return result
     }
 
     /// A record zone subscription's push (`fet`).
