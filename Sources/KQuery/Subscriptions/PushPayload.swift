@@ -295,7 +295,7 @@ struct _PushDraft {
         return .object([("aps", .object(apsMembers)), ("ck", .object(ckMembers))])
     }
 
-    var size: Int { json.serialized.utf8.count }
+    var size: Int { json.serializedSize }
 
     private enum Place {
         case alert(Int)
