@@ -100,9 +100,8 @@ extension ContainerDatabase {
                 _ = try tx.compactHistory(of: database, keepingLast: keep)
             }
 
-            var set = try container.subscriptionSet(key, &state, tx)
-            let notifications = try notify(changes, set: &set, database: database, tx: tx, now: now)
-            state.install(set, for: key)
+            let firings = try container.changeSubscriptionSet(key, &state, tx) { set in changes.map { set.apply($0, now: now) } }
+            let notifications = try notify(changes, firings, database: database, tx: tx, now: now)
             return (ModifyResult(results: outcomes.map { $0! }, notifications: try tx.enqueue(notifications)), changes)
         } committed: { _, changes in
             container.updateQueryStore(key, changes: changes)
@@ -140,27 +139,25 @@ extension ContainerDatabase {
         }
     }
 
-    /// The notifications committed changes produce: query subscriptions once per change, zone and
+    /// The notifications committed changes produce (the firings the matcher found for each): query subscriptions once per change, zone and
     /// database subscriptions once per zone per modify (a device fetches the zone's changes once).
     /// The pushes of one change share their `nid`. firesOnce subscriptions that fired are deleted.
     private func notify(
-        _ changes: [RecordChange], set: inout SubscriptionSet, database: StoredDatabase, tx: any StorageWriteTransaction, now: Int64
+        _ changes: [RecordChange], _ firingsOfChanges: [SubscriptionFirings], database: StoredDatabase, tx: any StorageWriteTransaction, now: Int64
     ) throws(ContainerError) -> [NewNotification] {
         var notifications: [NewNotification] = []
         var notifiedZones: Set<String> = []
-        for change in changes {
-            let firings = set.apply(change, now: now)
+        for (change, firings) in zip(changes, firingsOfChanges) {
             guard !firings.isEmpty else { continue }
             let notificationID = UUIDText.random()
             for firing in firings {
-                let subscription = firing.subscription
-                if subscription.options.contains(.firesOnce) { try tx.deleteSubscription(subscription.subscriptionID, in: database) }
-                if case .query = subscription.kind {} else {
+                if firing.options.contains(.firesOnce) { try tx.deleteSubscription(firing.subscriptionID, in: database) }
+                if !firing.isQuery {
                     let zone = change.record.recordID.zoneID
-                    guard notifiedZones.insert("\(subscription.subscriptionID)\u{0}\(zone.zoneName)\u{0}\(zone.ownerName)").inserted else { continue }
+                    guard notifiedZones.insert("\(firing.subscriptionID)\u{0}\(zone.zoneName)\u{0}\(zone.ownerName)").inserted else { continue }
                 }
-                let payload = firing.payload(context: pushContext(subscription.owner), notificationID: notificationID)
-                notifications.append(NewNotification(database: key, subscriptionID: subscription.subscriptionID, owner: subscription.owner,
+                let payload = firing.payload(context: pushContext(firing.owner), notificationID: notificationID)
+                notifications.append(NewNotification(database: key, subscriptionID: firing.subscriptionID, owner: firing.owner,
                                                      payload: payload, created: now))
             }
         }
