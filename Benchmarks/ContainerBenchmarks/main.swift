@@ -5,6 +5,7 @@ import KQueryStore
 
 // Container benchmarks (issue "The CloudKit container"), release build:
 //   swift run -c release ContainerBenchmarks
+// BENCH_MODIFY_ROUNDS sets the modify benchmark's rounds (3,000; more for profiling it).
 // BENCH_OPEN_RECORDS and BENCH_OPEN_SUBSCRIPTIONS size the open benchmark (default 1,000,000 and
 // 100,000; 0 records skips it). Figures are medians; the modify-versus-save ratio is the median of ratios
 // of interleaved runs (A B A B), which holds on a noisy machine where single timings do not.
@@ -80,7 +81,7 @@ func modifyVersusSave() throws {
     var ratios: [Double] = []
     var saves: [Double] = []
     var modifies: [Double] = []
-    for round in 0..<3_000 {
+    for round in 0..<environmentInt("BENCH_MODIFY_ROUNDS", 3_000) {
         // Each change matches the subscription (price < 100) and moves four indexed values.
         var changed = item(round % count)
         changed["price"] = .int64(Int64(round % 100))
