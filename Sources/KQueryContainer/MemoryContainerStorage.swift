@@ -12,9 +12,8 @@ import KQuery
 /// sequence is still the entry's, and a fetch binary-searches the log for the token's sequence.
 final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
     let secret: (UInt64, UInt64)
-    /// Guards `state`: the unchecked Sendable is this lock.
-    private let lock = Locked(())
-    private let state = MemoryState()
+    /// Guards `state` (the unchecked Sendable is this lock).
+    private let lock = Locked(MemoryState())
 
     init() {
         var generator = SystemRandomNumberGenerator()
@@ -22,11 +21,17 @@ final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
     }
 
     func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try lock.withLock { _ throws(ContainerError) -> T in try body(MemoryTransaction(state: state, undo: UndoLog())) }
+        try lock.withLock { state throws(ContainerError) -> T in try body(MemoryTransaction(state: state, undo: UndoLog())) }
     }
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try lock.withLock { _ throws(ContainerError) -> T in
+        try withTransaction { tx throws(ContainerError) -> T in try body(tx) }
+    }
+
+    /// A write on the concrete transaction, for `SQLiteContainerStorage`, which replays its
+    /// committed writes here (with the numbers its file gave out).
+    func withTransaction<T>(_ body: (MemoryTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try lock.withLock { state throws(ContainerError) -> T in
             let undo = UndoLog()
             do throws(ContainerError) {
                 let result = try body(MemoryTransaction(state: state, undo: undo))
@@ -38,10 +43,15 @@ final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
             }
         }
     }
+
+    /// Replaces the whole state (a file's, loaded at open).
+    func replaceState(_ loaded: MemoryState) {
+        lock.withLock { $0 = loaded }
+    }
 }
 
 /// How to take back a write's changes, in the order they were made.
-private final class UndoLog {
+final class UndoLog {
     var actions: [() -> Void] = []
     /// The zones and databases whose change logs the write appended to: tidied when it commits.
     var zones: [MemoryZone] = []
@@ -86,13 +96,13 @@ struct ChangeLog<Name: Hashable> {
 }
 
 /// A reference target as the zone's reference index keys it: the target's name and the action.
-private struct ReferenceKey: Hashable {
+struct ReferenceKey: Hashable {
     var target: String
     var action: Reference.Action
 }
 
 /// One zone's records (the default zone's too), tombstones, change log and reference index.
-private final class MemoryZone {
+final class MemoryZone {
     var records: [String: (record: Record, sequence: Int64)] = [:]
     var tombstones: [String: (recordType: String, sequence: Int64)] = [:]
     var log = ChangeLog<String>()
@@ -116,7 +126,7 @@ private final class MemoryZone {
     }
 }
 
-private final class MemoryDatabase {
+final class MemoryDatabase {
     let key: DatabaseKey
     var stored: StoredDatabase
     var zones: [ZoneID: StoredZone] = [:]
@@ -139,19 +149,16 @@ private final class MemoryDatabase {
     }
 }
 
-private final class MemoryState {
+final class MemoryState {
     var databaseIDs: [DatabaseKey: Int64] = [:]
-    /// Database `id` at `id - 1`.
-    var databases: [MemoryDatabase] = []
+    var databases: [Int64: MemoryDatabase] = [:]
     /// The outbox in queue order: entry `id` at `id - outboxBase`, nil once acknowledged.
     var outbox: [OutboxNotification?] = []
     var outboxBase: Int64 = 1
     /// The first entry of `outbox` that may still be pending.
     var outboxHead = 0
 
-    func database(_ stored: StoredDatabase) -> MemoryDatabase? {
-        stored.id >= 1 && stored.id <= databases.count ? databases[Int(stored.id - 1)] : nil
-    }
+    func database(_ stored: StoredDatabase) -> MemoryDatabase? { databases[stored.id] }
 
     /// After a commit: rebuilds change logs gone mostly stale and drops acknowledged entries from
     /// the front of the outbox.
@@ -167,7 +174,7 @@ private final class MemoryState {
     }
 }
 
-private struct MemoryTransaction: StorageWriteTransaction {
+struct MemoryTransaction: StorageWriteTransaction {
     let state: MemoryState
     let undo: UndoLog
 
@@ -179,7 +186,7 @@ private struct MemoryTransaction: StorageWriteTransaction {
     // MARK: Reading
 
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
-        state.databaseIDs[key].flatMap { state.database(StoredDatabase(id: $0, sequence: 0, horizon: 0))?.stored }
+        state.databaseIDs[key].flatMap { state.databases[$0]?.stored }
     }
 
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
@@ -245,7 +252,7 @@ private struct MemoryTransaction: StorageWriteTransaction {
     }
 
     func subscribedDatabases() throws(ContainerError) -> [DatabaseKey] {
-        state.databases.filter { !$0.subscriptions.isEmpty }.map(\.key)
+        state.databases.values.filter { !$0.subscriptions.isEmpty }.map(\.key)
     }
 
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {
@@ -265,12 +272,18 @@ private struct MemoryTransaction: StorageWriteTransaction {
     // MARK: Writing
 
     func createDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase {
+        createDatabase(key, id: (state.databases.keys.max() ?? 0) + 1)
+    }
+
+    /// Creates the database with the number the file gave it.
+    @discardableResult
+    func createDatabase(_ key: DatabaseKey, id: Int64) -> StoredDatabase {
         let state = state
-        let database = MemoryDatabase(key: key, id: Int64(state.databases.count + 1))
-        state.databases.append(database)
-        state.databaseIDs[key] = database.stored.id
+        let database = MemoryDatabase(key: key, id: id)
+        state.databases[id] = database
+        state.databaseIDs[key] = id
         undo.actions.append {
-            state.databases.removeLast()
+            state.databases[id] = nil
             state.databaseIDs[key] = nil
         }
         return database.stored
@@ -383,6 +396,11 @@ private struct MemoryTransaction: StorageWriteTransaction {
     func saveSubscription(_ subscription: Subscription, in stored: StoredDatabase) throws(ContainerError) {
         // Stored subscriptions must read back as saved, in memory as in a file.
         _ = try subscription.storedJSON()
+        try keepSubscription(subscription, in: stored)
+    }
+
+    /// Saves a subscription already checked (by the file that stored it).
+    func keepSubscription(_ subscription: Subscription, in stored: StoredDatabase) throws(ContainerError) {
         let database = try database(stored)
         let id = subscription.subscriptionID
         let old = database.subscriptions[id]
@@ -403,19 +421,35 @@ private struct MemoryTransaction: StorageWriteTransaction {
 
     func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification] {
         guard !notifications.isEmpty else { return [] }
-        let state = state
-        let count = state.outbox.count
-        var queued: [OutboxNotification] = []
-        queued.reserveCapacity(notifications.count)
-        for (offset, new) in notifications.enumerated() {
-            let payload = new.payload
-            queued.append(OutboxNotification(
-                id: state.outboxBase + Int64(count + offset), database: new.database, subscriptionID: new.subscriptionID, owner: new.owner,
-                payload: payload.json, priority: payload.priority, pushType: payload.pushType, created: new.created))
+        let first = state.outboxBase + Int64(state.outbox.count)
+        let queued = notifications.enumerated().map { offset, new in
+            OutboxNotification(id: first + Int64(offset), database: new.database, subscriptionID: new.subscriptionID, owner: new.owner,
+                               payload: new.payload.json, priority: new.payload.priority, pushType: new.payload.pushType, created: new.created)
         }
-        state.outbox.append(contentsOf: queued.lazy.map { $0 })
-        undo.actions.append { state.outbox.removeSubrange(count...) }
+        enqueue(queued)
         return queued
+    }
+
+    /// Queues notifications numbered already (by the file), in order; a gap in the numbers is
+    /// notifications already acknowledged.
+    func enqueue(_ notifications: [OutboxNotification]) {
+        let state = state
+        guard let first = notifications.first else { return }
+        if state.outboxHead == state.outbox.count, first.id > state.outboxBase + Int64(state.outbox.count) {
+            // Nothing pending and the numbers jump (a file's outbox, loaded): start at the first
+            // rather than keep a run of empty entries.
+            let old = (state.outbox, state.outboxBase, state.outboxHead)
+            state.outbox = []
+            state.outboxBase = first.id
+            state.outboxHead = 0
+            undo.actions.append { (state.outbox, state.outboxBase, state.outboxHead) = old }
+        }
+        let count = state.outbox.count
+        for notification in notifications {
+            while state.outboxBase + Int64(state.outbox.count) < notification.id { state.outbox.append(nil) }
+            state.outbox.append(notification)
+        }
+        undo.actions.append { state.outbox.removeSubrange(count...) }
     }
 
     func acknowledge(_ ids: [Int64]) throws(ContainerError) {
