@@ -67,19 +67,24 @@ extension ContainerDatabase {
             var sequence = database.sequence
             var changes: [RecordChange] = []
             var zoneChanged: [ZoneID: Int64] = [:]
+            // Saves are written in runs (a file writes a run in a few statements); a delete ends a
+            // run, so a record deleted and created again in one modify is written in that order.
+            var saves: [(record: Record, sequence: Int64)] = []
             for (index, change) in ordered {
                 sequence += 1
                 let committed: RecordChange
                 switch change {
                 case .created(var record):
                     record.recordChangeTag = String(sequence, radix: 36)
-                    try tx.saveRecord(record, sequence: sequence, in: database)
+                    saves.append((record, sequence))
                     committed = .created(record)
                 case .updated(let before, var record):
                     record.recordChangeTag = String(sequence, radix: 36)
-                    try tx.saveRecord(record, sequence: sequence, in: database)
+                    saves.append((record, sequence))
                     committed = .updated(before: before, after: record)
                 case .deleted(let record):
+                    if !saves.isEmpty { try tx.saveRecords(saves, in: database) }
+                    saves.removeAll(keepingCapacity: true)
                     try tx.deleteRecord(record, sequence: sequence, in: database)
                     committed = change
                 }
@@ -90,6 +95,7 @@ extension ContainerDatabase {
                 if !id.zoneID.isDefaultZone { zoneChanged[id.zoneID] = sequence }
                 changes.append(committed)
             }
+            if !saves.isEmpty { try tx.saveRecords(saves, in: database) }
             for (zoneID, sequence) in zoneChanged {
                 guard var zone = try tx.zone(zoneID, in: database) else { continue }
                 zone.changedSequence = sequence

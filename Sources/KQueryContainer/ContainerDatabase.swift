@@ -175,6 +175,9 @@ public struct ContainerDatabase: Sendable {
         }
         let saved = subscription
         try container.write { state, tx throws(ContainerError) in
+            // The set checks this too, but only after the zone, which a subscription the database
+            // cannot hold should not get to.
+            do throws(SubscriptionError) { try saved.validate(in: scope) } catch { throw ContainerError(.badRequest, error.message) }
             if let existing = try container.subscriptionSet(key, &state, tx)[saved.subscriptionID], existing.owner != saved.owner {
                 throw ContainerError(.exists, "subscription '\(saved.subscriptionID)' belongs to another user")
             }

@@ -44,6 +44,11 @@ final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
         }
     }
 
+    /// Reads the state through the concrete transaction (for what the protocol does not ask).
+    func inspect<T>(_ body: (MemoryTransaction) -> T) -> T {
+        lock.withLock { state in body(MemoryTransaction(state: state, undo: UndoLog())) }
+    }
+
     /// Replaces the whole state (a file's, loaded at open).
     func replaceState(_ loaded: MemoryState) {
         lock.withLock { $0 = loaded }
@@ -267,6 +272,13 @@ struct MemoryTransaction: StorageWriteTransaction {
             position += 1
         }
         return pending
+    }
+
+    /// Whether the record has a tombstone, and whether its current version holds tracked
+    /// references: what saving it must clear away.
+    func leftovers(of id: RecordID, in database: StoredDatabase) -> (tombstone: Bool, references: Bool) {
+        guard let zone = state.database(database)?.recordZones[id.zoneID] else { return (false, false) }
+        return (zone.tombstones[id.recordName] != nil, zone.records[id.recordName].map { !$0.record.trackedReferences.isEmpty } ?? false)
     }
 
     // MARK: Writing

@@ -198,6 +198,11 @@ private final class Journal {
     /// Whether the write has changed records yet: until it has, its record reads may come from
     /// the mirror, which holds what the file committed.
     var changedRecords = false
+    /// The records it saved or deleted, and the zones it deleted: for those the mirror no longer
+    /// says what the file holds.
+    var touched: Set<RecordID> = []
+    var deletedZones: Set<ZoneID> = []
+    var changedSubscriptions = false
 
     func add(_ entry: @escaping (MemoryTransaction) throws(ContainerError) -> Void) { entries.append(entry) }
 }
@@ -355,6 +360,10 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     }
 
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {
+        // Until the write changes subscriptions the mirror's are the file's, already parsed.
+        if let mirror, journal?.changedSubscriptions == false {
+            return try mirror.read { tx throws(ContainerError) in try tx.subscriptions(in: database) }
+        }
         let bodies = try sql { try String.fetchAll(db, SQLRequest(sql: "SELECT body FROM subscriptions WHERE databaseID = ? ORDER BY rowid", arguments: [database.id], cached: true)) }
         var subscriptions: [Subscription] = []
         for body in bodies {
@@ -485,26 +494,64 @@ private struct SQLiteTransaction: StorageWriteTransaction {
                 .execute(arguments: tombstone)
         }
         journal?.changedRecords = true
+        journal?.deletedZones.insert(zoneID)
         journal?.add { tx throws(ContainerError) in try tx.deleteZone(zoneID, sequence: sequence, in: database) }
     }
 
     func saveRecord(_ record: KQuery.Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
-        try sql {
-            let id = record.recordID
-            var key = zoneArguments(database, id.zoneID)
-            key += [id.recordName]
-            var row = key
-            row += [record.recordType, sequence, Data(RecordCoding.encode(record))]
-            try db.cachedStatement(sql: """
-                INSERT OR REPLACE INTO records (databaseID, zoneName, ownerName, recordName, recordType, changeSequence, body)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
-                """).execute(arguments: row)
-            try db.cachedStatement(sql: "DELETE FROM record_tombstones WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND recordName = ?")
-                .execute(arguments: key)
-            try indexReferences(of: record, in: database)
+        try saveRecords([(record, sequence)], in: database)
+    }
+
+    /// The most rows one INSERT writes (7 parameters each, well under SQLite's limit).
+    private static let rowsPerInsert = 50
+
+    func saveRecords(_ records: [(record: KQuery.Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError) {
+        // What the file holds for a record this write has not touched is what the mirror holds:
+        // the statements that would delete nothing are skipped (two of the four a record took).
+        var leftovers = [(tombstone: Bool, references: Bool)](repeating: (true, true), count: records.count)
+        if let journal, let mirror {
+            mirror.inspect { tx in
+                for (position, (record, _)) in records.enumerated() {
+                    let id = record.recordID
+                    guard !journal.touched.contains(id), !journal.deletedZones.contains(id.zoneID) else { continue }
+                    leftovers[position] = tx.leftovers(of: id, in: database)
+                }
+            }
         }
-        journal?.changedRecords = true
-        journal?.add { tx throws(ContainerError) in try tx.saveRecord(record, sequence: sequence, in: database) }
+        try sql {
+            var start = 0
+            while start < records.count {
+                let run = records[start..<min(start + Self.rowsPerInsert, records.count)]
+                var arguments = StatementArguments()
+                for (record, sequence) in run {
+                    let id = record.recordID
+                    arguments += [database.id, id.zoneID.zoneName, id.zoneID.ownerName, id.recordName, record.recordType, sequence,
+                                  Data(RecordCoding.encode(record))]
+                }
+                let values = Array(repeating: "(?, ?, ?, ?, ?, ?, ?)", count: run.count).joined(separator: ", ")
+                try db.cachedStatement(sql: """
+                    INSERT OR REPLACE INTO records (databaseID, zoneName, ownerName, recordName, recordType, changeSequence, body)
+                    VALUES \(values)
+                    """).execute(arguments: arguments)
+                start += run.count
+            }
+            for (position, (record, _)) in records.enumerated() {
+                let id = record.recordID
+                if leftovers[position].tombstone {
+                    var key = zoneArguments(database, id.zoneID)
+                    key += [id.recordName]
+                    try db.cachedStatement(sql: "DELETE FROM record_tombstones WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND recordName = ?")
+                        .execute(arguments: key)
+                }
+                try indexReferences(of: record, in: database, replacing: leftovers[position].references)
+            }
+        }
+        guard let journal else { return }
+        journal.changedRecords = true
+        for (record, sequence) in records {
+            journal.touched.insert(record.recordID)
+            journal.add { tx throws(ContainerError) in try tx.saveRecord(record, sequence: sequence, in: database) }
+        }
     }
 
     func deleteRecord(_ record: KQuery.Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
@@ -524,20 +571,26 @@ private struct SQLiteTransaction: StorageWriteTransaction {
                 """).execute(arguments: tombstone)
         }
         journal?.changedRecords = true
+        journal?.touched.insert(record.recordID)
         journal?.add { tx throws(ContainerError) in try tx.deleteRecord(record, sequence: sequence, in: database) }
     }
 
     /// Replaces the index rows of the record's owning and validating references (within its zone).
-    private func indexReferences(of record: KQuery.Record, in database: StoredDatabase) throws {
+    /// `replacing`: whether the record may have index rows to delete first.
+    private func indexReferences(of record: KQuery.Record, in database: StoredDatabase, replacing: Bool) throws {
         let id = record.recordID
-        var key = zoneArguments(database, id.zoneID)
-        key += [id.recordName]
-        try db.cachedStatement(sql: "DELETE FROM record_references WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND sourceName = ?")
-            .execute(arguments: key)
+        if replacing {
+            var key = zoneArguments(database, id.zoneID)
+            key += [id.recordName]
+            try db.cachedStatement(sql: "DELETE FROM record_references WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND sourceName = ?")
+                .execute(arguments: key)
+        }
+        let references = record.trackedReferences
+        guard !references.isEmpty else { return }
         let insert = try db.cachedStatement(sql: """
             INSERT OR IGNORE INTO record_references (databaseID, zoneName, ownerName, targetName, action, sourceName) VALUES (?, ?, ?, ?, ?, ?)
             """)
-        for reference in record.trackedReferences {
+        for reference in references {
             var row = zoneArguments(database, id.zoneID)
             row += [reference.recordID.recordName, reference.action.rawValue, id.recordName]
             try insert.execute(arguments: row)
@@ -551,11 +604,13 @@ private struct SQLiteTransaction: StorageWriteTransaction {
             try db.cachedStatement(sql: "INSERT INTO subscriptions (databaseID, subscriptionID, owner, body) VALUES (?, ?, ?, ?)")
                 .execute(arguments: [database.id, subscription.subscriptionID, subscription.owner, body])
         }
+        journal?.changedSubscriptions = true
         journal?.add { tx throws(ContainerError) in try tx.keepSubscription(subscription, in: database) }
     }
 
     func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError) {
         try sql { try db.cachedStatement(sql: "DELETE FROM subscriptions WHERE databaseID = ? AND subscriptionID = ?").execute(arguments: [database.id, subscriptionID]) }
+        journal?.changedSubscriptions = true
         journal?.add { tx throws(ContainerError) in try tx.deleteSubscription(subscriptionID, in: database) }
     }
 

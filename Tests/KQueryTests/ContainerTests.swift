@@ -500,6 +500,7 @@ private typealias F = ContainerFixture
             return database
         }
         let failure = ContainerError(.internalError, "the write fails")
+        let subscription = try Subscription.query("s", recordType: "Note", predicate: "TRUEPREDICATE")
         let error = containerError {
             _ = try store.write { tx throws(ContainerError) in
                 guard let database = try tx.database(key) else { throw ContainerError(.internalError, "no database") }
@@ -509,7 +510,7 @@ private typealias F = ContainerFixture
                 try tx.deleteZone(F.zone, sequence: 6, in: database)
                 try tx.setSequence(6, of: database)
                 _ = try tx.createDatabase(DatabaseKey(environment: .production, scope: .public, userRecordName: ""))
-                try tx.saveSubscription(try .query("s", recordType: "Note", predicate: "TRUEPREDICATE"), in: database)
+                try tx.saveSubscription(subscription, in: database)
                 _ = try tx.enqueue([NewNotification(database: key, subscriptionID: "s", owner: "_u1",
                                                     payload: push, created: 0)])
                 _ = try tx.compactHistory(of: database, keepingLast: 0)

@@ -60,7 +60,7 @@ public struct Subscription: Hashable, Sendable {
     }
 
     /// Checks what CloudKit checks when a subscription is saved (SPEC §4).
-    func validate(in database: DatabaseScope) throws(SubscriptionError) {
+    public func validate(in database: DatabaseScope) throws(SubscriptionError) {
         guard !subscriptionID.isEmpty else { throw SubscriptionError("subscription ID must not be empty") }
         switch kind {
         case .query(let recordType, _, _):
