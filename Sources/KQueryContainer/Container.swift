@@ -76,7 +76,7 @@ public final class Container: Sendable {
             if rollingBack {
                 for key in changed { subscriptionSets[key] = nil }
             }
-            changed = []
+            changed.removeAll(keepingCapacity: true)
         }
     }
 

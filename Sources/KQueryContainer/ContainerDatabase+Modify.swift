@@ -63,7 +63,8 @@ extension ContainerDatabase {
 
             let database = try tx.existingOrNewDatabase(key)
             // Cascaded deletions follow their root; operations keep request order across zones.
-            let ordered = applied.enumerated().sorted { ($0.element.operation, $0.offset) < ($1.element.operation, $1.offset) }.map(\.element)
+            let ordered = applied.count < 2 ? applied
+                : applied.enumerated().sorted { ($0.element.operation, $0.offset) < ($1.element.operation, $1.offset) }.map(\.element)
             var sequence = database.sequence
             var changes: [RecordChange] = []
             var zoneChanged: [ZoneID: Int64] = [:]

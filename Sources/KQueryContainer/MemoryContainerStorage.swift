@@ -378,7 +378,13 @@ struct MemoryTransaction: StorageWriteTransaction {
             zone.index(oldReferences, of: name, adding: false)
             zone.index(newReferences, of: name, adding: true)
         }
+        // One undo entry for the record and its log entry: a modify's every record takes one.
+        let logCount = zone.log.entries.count
+        zone.log.append(sequence, name)
+        if old != nil || tombstone != nil { zone.log.stale += 1 }
+        undo.zones.append(zone)
         undo.actions.append {
+            zone.log.truncate(to: logCount)
             zone.records[name] = old
             zone.tombstones[name] = tombstone
             if !oldReferences.isEmpty || !newReferences.isEmpty {
@@ -386,7 +392,6 @@ struct MemoryTransaction: StorageWriteTransaction {
                 zone.index(oldReferences, of: name, adding: true)
             }
         }
-        appendLog(zone, sequence, name, replacing: old != nil || tombstone != nil)
     }
 
     func deleteRecord(_ record: Record, sequence: Int64, in stored: StoredDatabase) throws(ContainerError) {
