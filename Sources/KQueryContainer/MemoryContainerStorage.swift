@@ -30,9 +30,12 @@ final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
 
     /// A write on the concrete transaction, for `SQLiteContainerStorage`, which replays its
     /// committed writes here (with the numbers its file gave out).
-    func withTransaction<T>(_ body: (MemoryTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+    ///
+    /// Without `undoable` a body that throws leaves its changes half made: for a replay, whose
+    /// failure makes the file storage load the state again anyway.
+    func withTransaction<T>(undoable: Bool = true, _ body: (MemoryTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         try lock.withLock { state throws(ContainerError) -> T in
-            let undo = UndoLog()
+            let undo = UndoLog(keeps: undoable)
             do throws(ContainerError) {
                 let result = try body(MemoryTransaction(state: state, undo: undo))
                 state.tidy(after: undo)
@@ -57,10 +60,21 @@ final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
 
 /// How to take back a write's changes, in the order they were made.
 final class UndoLog {
+    /// Whether undo entries are kept at all.
+    let keeps: Bool
     var actions: [() -> Void] = []
     /// The zones and databases whose change logs the write appended to: tidied when it commits.
     var zones: [MemoryZone] = []
     var databases: [MemoryDatabase] = []
+
+    init(keeps: Bool = true) {
+        self.keeps = keeps
+    }
+
+    @inline(__always)
+    func add(_ action: @escaping () -> Void) {
+        if keeps { actions.append(action) }
+    }
 }
 
 /// Names in change order: (sequence, name) entries sorted by sequence. An entry goes stale when its
@@ -294,7 +308,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let database = MemoryDatabase(key: key, id: id)
         state.databases[id] = database
         state.databaseIDs[key] = id
-        undo.actions.append {
+        undo.add {
             state.databases[id] = nil
             state.databaseIDs[key] = nil
         }
@@ -305,7 +319,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let database = try database(stored)
         let old = database.stored.sequence
         database.stored.sequence = sequence
-        undo.actions.append { database.stored.sequence = old }
+        undo.add { database.stored.sequence = old }
     }
 
     /// The zone's change log, its length noted so undoing truncates it back.
@@ -313,7 +327,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let count = database.zoneLog.entries.count
         database.zoneLog.append(sequence, zoneID)
         if replacing { database.zoneLog.stale += 1 }
-        undo.actions.append { database.zoneLog.truncate(to: count) }
+        undo.add { database.zoneLog.truncate(to: count) }
         undo.databases.append(database)
     }
 
@@ -324,7 +338,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let tombstone = database.zoneTombstones[zoneID]
         database.zones[zoneID] = zone
         database.zoneTombstones[zoneID] = nil
-        undo.actions.append {
+        undo.add {
             database.zones[zoneID] = old
             database.zoneTombstones[zoneID] = tombstone
         }
@@ -341,7 +355,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         database.zones[zoneID] = nil
         database.recordZones[zoneID] = nil
         database.zoneTombstones[zoneID] = sequence
-        undo.actions.append {
+        undo.add {
             database.zones[zoneID] = old
             database.recordZones[zoneID] = records
             database.zoneTombstones[zoneID] = tombstone
@@ -354,7 +368,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         if let zone = database.recordZones[zoneID] { return zone }
         let zone = MemoryZone()
         database.recordZones[zoneID] = zone
-        undo.actions.append { database.recordZones[zoneID] = nil }
+        undo.add { database.recordZones[zoneID] = nil }
         return zone
     }
 
@@ -362,7 +376,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let count = zone.log.entries.count
         zone.log.append(sequence, name)
         if replacing { zone.log.stale += 1 }
-        undo.actions.append { zone.log.truncate(to: count) }
+        undo.add { zone.log.truncate(to: count) }
         undo.zones.append(zone)
     }
 
@@ -383,7 +397,8 @@ struct MemoryTransaction: StorageWriteTransaction {
         zone.log.append(sequence, name)
         if old != nil || tombstone != nil { zone.log.stale += 1 }
         undo.zones.append(zone)
-        undo.actions.append {
+        guard undo.keeps else { return }
+        undo.add {
             zone.log.truncate(to: logCount)
             zone.records[name] = old
             zone.tombstones[name] = tombstone
@@ -402,7 +417,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let oldReferences = old?.record.trackedReferences ?? []
         zone.index(oldReferences, of: name, adding: false)
         zone.tombstones[name] = (record.recordType, sequence)
-        undo.actions.append {
+        undo.add {
             zone.records[name] = old
             zone.tombstones[name] = tombstone
             zone.index(oldReferences, of: name, adding: true)
@@ -424,7 +439,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let order = database.nextSubscriptionOrder
         database.subscriptions[id] = (order, subscription)
         database.nextSubscriptionOrder += 1
-        undo.actions.append {
+        undo.add {
             database.subscriptions[id] = old
             database.nextSubscriptionOrder = order
         }
@@ -433,7 +448,7 @@ struct MemoryTransaction: StorageWriteTransaction {
     func deleteSubscription(_ subscriptionID: String, in stored: StoredDatabase) throws(ContainerError) {
         let database = try database(stored)
         guard let old = database.subscriptions.removeValue(forKey: subscriptionID) else { return }
-        undo.actions.append { database.subscriptions[subscriptionID] = old }
+        undo.add { database.subscriptions[subscriptionID] = old }
     }
 
     func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification] {
@@ -459,14 +474,14 @@ struct MemoryTransaction: StorageWriteTransaction {
             state.outbox = []
             state.outboxBase = first.id
             state.outboxHead = 0
-            undo.actions.append { (state.outbox, state.outboxBase, state.outboxHead) = old }
+            undo.add { (state.outbox, state.outboxBase, state.outboxHead) = old }
         }
         let count = state.outbox.count
         for notification in notifications {
             while state.outboxBase + Int64(state.outbox.count) < notification.id { state.outbox.append(nil) }
             state.outbox.append(notification)
         }
-        undo.actions.append { state.outbox.removeSubrange(count...) }
+        undo.add { state.outbox.removeSubrange(count...) }
     }
 
     func acknowledge(_ ids: [Int64]) throws(ContainerError) {
@@ -475,7 +490,7 @@ struct MemoryTransaction: StorageWriteTransaction {
             let position = Int(clamping: id - state.outboxBase)
             guard position >= 0, position < state.outbox.count, let old = state.outbox[position] else { continue }
             state.outbox[position] = nil
-            undo.actions.append { state.outbox[position] = old }
+            undo.add { state.outbox[position] = old }
         }
     }
 
@@ -498,7 +513,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         }
         let oldHorizon = database.stored.horizon
         database.stored.horizon = max(oldHorizon, newestDropped)
-        undo.actions.append {
+        undo.add {
             database.zoneTombstones = oldZoneTombstones
             for (zone, tombstones) in oldRecordTombstones { zone.tombstones = tombstones }
             database.stored.horizon = oldHorizon

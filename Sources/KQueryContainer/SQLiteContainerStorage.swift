@@ -144,7 +144,7 @@ final class SQLiteContainerStorage: ContainerStorage {
             throw Self.storageError(error, name: name)
         }
         do throws(ContainerError) {
-            try mirror.withTransaction { tx throws(ContainerError) in
+            try mirror.withTransaction(undoable: false) { tx throws(ContainerError) in
                 for entry in journal.entries { try entry(tx) }
             }
         } catch {
