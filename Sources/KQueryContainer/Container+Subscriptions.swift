@@ -4,7 +4,7 @@ extension Container {
     /// rather than some later modify.
     func restoreSubscriptions() throws(ContainerError) {
         try write { state, tx throws(ContainerError) in
-            for key in try tx.subscribedDatabases() { state.install(try subscriptionSet(key, &state, tx), for: key) }
+            for key in try tx.subscribedDatabases() { _ = try subscriptionSet(key, &state, tx) }
         }
     }
 }

@@ -9,7 +9,8 @@ import Foundation
 
 /// A CloudKit container (CKContainer): per environment a public database and, per user, a private
 /// and a shared one, with their zones, records, change history, subscriptions and the outbox of
-/// notifications their changes produced, kept in one SQLite file (or in memory).
+/// notifications their changes produced, kept in one SQLite file, or in memory for a container
+/// with no file (gone when the process ends, as for tests, previews and benchmarks).
 ///
 /// Safe to use from many threads and tasks. Writes (modifies, zone and subscription changes) run
 /// one at a time, each one transaction; reads (lookups, change fetches, subscription lists) run
@@ -40,40 +41,66 @@ public final class Container: Sendable {
 
     struct WriterState {
         /// The subscriptions of each database: those stored, restored at open; a database without
-        /// any gets its set at its first write.
-        private(set) var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
-        /// The sets the running write replaced, put back if it does not commit. Kept per set
-        /// rather than as a copy of the whole state, which would make every write copy the
-        /// dictionary of all databases.
-        private var replaced: [DatabaseKey: SubscriptionSet?] = [:]
+        /// any gets its set at its first write. A set is changed in place: copying it for each
+        /// write (so a failed one could put the copy back) made saving n subscriptions O(n²).
+        var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
+        /// The sets the running write changed. If it does not commit they are dropped, and read
+        /// again from storage (which rolled back) when next needed: failed writes are rare, copies
+        /// for every write were not.
+        private var changed: Set<DatabaseKey> = []
 
-        /// Makes `set` the database's, undoably until the write ends.
-        mutating func install(_ set: SubscriptionSet, for key: DatabaseKey) {
-            if replaced[key] == nil { replaced[key] = .some(subscriptionSets[key]) }
-            subscriptionSets[key] = set
+        /// Runs `change` on the database's set (`load`ed if not in memory) in place. `change` must
+        /// leave the set as it was when it throws (SubscriptionSet's own methods check before they
+        /// change anything).
+        mutating func changeSubscriptionSet<T>(
+            _ key: DatabaseKey, load: () throws(ContainerError) -> SubscriptionSet, _ change: (inout SubscriptionSet) throws(ContainerError) -> T
+        ) throws(ContainerError) -> T {
+            // Taken out of the dictionary so the set's storage is uniquely referenced and changes in place.
+            var set: SubscriptionSet
+            if let taken = subscriptionSets.removeValue(forKey: key) { set = taken } else { set = try load() }
+            defer { subscriptionSets[key] = set }
+            let result = try change(&set)
+            changed.insert(key)
+            return result
         }
 
-        /// Ends a write: keeps what it installed, or with `rollingBack` puts back what it replaced.
+        /// Keeps a set read from storage during the write (forgotten, as a changed one, if the
+        /// write does not commit: it may hold the write's own changes).
+        mutating func loaded(_ set: SubscriptionSet, for key: DatabaseKey) {
+            subscriptionSets[key] = set
+            changed.insert(key)
+        }
+
+        /// Ends a write: keeps the sets it changed, or with `rollingBack` forgets them.
         mutating func end(rollingBack: Bool) {
             if rollingBack {
-                for (key, set) in replaced { subscriptionSets[key] = set }
+                for key in changed { subscriptionSets[key] = nil }
             }
-            replaced = [:]
+            changed.removeAll(keepingCapacity: true)
         }
     }
 
     /// Opens the container kept in the SQLite file at `path` (created if missing), or a new one in
-    /// memory when `path` is nil.
+    /// memory when `path` is nil (`MemoryContainerStorage`: the same rules, no file).
     ///
     /// `changeHistoryRetention` keeps at most that many deletions (of records and zones) per
     /// database: each write that deletes compacts older ones away, and a token from before them is
     /// CHANGE_TOKEN_EXPIRED. nil keeps every deletion until `compactChangeHistory` is called.
-    public init(
+    public convenience init(
         containerIdentifier: String, path: String? = nil, changeHistoryRetention: Int? = nil,
         clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
     ) throws(ContainerError) {
+        let storage: any ContainerStorage = if let path { try SQLiteContainerStorage(path: path) } else { MemoryContainerStorage() }
+        try self.init(containerIdentifier: containerIdentifier, storage: storage, changeHistoryRetention: changeHistoryRetention, clock: clock)
+    }
+
+    /// A container on `storage` (tests run the container's suites on each storage this way).
+    init(
+        containerIdentifier: String, storage: any ContainerStorage, changeHistoryRetention: Int? = nil,
+        clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+    ) throws(ContainerError) {
         self.containerIdentifier = containerIdentifier
-        storage = try SQLiteContainerStorage(path: path)
+        self.storage = storage
         self.changeHistoryRetention = changeHistoryRetention.map { max($0, 0) }
         self.clock = clock
         try restoreSubscriptions()
@@ -149,6 +176,20 @@ public final class Container: Sendable {
     /// The database's subscriptions: those in memory, else those stored.
     func subscriptionSet(_ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction) throws(ContainerError) -> SubscriptionSet {
         if let set = state.subscriptionSets[key] { return set }
+        let set = try storedSubscriptionSet(key, tx)
+        state.loaded(set, for: key)
+        return set
+    }
+
+    /// Changes the database's subscriptions in place (see `WriterState.changeSubscriptionSet`).
+    func changeSubscriptionSet<T>(
+        _ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction, _ change: (inout SubscriptionSet) throws(ContainerError) -> T
+    ) throws(ContainerError) -> T {
+        try state.changeSubscriptionSet(key, load: { () throws(ContainerError) in try storedSubscriptionSet(key, tx) }, change)
+    }
+
+    /// The database's subscriptions as stored.
+    private func storedSubscriptionSet(_ key: DatabaseKey, _ tx: any StorageTransaction) throws(ContainerError) -> SubscriptionSet {
         var set = SubscriptionSet(database: key.scope)
         if let database = try tx.database(key) {
             for subscription in try tx.subscriptions(in: database) {
@@ -196,18 +237,7 @@ public final class Container: Sendable {
     func updateQueryStore(_ key: DatabaseKey, changes: [RecordChange], deletedZones: [ZoneID] = []) {
         queryStore(key).store.withLock { store in
             guard let store else { return }
-            var final: [RecordID: Record?] = [:]
-            for change in changes {
-                if case .deleted(let record) = change { final[record.recordID] = .some(nil) } else { final[change.record.recordID] = change.record }
-            }
-            // Deleted first: those gone, and those a modify deleted and created again as another
-            // type, which the store would refuse to import over the old one.
-            let deletions = final.filter { id, record in store.record(id).map { $0.recordType != record?.recordType } ?? false }
-                .map { RecordOperation(kind: .forceDelete, record: Record(recordType: "_deleted", recordID: $0.key)) }
-            // Neither call can fail here: only records the store holds are deleted, and the
-            // records imported were checked by the modify that committed them.
-            if !deletions.isEmpty { _ = try? store.save(deletions) }
-            try? store.importRecords(final.values.compactMap { $0 })
+            store.applyCommitted(changes)
             for zone in deletedZones where store.zones.contains(zone) { try? store.deleteZone(zone) }
         }
     }

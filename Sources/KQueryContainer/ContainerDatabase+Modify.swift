@@ -63,23 +63,29 @@ extension ContainerDatabase {
 
             let database = try tx.existingOrNewDatabase(key)
             // Cascaded deletions follow their root; operations keep request order across zones.
-            let ordered = applied.enumerated().sorted { ($0.element.operation, $0.offset) < ($1.element.operation, $1.offset) }.map(\.element)
+            let ordered = applied.count < 2 ? applied
+                : applied.enumerated().sorted { ($0.element.operation, $0.offset) < ($1.element.operation, $1.offset) }.map(\.element)
             var sequence = database.sequence
             var changes: [RecordChange] = []
             var zoneChanged: [ZoneID: Int64] = [:]
+            // Saves are written in runs (a file writes a run in a few statements); a delete ends a
+            // run, so a record deleted and created again in one modify is written in that order.
+            var saves: [(record: Record, sequence: Int64)] = []
             for (index, change) in ordered {
                 sequence += 1
                 let committed: RecordChange
                 switch change {
                 case .created(var record):
                     record.recordChangeTag = String(sequence, radix: 36)
-                    try tx.saveRecord(record, sequence: sequence, in: database)
+                    saves.append((record, sequence))
                     committed = .created(record)
                 case .updated(let before, var record):
                     record.recordChangeTag = String(sequence, radix: 36)
-                    try tx.saveRecord(record, sequence: sequence, in: database)
+                    saves.append((record, sequence))
                     committed = .updated(before: before, after: record)
                 case .deleted(let record):
+                    if !saves.isEmpty { try tx.saveRecords(saves, in: database) }
+                    saves.removeAll(keepingCapacity: true)
                     try tx.deleteRecord(record, sequence: sequence, in: database)
                     committed = change
                 }
@@ -90,6 +96,7 @@ extension ContainerDatabase {
                 if !id.zoneID.isDefaultZone { zoneChanged[id.zoneID] = sequence }
                 changes.append(committed)
             }
+            if !saves.isEmpty { try tx.saveRecords(saves, in: database) }
             for (zoneID, sequence) in zoneChanged {
                 guard var zone = try tx.zone(zoneID, in: database) else { continue }
                 zone.changedSequence = sequence
@@ -100,9 +107,8 @@ extension ContainerDatabase {
                 _ = try tx.compactHistory(of: database, keepingLast: keep)
             }
 
-            var set = try container.subscriptionSet(key, &state, tx)
-            let notifications = try notify(changes, set: &set, database: database, tx: tx, now: now)
-            state.install(set, for: key)
+            let firings = try container.changeSubscriptionSet(key, &state, tx) { set in changes.map { set.apply($0, now: now) } }
+            let notifications = try notify(changes, firings, database: database, tx: tx, now: now)
             return (ModifyResult(results: outcomes.map { $0! }, notifications: try tx.enqueue(notifications)), changes)
         } committed: { _, changes in
             container.updateQueryStore(key, changes: changes)
@@ -140,27 +146,25 @@ extension ContainerDatabase {
         }
     }
 
-    /// The notifications committed changes produce: query subscriptions once per change, zone and
+    /// The notifications committed changes produce (the firings the matcher found for each): query subscriptions once per change, zone and
     /// database subscriptions once per zone per modify (a device fetches the zone's changes once).
     /// The pushes of one change share their `nid`. firesOnce subscriptions that fired are deleted.
     private func notify(
-        _ changes: [RecordChange], set: inout SubscriptionSet, database: StoredDatabase, tx: any StorageWriteTransaction, now: Int64
+        _ changes: [RecordChange], _ firingsOfChanges: [SubscriptionFirings], database: StoredDatabase, tx: any StorageWriteTransaction, now: Int64
     ) throws(ContainerError) -> [NewNotification] {
         var notifications: [NewNotification] = []
         var notifiedZones: Set<String> = []
-        for change in changes {
-            let firings = set.apply(change, now: now)
+        for (change, firings) in zip(changes, firingsOfChanges) {
             guard !firings.isEmpty else { continue }
             let notificationID = UUIDText.random()
             for firing in firings {
-                let subscription = firing.subscription
-                if subscription.options.contains(.firesOnce) { try tx.deleteSubscription(subscription.subscriptionID, in: database) }
-                if case .query = subscription.kind {} else {
+                if firing.options.contains(.firesOnce) { try tx.deleteSubscription(firing.subscriptionID, in: database) }
+                if !firing.isQuery {
                     let zone = change.record.recordID.zoneID
-                    guard notifiedZones.insert("\(subscription.subscriptionID)\u{0}\(zone.zoneName)\u{0}\(zone.ownerName)").inserted else { continue }
+                    guard notifiedZones.insert("\(firing.subscriptionID)\u{0}\(zone.zoneName)\u{0}\(zone.ownerName)").inserted else { continue }
                 }
-                let payload = firing.payload(context: pushContext(subscription.owner), notificationID: notificationID)
-                notifications.append(NewNotification(database: key, subscriptionID: subscription.subscriptionID, owner: subscription.owner,
+                let payload = firing.payload(context: pushContext(firing.owner), notificationID: notificationID)
+                notifications.append(NewNotification(database: key, subscriptionID: firing.subscriptionID, owner: firing.owner,
                                                      payload: payload, created: now))
             }
         }

@@ -15,6 +15,8 @@ extension ContainerDatabase {
 
     /// The record with its ID and its references' IDs canonical.
     func canonical(_ record: Record) -> Record {
+        // Only a private database's zones have two spellings.
+        guard scope == .private else { return record }
         var record = record
         record.recordID = canonical(record.recordID)
         for (key, value) in record.fields {

@@ -48,21 +48,20 @@ public struct ContainerDatabase: Sendable {
             try tx.deleteZone(zoneID, sequence: sequence, in: database)
             try tx.setSequence(sequence, of: database)
             if let keep = container.changeHistoryRetention { _ = try tx.compactHistory(of: database, keepingLast: keep) }
-            var set = try container.subscriptionSet(key, &state, tx)
+            let fired = try container.changeSubscriptionSet(key, &state, tx) { set throws(ContainerError) -> [Subscription] in
+                let fired = set.subscriptions.filter { if case .database(nil) = $0.kind { true } else { false } }
+                for subscription in fired where subscription.options.contains(.firesOnce) { set.remove(id: subscription.subscriptionID) }
+                return fired
+            }
             let now = container.clock()
             var notifications: [NewNotification] = []
-            for subscription in set.subscriptions {
-                guard case .database(nil) = subscription.kind else { continue }
+            for subscription in fired {
                 let payload = PushPayload.database(subscriptionID: subscription.subscriptionID, zoneID: zoneID,
                                                    notificationInfo: subscription.notificationInfo, context: pushContext(subscription.owner))
                 notifications.append(NewNotification(database: key, subscriptionID: subscription.subscriptionID, owner: subscription.owner,
                                                      payload: payload, created: now))
-                if subscription.options.contains(.firesOnce) {
-                    set.remove(id: subscription.subscriptionID)
-                    try tx.deleteSubscription(subscription.subscriptionID, in: database)
-                }
+                if subscription.options.contains(.firesOnce) { try tx.deleteSubscription(subscription.subscriptionID, in: database) }
             }
-            state.install(set, for: key)
             return try tx.enqueue(notifications)
         } committed: { _ in
             container.updateQueryStore(key, changes: [], deletedZones: [zoneID])
@@ -176,17 +175,20 @@ public struct ContainerDatabase: Sendable {
         }
         let saved = subscription
         try container.write { state, tx throws(ContainerError) in
-            var set = try container.subscriptionSet(key, &state, tx)
-            if let existing = set[saved.subscriptionID], existing.owner != saved.owner {
+            // The set checks this too, but only after the zone, which a subscription the database
+            // cannot hold should not get to.
+            do throws(SubscriptionError) { try saved.validate(in: scope) } catch { throw ContainerError(.badRequest, error.message) }
+            if let existing = try container.subscriptionSet(key, &state, tx)[saved.subscriptionID], existing.owner != saved.owner {
                 throw ContainerError(.exists, "subscription '\(saved.subscriptionID)' belongs to another user")
             }
-            do throws(SubscriptionError) { try set.save(saved) } catch { throw ContainerError(.badRequest, error.message) }
             let database = try tx.existingOrNewDatabase(key)
             if let zoneID, !zoneID.isDefaultZone, try tx.zone(zoneID, in: database) == nil {
                 throw ContainerError(.zoneNotFound, "subscription '\(saved.subscriptionID)': zone '\(zoneID.zoneName)' does not exist")
             }
+            try container.changeSubscriptionSet(key, &state, tx) { set throws(ContainerError) in
+                do throws(SubscriptionError) { try set.save(saved) } catch { throw ContainerError(.badRequest, error.message) }
+            }
             try tx.saveSubscription(saved, in: database)
-            state.install(set, for: key)
         }
         return saved
     }
@@ -208,13 +210,11 @@ public struct ContainerDatabase: Sendable {
     public func deleteSubscription(_ subscriptionID: String) throws(ContainerError) {
         let owner = actingUser
         try container.write { state, tx throws(ContainerError) in
-            var set = try container.subscriptionSet(key, &state, tx)
-            guard set[subscriptionID]?.owner == owner, let database = try tx.database(key) else {
+            guard try container.subscriptionSet(key, &state, tx)[subscriptionID]?.owner == owner, let database = try tx.database(key) else {
                 throw ContainerError(.notFound, "subscription '\(subscriptionID)' does not exist")
             }
-            set.remove(id: subscriptionID)
             try tx.deleteSubscription(subscriptionID, in: database)
-            state.install(set, for: key)
+            try container.changeSubscriptionSet(key, &state, tx) { set in _ = set.remove(id: subscriptionID) }
         }
     }
 }

@@ -155,6 +155,8 @@ struct ZoneStaging {
     /// reference to a record that does not exist, a deleted record a VALIDATE reference still
     /// points at, a target of more than 750 DELETE_SELF references.
     mutating func referenceViolations() throws(ContainerError) -> [Int: ContainerError] {
+        // Without deletions or saved references no rule can break (most modifies).
+        guard !deletedBy.isEmpty || saved.values.contains(where: { !$0.trackedReferences.isEmpty }) else { return [:] }
         var errors: [Int: ContainerError] = [:]
         var owned: Set<String> = []
         for (index, record) in saved.sorted(by: { $0.key < $1.key }) {

@@ -181,6 +181,27 @@ public final class Database {
         for change in changes { apply(change) }
     }
 
+    /// Brings an in-memory store in line with changes committed elsewhere (a container keeps its
+    /// records in its own storage and queries them here): each record as it is, tags and dates
+    /// kept. A change the store already holds leaves it as it is, so a store built from storage
+    /// just after a commit may be handed that commit's changes too.
+    public func applyCommitted(_ changes: [RecordChange]) {
+        for change in changes {
+            let record = change.record
+            let id = record.recordID
+            generation += 1
+            let deleted: Bool = if case .deleted = change { true } else { false }
+            if deleted || tables[record.recordType]?.rowsByID[id] == nil,
+               let holder = tables.first(where: { $0.value.rowsByID[id] != nil })?.key {
+                // Found first, removed after: removing while iterating `tables` would copy it.
+                tables[holder]?.remove(id)
+            }
+            guard !deleted else { continue }
+            if !zones.contains(id.zoneID) { zones.insert(id.zoneID) }
+            tables[record.recordType, default: makeTable(record.recordType)].replace(record)
+        }
+    }
+
     /// What an operation does to `current` (the record as the batch has left it so far).
     private func resolve(_ operation: RecordOperation, current: Record?, tag: inout Int64, now: Int64) throws(DatabaseError) -> RecordChange {
         let incoming = operation.record

@@ -36,11 +36,11 @@ import Testing
         return operations
     }
 
-    @Test func modifiesKeepTheRules() async {
+    @Test(arguments: ContainerFixture.Storage.allCases) func modifiesKeepTheRules(storage: ContainerFixture.Storage) async {
         await propertyCheck(count: 12, input: Gen.uint64()) { seed in
             var rng = SplitMix(seed: seed)
             do {
-                let database = try ContainerFixture.container().database(.private, user: "_u1")
+                let database = try ContainerFixture.container(storage).database(.private, user: "_u1")
                 for zone in Self.zones where !zone.isDefaultZone { try database.createZone(zone) }
                 for step in 0..<20 {
                     var before: [ZoneID: [String: Record]] = [:]

@@ -7,8 +7,8 @@ import Testing
 @Suite struct ContainerRetentionTests {
     typealias F = ContainerFixture
 
-    @Test func writesThatDeleteCompactPastTheRetention() throws {
-        let container = try Container(containerIdentifier: F.identifier, path: nil, changeHistoryRetention: 2)
+    @Test(arguments: ContainerFixture.Storage.allCases) func writesThatDeleteCompactPastTheRetention(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage, changeHistoryRetention: 2)
         #expect(container.changeHistoryRetention == 2)
         let database = try F.privateDatabase(container)
         _ = try database.modify((0..<6).map { F.operation(.create, F.record("n\($0)", zone: F.zone)) })
@@ -25,8 +25,8 @@ import Testing
         #expect(try database.zoneChanges(F.zone, since: nil).changedRecords.map(\.recordID.recordName) == ["n4", "n5"])
     }
 
-    @Test func withoutRetentionEveryDeletionIsKept() throws {
-        let container = try Container(containerIdentifier: F.identifier, path: nil)
+    @Test(arguments: ContainerFixture.Storage.allCases) func withoutRetentionEveryDeletionIsKept(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         let database = try F.privateDatabase(container)
         _ = try database.modify((0..<4).map { F.operation(.create, F.record("n\($0)", zone: F.zone)) })
         let early = try database.zoneChanges(F.zone, since: nil).syncToken

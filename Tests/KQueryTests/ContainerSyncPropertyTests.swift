@@ -131,11 +131,11 @@ import Testing
         return zones
     }
 
-    @Test func aDeviceApplyingEveryBatchHoldsTheServersZones() async {
+    @Test(arguments: ContainerFixture.Storage.allCases) func aDeviceApplyingEveryBatchHoldsTheServersZones(storage: ContainerFixture.Storage) async {
         await propertyCheck(count: 20, input: Gen.uint64()) { seed in
             var rng = SplitMix(seed: seed)
             do {
-                let container = try ContainerFixture.container()
+                let container = try ContainerFixture.container(storage)
                 let database = try container.database(.private, user: "_u1")
                 for zone in Self.zones.prefix(2) { try database.createZone(zone) }
                 var device = Device()

@@ -1,5 +1,6 @@
 import Foundation
 import KQuery
+import Testing
 @testable import KQueryContainer
 
 /// Builders shared by the container tests.
@@ -8,9 +9,30 @@ enum ContainerFixture {
     static let zone = ZoneID(zoneName: "Notes", ownerName: "_u1")
     static let otherZone = ZoneID(zoneName: "Archive", ownerName: "_u1")
 
+    /// The two storages a container runs on. The suites that matter run on both, so the memory
+    /// storage is held to the SQLite one's behaviour (SQLite here in memory: the same statements
+    /// as a file, no file to clean up).
+    enum Storage: CaseIterable, CustomTestStringConvertible {
+        case memory, sqlite
+
+        var testDescription: String { self == .memory ? "memory" : "SQLite" }
+
+        func make() throws -> any ContainerStorage {
+            switch self {
+            case .memory: MemoryContainerStorage()
+            case .sqlite: try SQLiteContainerStorage(path: nil)
+            }
+        }
+    }
+
     /// A container at a fixed time, in memory or in a file.
     static func container(path: String? = nil) throws -> Container {
         try Container(containerIdentifier: identifier, path: path, clock: { 1_700_000_000_000 })
+    }
+
+    /// A container at a fixed time on `storage`.
+    static func container(_ storage: Storage, changeHistoryRetention: Int? = nil) throws -> Container {
+        try Container(containerIdentifier: identifier, storage: storage.make(), changeHistoryRetention: changeHistoryRetention, clock: { 1_700_000_000_000 })
     }
 
     /// A fresh file path in the temporary directory (the file does not exist yet).

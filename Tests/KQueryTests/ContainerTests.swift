@@ -7,8 +7,8 @@ import Testing
 private typealias F = ContainerFixture
 
 @Suite struct ContainerZoneTests {
-    @Test func customZonesOnlyInPrivateDatabases() throws {
-        let container = try F.container()
+    @Test(arguments: ContainerFixture.Storage.allCases) func customZonesOnlyInPrivateDatabases(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         for scope in [DatabaseScope.public, .shared] {
             let database = try container.database(scope, user: "_u1")
             let error = containerError { try database.createZone(F.zone) }
@@ -30,8 +30,8 @@ private typealias F = ContainerFixture
         #expect(containerError { try database.deleteZone(.default) }?.code == .badRequest)
     }
 
-    @Test func zoneNamesAreValidated() throws {
-        let database = try F.container().database(.private, user: "_u1")
+    @Test(arguments: ContainerFixture.Storage.allCases) func zoneNamesAreValidated(storage: ContainerFixture.Storage) throws {
+        let database = try F.container(storage).database(.private, user: "_u1")
         for name in ["", "_mine", "has space", "semi;colon", String(repeating: "z", count: 256)] {
             let error = containerError { try database.createZone(ZoneID(zoneName: name)) }
             #expect(error?.code == .badRequest)
@@ -40,8 +40,8 @@ private typealias F = ContainerFixture
         try database.createZone(ZoneID(zoneName: "com.apple.coredata.cloudkit.zone"))
     }
 
-    @Test func theDefaultOwnerOfAPrivateZoneIsTheUser() throws {
-        let database = try F.container().database(.private, user: "_u1")
+    @Test(arguments: ContainerFixture.Storage.allCases) func theDefaultOwnerOfAPrivateZoneIsTheUser(storage: ContainerFixture.Storage) throws {
+        let database = try F.container(storage).database(.private, user: "_u1")
         let spelledDefault = ZoneID(zoneName: "Notes")
         try database.createZone(spelledDefault)
         #expect(try database.zones() == [.default, F.zone])
@@ -51,15 +51,15 @@ private typealias F = ContainerFixture
         #expect(try database.zoneChanges(spelledDefault, since: nil).changedRecords.count == 1)
     }
 
-    @Test func privateAndSharedDatabasesNeedAUser() throws {
-        let container = try F.container()
+    @Test(arguments: ContainerFixture.Storage.allCases) func privateAndSharedDatabasesNeedAUser(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         #expect(containerError { _ = try container.database(.private) }?.code == .badRequest)
         #expect(containerError { _ = try container.database(.shared, user: "") }?.code == .badRequest)
         _ = try container.database(.public)
     }
 
-    @Test func savingIntoAMissingZoneFails() throws {
-        let container = try F.container()
+    @Test(arguments: ContainerFixture.Storage.allCases) func savingIntoAMissingZoneFails(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         let database = try container.database(.private, user: "_u1")
         let result = try database.modify([F.operation(.create, F.record("n1", zone: F.zone)), F.operation(.create, F.record("d1"))])
         #expect(result.results[0].error?.code == .zoneNotFound)
@@ -69,8 +69,8 @@ private typealias F = ContainerFixture
         #expect(publicResult.results[0].error?.code == .zoneNotFound)
     }
 
-    @Test func deletingAZoneDeletesItsRecords() throws {
-        let container = try F.container()
+    @Test(arguments: ContainerFixture.Storage.allCases) func deletingAZoneDeletesItsRecords(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         let database = try F.privateDatabase(container)
         _ = try database.modify([F.operation(.create, F.record("n1", zone: F.zone)), F.operation(.create, F.record("a1", zone: F.otherZone))])
         let query = Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"))
@@ -93,8 +93,8 @@ private typealias F = ContainerFixture
 }
 
 @Suite struct ContainerModifyTests {
-    @Test func createStampsAndRefusesDuplicates() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func createStampsAndRefusesDuplicates(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let result = try database.modify([F.operation(.create, F.record("n1", zone: F.zone, ["title": .string("Hello")]))])
         let saved = try #require(result.results[0].record)
         #expect(saved.recordChangeTag != nil)
@@ -105,8 +105,8 @@ private typealias F = ContainerFixture
         #expect(again.results[0].error == ContainerError(.exists, "record 'n1' already exists"))
     }
 
-    @Test func updatesCheckChangeTags() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func updatesCheckChangeTags(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let created = try #require(try database.modify([F.operation(.create, F.record("n", ["a": .int64(1), "b": .int64(2)]))]).results[0].record)
         let tag = created.recordChangeTag
 
@@ -134,8 +134,8 @@ private typealias F = ContainerFixture
         #expect(try database.modify([F.operation(.forceReplace, F.record("new2"))]).results[0].record != nil)
     }
 
-    @Test func deletesCheckChangeTags() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func deletesCheckChangeTags(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let created = try #require(try database.modify([F.operation(.create, F.record("n")), F.operation(.create, F.record("m"))]).results[0].record)
         #expect(try database.modify([F.operation(.delete, F.record("n", tag: "stale"))]).results[0].error?.code == .conflict)
         #expect(try database.modify([F.operation(.delete, F.record("n", tag: created.recordChangeTag))]).results[0] == .deleted(RecordID(recordName: "n")))
@@ -144,8 +144,8 @@ private typealias F = ContainerFixture
         #expect(try database.modify([F.operation(.forceDelete, F.record("m"))]).results[0].error?.code == .notFound)
     }
 
-    @Test func lookupAndQueryReadCommittedRecords() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func lookupAndQueryReadCommittedRecords(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         _ = try database.modify([F.operation(.create, F.record("n1", zone: F.zone, ["v": .int64(1)])), F.operation(.create, F.record("n2", ["v": .int64(2)]))])
         let results = try database.lookup([RecordID(recordName: "n1", zoneID: F.zone), RecordID(recordName: "n1"), RecordID(recordName: "n2")])
         #expect(results[0].record?["v"] == .int64(1))
@@ -158,8 +158,8 @@ private typealias F = ContainerFixture
         #expect(try database.container.database(.private, user: "_u2").query(query).records.isEmpty)
     }
 
-    @Test func wholeRequestErrors() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func wholeRequestErrors(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let many = (0...200).map { F.operation(.create, F.record("r\($0)")) }
         #expect(containerError { _ = try database.modify(many) }?.code == .limitExceeded)
         #expect(try database.modify(Array(many.prefix(200))).results.allSatisfy { $0.record != nil })
@@ -167,8 +167,8 @@ private typealias F = ContainerFixture
         #expect(containerError { _ = try database.modify(twice) }?.code == .badRequest)
     }
 
-    @Test func atomicZoneFailureLeavesThatZoneUntouched() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func atomicZoneFailureLeavesThatZoneUntouched(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let setup = try database.modify([F.operation(.create, F.record("a2", zone: F.zone, ["v": .int64(1)])), F.operation(.create, F.record("d0"))])
         let operations = [
             F.operation(.create, F.record("a1", zone: F.zone)),
@@ -197,8 +197,8 @@ private typealias F = ContainerFixture
         try database.zoneChanges(F.zone, since: nil).changedRecords.map(\.recordID.recordName).sorted()
     }
 
-    @Test func deleteSelfCascadesThroughChainsCyclesAndDiamonds() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func deleteSelfCascadesThroughChainsCyclesAndDiamonds(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let z = F.zone
         _ = try database.modify([
             F.operation(.create, F.record("a", zone: z)),
@@ -227,8 +227,8 @@ private typealias F = ContainerFixture
         #expect(Set(deleted).count == deleted.count)
     }
 
-    @Test func aRecordCascadedAwayCanBeCreatedAgainAsAnotherType() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func aRecordCascadedAwayCanBeCreatedAgainAsAnotherType(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let query = Query(recordType: "Task", predicate: try ValidatedPredicate("TRUEPREDICATE"))
         _ = try database.query(query)  // builds the query store, which the modifies then update
         _ = try database.modify([F.operation(.create, F.record("list", zone: F.zone)),
@@ -240,8 +240,8 @@ private typealias F = ContainerFixture
         #expect(try database.query(Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"))).records.isEmpty)
     }
 
-    @Test func owningReferenceLimitIs750() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func owningReferenceLimitIs750(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         _ = try database.modify([F.operation(.create, F.record("target", zone: F.zone))])
         for batch in 0..<4 {
             let operations = (0..<(batch < 3 ? 200 : 150)).map { index in
@@ -262,8 +262,8 @@ private typealias F = ContainerFixture
         #expect(try names(database).isEmpty)
     }
 
-    @Test func validatingReferencesBothWays() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func validatingReferencesBothWays(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let z = F.zone
         let missing = try database.modify([F.operation(.create, F.record("child", zone: z, ["parent": F.reference("nobody", .validate)]))])
         #expect(missing.results[0].error?.code == .validatingReferenceError)
@@ -286,14 +286,14 @@ private typealias F = ContainerFixture
         #expect(partial.results[1].record != nil)
     }
 
-    @Test func referencesMustStayInTheirZone() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func referencesMustStayInTheirZone(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let result = try database.modify([F.operation(.create, F.record("c", zone: F.zone, ["p": F.reference("p", zone: F.otherZone, .deleteSelf)]))])
         #expect(result.results[0].error?.code == .badRequest)
     }
 
-    @Test func cascadedDeletesFireDeleteSubscriptions() throws {
-        let container = try F.container()
+    @Test(arguments: ContainerFixture.Storage.allCases) func cascadedDeletesFireDeleteSubscriptions(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         let database = try F.privateDatabase(container)
         try database.saveSubscription(try .query("gone", recordType: "Comment", predicate: "TRUEPREDICATE", options: .firesOnRecordDeletion,
                                                  notificationInfo: NotificationInfo(alertBody: "gone")))
@@ -312,8 +312,8 @@ private typealias F = ContainerFixture
 }
 
 @Suite struct ContainerSubscriptionTests {
-    @Test func subscriptionsFollowTheDatabaseRules() throws {
-        let container = try F.container()
+    @Test(arguments: ContainerFixture.Storage.allCases) func subscriptionsFollowTheDatabaseRules(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         let privateDatabase = try F.privateDatabase(container)
         let publicDatabase = try container.database(.public, user: "_u1")
         let sharedDatabase = try container.database(.shared, user: "_u1")
@@ -343,8 +343,8 @@ private typealias F = ContainerFixture
         #expect(try privateDatabase.subscriptions().map(\.subscriptionID) == ["db", "q"])
     }
 
-    @Test func notificationsCarryTheirContextAndFiresOnceGoes() throws {
-        let container = try F.container()
+    @Test(arguments: ContainerFixture.Storage.allCases) func notificationsCarryTheirContextAndFiresOnceGoes(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         let database = try F.privateDatabase(container)
         try database.saveSubscription(try .query("once", recordType: "Note", predicate: "TRUEPREDICATE", options: [.firesOnRecordCreation, .firesOnce],
                                                  notificationInfo: NotificationInfo(shouldSendContentAvailable: true)))
@@ -370,8 +370,8 @@ private typealias F = ContainerFixture
 }
 
 @Suite struct ContainerSyncTokenTests {
-    @Test func foreignAlteredAndGarbageTokensAreRefused() throws {
-        let container = try F.container()
+    @Test(arguments: ContainerFixture.Storage.allCases) func foreignAlteredAndGarbageTokensAreRefused(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         let database = try F.privateDatabase(container)
         let other = try F.privateDatabase(container, user: "_u2")
         _ = try database.modify([F.operation(.create, F.record("n1", zone: F.zone))])
@@ -395,8 +395,8 @@ private typealias F = ContainerFixture
         #expect(try database.zoneChanges(F.zone, since: zoneToken).changes.isEmpty)
     }
 
-    @Test func tokensExpireAfterCompactionAndZoneRecreation() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func tokensExpireAfterCompactionAndZoneRecreation(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         _ = try database.modify((0..<5).map { F.operation(.create, F.record("n\($0)", zone: F.zone)) })
         let early = try database.zoneChanges(F.zone, since: nil).syncToken
         let earlyDatabase = try database.databaseChanges(since: nil).syncToken
@@ -413,8 +413,8 @@ private typealias F = ContainerFixture
         #expect(containerError { _ = try database.zoneChanges(F.zone, since: late) } == expired)
     }
 
-    @Test func batchesFollowTheLimit() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func batchesFollowTheLimit(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         _ = try database.modify((0..<5).map { F.operation(.create, F.record("n\($0)", zone: F.zone)) })
         var token: SyncToken?
         var seen: [String] = []
@@ -483,4 +483,61 @@ private typealias F = ContainerFixture
         #expect(statuses == ["BAD_REQUEST": 400, "CONFLICT": 409, "EXISTS": 409, "NOT_FOUND": 404, "ZONE_NOT_FOUND": 404, "ATOMIC_ERROR": 400,
                              "VALIDATING_REFERENCE_ERROR": 412, "LIMIT_EXCEEDED": 400, "CHANGE_TOKEN_EXPIRED": 400, "INTERNAL_ERROR": 500])
     }
+}
+
+/// The storage boundary itself: what a write leaves when it throws, on each storage.
+@Suite struct ContainerStorageTests {
+    @Test(arguments: ContainerFixture.Storage.allCases) func aWriteThatThrowsLeavesNothing(storage: ContainerFixture.Storage) throws {
+        let store = try storage.make()
+        let key = DatabaseKey(environment: .development, scope: .private, userRecordName: "_u1")
+        let push = PushPayload.database(subscriptionID: "s", zoneID: F.zone, notificationInfo: NotificationInfo(shouldSendContentAvailable: true),
+                                        context: PushContext(containerIdentifier: F.identifier, environment: .development, database: .private, userRecordName: "_u1"))
+        let kept = try store.write { tx throws(ContainerError) in
+            let database = try tx.createDatabase(key)
+            try tx.saveZone(StoredZone(zoneID: F.zone, createdSequence: 1, changedSequence: 1), in: database)
+            try tx.saveRecord(F.record("kept", zone: F.zone, ["a": F.reference("target", .validate)]), sequence: 2, in: database)
+            try tx.setSequence(2, of: database)
+            return database
+        }
+        let failure = ContainerError(.internalError, "the write fails")
+        let subscription = try Subscription.query("s", recordType: "Note", predicate: "TRUEPREDICATE")
+        let error = containerError {
+            _ = try store.write { tx throws(ContainerError) in
+                guard let database = try tx.database(key) else { throw ContainerError(.internalError, "no database") }
+                try tx.deleteRecord(F.record("kept", zone: F.zone), sequence: 3, in: database)
+                try tx.saveRecord(F.record("new", zone: F.zone, ["a": F.reference("target", .validate)]), sequence: 4, in: database)
+                try tx.saveZone(StoredZone(zoneID: F.otherZone, createdSequence: 5, changedSequence: 5), in: database)
+                try tx.deleteZone(F.zone, sequence: 6, in: database)
+                try tx.setSequence(6, of: database)
+                _ = try tx.createDatabase(DatabaseKey(environment: .production, scope: .public, userRecordName: ""))
+                try tx.saveSubscription(subscription, in: database)
+                _ = try tx.enqueue([NewNotification(database: key, subscriptionID: "s", owner: "_u1",
+                                                    payload: push, created: 0)])
+                _ = try tx.compactHistory(of: database, keepingLast: 0)
+                throw failure
+            }
+        }
+        #expect(error == failure)
+        try store.read { tx throws(ContainerError) in
+            #expect(try tx.database(key) == kept.with(sequence: 2))
+            #expect(try tx.database(DatabaseKey(environment: .production, scope: .public, userRecordName: "")) == nil)
+            #expect(try tx.zones(in: kept).map(\.zoneID) == [F.zone])
+            #expect(try tx.records(in: kept).map(\.recordID.recordName) == ["kept"])
+            #expect(try tx.referrers(to: RecordID(recordName: "target", zoneID: F.zone), action: .validate, in: kept) == ["kept"])
+            #expect(try tx.recordChanges(in: F.zone, of: kept, after: 0, includingDeletions: true, limit: 10).map(\.sequence) == [2])
+            #expect(try tx.zoneChanges(of: kept, after: 0, limit: 10).map(\.sequence) == [1])
+            #expect(try tx.subscriptions(in: kept).isEmpty)
+            #expect(try tx.pendingNotifications(for: .all, limit: 10).isEmpty)
+        }
+        // The outbox numbers on from the last commit, not from the failed write.
+        let queued = try store.write { tx throws(ContainerError) in
+            try tx.enqueue([NewNotification(database: key, subscriptionID: "s", owner: "_u1",
+                                            payload: push, created: 0)])
+        }
+        #expect(queued.map(\.id) == [1])
+    }
+}
+
+private extension StoredDatabase {
+    func with(sequence: Int64) -> StoredDatabase { StoredDatabase(id: id, sequence: sequence, horizon: horizon) }
 }

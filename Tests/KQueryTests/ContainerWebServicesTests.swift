@@ -56,8 +56,8 @@ private typealias F = ContainerFixture
         }
     }
 
-    @Test func responsesEncode() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func responsesEncode(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         _ = try database.modify([F.operation(.create, F.record("gone", zone: F.zone)), F.operation(.create, F.record("kept", zone: F.zone))])
         let token = try database.zoneChanges(F.zone, since: nil).syncToken
         let result = try database.modify([
@@ -90,8 +90,8 @@ private typealias F = ContainerFixture
             == #"{"serverErrorCode":"ZONE_NOT_FOUND","reason":"zone 'X' does not exist"}"#)
     }
 
-    @Test func modifyRequestsRunThroughTheContainer() throws {
-        let database = try F.privateDatabase(F.container())
+    @Test(arguments: ContainerFixture.Storage.allCases) func modifyRequestsRunThroughTheContainer(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
         let body = try JSON.parse("""
             {"zoneID": {"zoneName": "Notes", "ownerRecordName": "_u1"}, "operations": [
               {"operationType": "create", "record": {"recordName": "parent", "recordType": "Note"}},

@@ -57,6 +57,16 @@ private func has(_ json: JSON, _ path: [String]) -> Bool {
 
 @Suite("Push payloads")
 struct PushPayloadTests {
+    /// Fitting a payload counts its serialized bytes without serializing it: the count must agree.
+    @Test func serializedSizeIsTheSerializedLength() {
+        let values: [JSON] = [
+            .null, .bool(true), .bool(false), .int(-42), .double(2.5), .double(.nan), .string(""), .string("plain"),
+            .string("quote \" back\\slash\n tab\t ctl\u{01} é ☃ 🎨"), .array([]), .array([.int(1), .string("a"), .null]),
+            .object([]), .object([("k\"ey", .array([.object([("x", .double(1e300))])])), ("b", .bool(false))]),
+        ]
+        for value in values { #expect(value.serializedSize == value.serialized.utf8.count, "\(value.serialized)") }
+    }
+
     // MARK: The SPEC example
 
     @Test func specExample() throws {

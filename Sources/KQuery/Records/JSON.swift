@@ -389,6 +389,12 @@ extension JSON {
 
     static func writeString(_ s: String, to out: inout String) {
         out += "\""
+        // Most strings need no escape: appended whole, not scalar by scalar.
+        guard s.utf8.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 < 0x20 }) else {
+            out += s
+            out += "\""
+            return
+        }
         for scalar in s.unicodeScalars {
             switch scalar {
             case "\"": out += "\\\""
@@ -404,5 +410,32 @@ extension JSON {
             }
         }
         out += "\""
+    }
+
+    /// The number of UTF-8 bytes `serialized` has, counted without writing it.
+    public var serializedSize: Int {
+        switch self {
+        case .null: 4
+        case .bool(let b): b ? 4 : 5
+        case .int(let i): String(i).utf8.count
+        case .double(let d): JSON.format(d).utf8.count
+        case .string(let s): JSON.stringSize(s)
+        // Brackets, and a comma between elements; a member adds its key and a colon.
+        case .array(let elements): elements.reduce(2 + max(elements.count - 1, 0)) { $0 + $1.serializedSize }
+        case .object(let members): members.reduce(2 + max(members.count - 1, 0)) { $0 + JSON.stringSize($1.0) + 1 + $1.1.serializedSize }
+        }
+    }
+
+    /// The bytes `writeString` writes for `s`, quotes included.
+    static func stringSize(_ s: String) -> Int {
+        var size = 2
+        for byte in s.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"): size += 2
+            case _ where byte < 0x20: size += 6
+            default: size += 1
+            }
+        }
+        return size
     }
 }

@@ -245,8 +245,12 @@ public struct PushPayload: Hashable, Sendable {
             ("ckuserid", .string(context.userRecordName)),
         ]
         var draft = _PushDraft(alert: alert, aps: aps, ck: ck, sectionKey: sectionKey, section: section)
-        draft.fit(maximumSize)
-        let json = draft.json
+        // Made once when it fits, as nearly every payload does.
+        var json = draft.json
+        if json.serializedSize > maximumSize {
+            draft.fit(maximumSize)
+            json = draft.json
+        }
         let visible = !draft.alert.isEmpty || draft.aps.contains { $0.0 == "sound" || $0.0 == "badge" }
         return PushPayload(json: json, priority: visible ? 10 : 5, pushType: visible ? "alert" : "background",
                            isPruned: draft.pruned)
@@ -317,7 +321,7 @@ struct _PushDraft {
         return .object([("aps", .object(apsMembers)), ("ck", .object(ckMembers))])
     }
 
-    var size: Int { json.serialized.utf8.count }
+    var size: Int { json.serializedSize }
 
     private enum Place {
         case alert(Int)

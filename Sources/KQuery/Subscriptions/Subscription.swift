@@ -60,7 +60,7 @@ public struct Subscription: Hashable, Sendable {
     }
 
     /// Checks what CloudKit checks when a subscription is saved (SPEC §4).
-    func validate(in database: DatabaseScope) throws(SubscriptionError) {
+    public func validate(in database: DatabaseScope) throws(SubscriptionError) {
         guard !subscriptionID.isEmpty else { throw SubscriptionError("subscription ID must not be empty") }
         switch kind {
         case .query(let recordType, _, _):
@@ -148,22 +148,37 @@ public struct SubscriptionFiring: Hashable, Sendable {
         hasher.combine(record)
     }
 
-    /// The push CloudKit would send for this firing, to the subscription's owner.
+    /// The ID of the subscription that fired (read without assembling the subscription).
+    public var subscriptionID: String { parts.subscriptionID }
+    /// The owner of the subscription that fired.
+    public var owner: String { parts.owner }
+    public var options: SubscriptionOptions { parts.options }
+    /// Whether a query subscription fired (zone and database subscriptions fire once per zone).
+    public var isQuery: Bool {
+        switch batch.scope(at: position) {
+        case .query, .given(.query): true
+        case .given: false
+        }
+    }
+
+    /// The push CloudKit would send for this firing, to the subscription's owner. Made from the
+    /// subscription's parts: a query's predicate is not unpacked.
     public func payload(context: PushContext, notificationID: String? = nil) -> PushPayload {
         let id = notificationID ?? UUIDText.random()
-        let subscription = subscription
+        let parts = parts
+        let notificationInfo = batch.notificationInfo(at: position)
         var context = context
-        context.userRecordName = subscription.owner
-        switch subscription.kind {
-        case .query:
-            return .query(subscriptionID: subscription.subscriptionID, record: record, reason: reason,
-                          notificationInfo: subscription.notificationInfo, context: context, notificationID: id)
-        case .recordZone(let zoneID, _):
-            return .recordZone(subscriptionID: subscription.subscriptionID, zoneID: zoneID,
-                               notificationInfo: subscription.notificationInfo, context: context, notificationID: id)
-        case .database:
-            return .database(subscriptionID: subscription.subscriptionID, zoneID: record.recordID.zoneID,
-                             notificationInfo: subscription.notificationInfo, context: context, notificationID: id)
+        context.userRecordName = parts.owner
+        switch batch.scope(at: position) {
+        case .query, .given(.query):
+            return .query(subscriptionID: parts.subscriptionID, record: record, reason: reason,
+                          notificationInfo: notificationInfo, context: context, notificationID: id)
+        case .given(.recordZone(let zoneID, _)):
+            return .recordZone(subscriptionID: parts.subscriptionID, zoneID: zoneID,
+                               notificationInfo: notificationInfo, context: context, notificationID: id)
+        case .given(.database):
+            return .database(subscriptionID: parts.subscriptionID, zoneID: record.recordID.zoneID,
+                             notificationInfo: notificationInfo, context: context, notificationID: id)
         }
     }
 }
@@ -226,6 +241,10 @@ final class FiringBatch: Sendable {
         self.init(record: record, subscriptions: [parts], notificationInfos: SharedValues(SharedNotificationInfo(subscription.notificationInfo)),
                   scopes: SharedValues(scope))
     }
+
+    func notificationInfo(at position: Int) -> NotificationInfo { notificationInfos[subscriptions[position].notificationInfo].value }
+
+    func scope(at position: Int) -> SubscriptionParts.Scope { scopes[subscriptions[position].scope] }
 
     func subscription(at position: Int) -> Subscription {
         let parts = subscriptions[position]

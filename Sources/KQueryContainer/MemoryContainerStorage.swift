@@ -1,0 +1,539 @@
+import KQuery
+
+/// A container's data in memory, for a container with no file (`Container(path: nil)`): the same
+/// operations and rules as `SQLiteContainerStorage`, gone when the process ends.
+///
+/// One lock: a write holds it from its first change to its commit, a read for its whole body, so
+/// a read sees the last committed state. A write changes the state in place and logs how to undo
+/// each change; a write that throws replays the log backwards, so it commits whole or not at all.
+///
+/// Change fetches read per-zone change logs: every record change and tombstone appends
+/// (sequence, name) in sequence order, an entry is live while the record's (or tombstone's)
+/// sequence is still the entry's, and a fetch binary-searches the log for the token's sequence.
+final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
+    let secret: (UInt64, UInt64)
+    /// Guards `state` (the unchecked Sendable is this lock).
+    private let lock = Locked(MemoryState())
+
+    init() {
+        var generator = SystemRandomNumberGenerator()
+        secret = (generator.next(), generator.next())
+    }
+
+    func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try lock.withLock { state throws(ContainerError) -> T in try body(MemoryTransaction(state: state, undo: UndoLog())) }
+    }
+
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try withTransaction { tx throws(ContainerError) -> T in try body(tx) }
+    }
+
+    /// A write on the concrete transaction, for `SQLiteContainerStorage`, which replays its
+    /// committed writes here (with the numbers its file gave out).
+    ///
+    /// Without `undoable` a body that throws leaves its changes half made: for a replay, whose
+    /// failure makes the file storage load the state again anyway.
+    func withTransaction<T>(undoable: Bool = true, _ body: (MemoryTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try lock.withLock { state throws(ContainerError) -> T in
+            let undo = UndoLog(keeps: undoable)
+            do throws(ContainerError) {
+                let result = try body(MemoryTransaction(state: state, undo: undo))
+                state.tidy(after: undo)
+                return result
+            } catch {
+                for action in undo.actions.reversed() { action() }
+                throw error
+            }
+        }
+    }
+
+    /// Reads the state through the concrete transaction (for what the protocol does not ask).
+    func inspect<T>(_ body: (MemoryTransaction) -> T) -> T {
+        lock.withLock { state in body(MemoryTransaction(state: state, undo: UndoLog())) }
+    }
+
+    /// Replaces the whole state (a file's, loaded at open).
+    func replaceState(_ loaded: MemoryState) {
+        lock.withLock { $0 = loaded }
+    }
+}
+
+/// How to take back a write's changes, in the order they were made.
+final class UndoLog {
+    /// Whether undo entries are kept at all.
+    let keeps: Bool
+    var actions: [() -> Void] = []
+    /// The zones and databases whose change logs the write appended to: tidied when it commits.
+    var zones: [MemoryZone] = []
+    var databases: [MemoryDatabase] = []
+
+    init(keeps: Bool = true) {
+        self.keeps = keeps
+    }
+
+    @inline(__always)
+    func add(_ action: @escaping () -> Void) {
+        if keeps { actions.append(action) }
+    }
+}
+
+/// Names in change order: (sequence, name) entries sorted by sequence. An entry goes stale when its
+/// name changes again; `stale` counts those, so the log is rebuilt once they are most of it.
+struct ChangeLog<Name: Hashable> {
+    private(set) var entries: [(sequence: Int64, name: Name)] = []
+    var stale = 0
+
+    /// Adds an entry. A write's sequences all follow the state before it, so the entry goes after
+    /// every entry older writes made (undoing truncates back to them), though possibly before
+    /// entries its own write made (a modify stamps its zones after their records).
+    mutating func append(_ sequence: Int64, _ name: Name) {
+        var position = entries.count
+        while position > 0, entries[position - 1].sequence > sequence { position -= 1 }
+        entries.insert((sequence, name), at: position)
+    }
+
+    mutating func truncate(to count: Int) {
+        entries.removeSubrange(count...)
+    }
+
+    /// The position of the first entry after `sequence`.
+    func start(after sequence: Int64) -> Int {
+        var low = 0, high = entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            if entries[middle].sequence <= sequence { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    var needsRebuild: Bool { stale > 64 && stale > entries.count / 2 }
+
+    mutating func rebuild(_ live: [(sequence: Int64, name: Name)]) {
+        entries = live.sorted { $0.sequence < $1.sequence }
+        stale = 0
+    }
+}
+
+/// A reference target as the zone's reference index keys it: the target's name and the action.
+struct ReferenceKey: Hashable {
+    var target: String
+    var action: Reference.Action
+}
+
+/// One zone's records (the default zone's too), tombstones, change log and reference index.
+final class MemoryZone {
+    var records: [String: (record: Record, sequence: Int64)] = [:]
+    var tombstones: [String: (recordType: String, sequence: Int64)] = [:]
+    var log = ChangeLog<String>()
+    /// The records holding an owning or validating reference to each target, by name.
+    var referrers: [ReferenceKey: Set<String>] = [:]
+
+    func index(_ references: [Reference], of source: String, adding: Bool) {
+        for reference in references {
+            let key = ReferenceKey(target: reference.recordID.recordName, action: reference.action)
+            if adding {
+                referrers[key, default: []].insert(source)
+            } else if referrers[key]?.remove(source) != nil, referrers[key]?.isEmpty == true {
+                referrers[key] = nil
+            }
+        }
+    }
+
+    func tidy() {
+        guard log.needsRebuild else { return }
+        log.rebuild(records.map { ($0.value.sequence, $0.key) } + tombstones.map { ($0.value.sequence, $0.key) })
+    }
+}
+
+final class MemoryDatabase {
+    let key: DatabaseKey
+    var stored: StoredDatabase
+    var zones: [ZoneID: StoredZone] = [:]
+    var zoneTombstones: [ZoneID: Int64] = [:]
+    var zoneLog = ChangeLog<ZoneID>()
+    /// Records by zone, created with a zone's first record.
+    var recordZones: [ZoneID: MemoryZone] = [:]
+    /// Subscriptions by ID, with the number that keeps their save order (a replaced one moves last).
+    var subscriptions: [String: (order: Int64, subscription: Subscription)] = [:]
+    var nextSubscriptionOrder: Int64 = 0
+
+    init(key: DatabaseKey, id: Int64) {
+        self.key = key
+        stored = StoredDatabase(id: id, sequence: 0, horizon: 0)
+    }
+
+    func tidy() {
+        guard zoneLog.needsRebuild else { return }
+        zoneLog.rebuild(zones.map { ($0.value.changedSequence, $0.key) } + zoneTombstones.map { ($0.value, $0.key) })
+    }
+}
+
+final class MemoryState {
+    var databaseIDs: [DatabaseKey: Int64] = [:]
+    var databases: [Int64: MemoryDatabase] = [:]
+    /// The outbox in queue order: entry `id` at `id - outboxBase`, nil once acknowledged.
+    var outbox: [OutboxNotification?] = []
+    var outboxBase: Int64 = 1
+    /// The first entry of `outbox` that may still be pending.
+    var outboxHead = 0
+    /// The `DeliveryChannel` bits of entries some channels have acknowledged but not all.
+    var outboxDelivered: [Int64: Int] = [:]
+
+    func database(_ stored: StoredDatabase) -> MemoryDatabase? { databases[stored.id] }
+
+    /// After a commit: rebuilds change logs gone mostly stale and drops acknowledged entries from
+    /// the front of the outbox.
+    func tidy(after undo: UndoLog) {
+        for zone in undo.zones { zone.tidy() }
+        for database in undo.databases { database.tidy() }
+        while outboxHead < outbox.count, outbox[outboxHead] == nil { outboxHead += 1 }
+        if outboxHead > 1024, outboxHead > outbox.count / 2 {
+            outbox.removeFirst(outboxHead)
+            outboxBase += Int64(outboxHead)
+            outboxHead = 0
+        }
+    }
+}
+
+struct MemoryTransaction: StorageWriteTransaction {
+    let state: MemoryState
+    let undo: UndoLog
+
+    private func database(_ stored: StoredDatabase) throws(ContainerError) -> MemoryDatabase {
+        guard let database = state.database(stored) else { throw ContainerError(.internalError, "database \(stored.id) does not exist") }
+        return database
+    }
+
+    // MARK: Reading
+
+    func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
+        state.databaseIDs[key].flatMap { state.databases[$0]?.stored }
+    }
+
+    func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
+        state.database(database)?.zones[zoneID]
+    }
+
+    func zones(in database: StoredDatabase) throws(ContainerError) -> [StoredZone] {
+        (state.database(database)?.zones.values).map { $0.sorted { ($0.zoneID.zoneName, $0.zoneID.ownerName) < ($1.zoneID.zoneName, $1.zoneID.ownerName) } } ?? []
+    }
+
+    func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record? {
+        state.database(database)?.recordZones[id.zoneID]?.records[id.recordName]?.record
+    }
+
+    func records(in database: StoredDatabase) throws(ContainerError) -> [Record] {
+        guard let database = state.database(database) else { return [] }
+        // In the file's order (zone, then record name), so a store built from either storage is the same.
+        return database.recordZones.sorted { ($0.key.zoneName, $0.key.ownerName) < ($1.key.zoneName, $1.key.ownerName) }.flatMap { _, zone in
+            zone.records.sorted { $0.key < $1.key }.map(\.value.record)
+        }
+    }
+
+    func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {
+        guard let names = state.database(database)?.recordZones[target.zoneID]?.referrers[ReferenceKey(target: target.recordName, action: action)] else { return [] }
+        return names.sorted()
+    }
+
+    func recordChanges(in zoneID: ZoneID, of database: StoredDatabase, after sequence: Int64, includingDeletions: Bool, limit: Int)
+        throws(ContainerError) -> [(sequence: Int64, change: RecordZoneChange)] {
+        guard let zone = state.database(database)?.recordZones[zoneID] else { return [] }
+        var changes: [(sequence: Int64, change: RecordZoneChange)] = []
+        changes.reserveCapacity(min(limit, zone.log.entries.count))
+        var position = zone.log.start(after: sequence)
+        let entries = zone.log.entries
+        while position < entries.count, changes.count < limit {
+            let (sequence, name) = entries[position]
+            position += 1
+            if let current = zone.records[name] {
+                if current.sequence == sequence { changes.append((sequence, .changed(current.record))) }
+            } else if includingDeletions, let tombstone = zone.tombstones[name], tombstone.sequence == sequence {
+                changes.append((sequence, .deleted(RecordID(recordName: name, zoneID: zoneID), recordType: tombstone.recordType)))
+            }
+        }
+        return changes
+    }
+
+    func zoneChanges(of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
+        -> [(sequence: Int64, zoneID: ZoneID, deleted: Bool)] {
+        guard let database = state.database(database) else { return [] }
+        var changes: [(sequence: Int64, zoneID: ZoneID, deleted: Bool)] = []
+        var position = database.zoneLog.start(after: sequence)
+        let entries = database.zoneLog.entries
+        while position < entries.count, changes.count < limit {
+            let (sequence, zoneID) = entries[position]
+            position += 1
+            if database.zones[zoneID]?.changedSequence == sequence {
+                changes.append((sequence, zoneID, false))
+            } else if database.zoneTombstones[zoneID] == sequence {
+                changes.append((sequence, zoneID, true))
+            }
+        }
+        return changes
+    }
+
+    func subscribedDatabases() throws(ContainerError) -> [DatabaseKey] {
+        state.databases.values.filter { !$0.subscriptions.isEmpty }.map(\.key)
+    }
+
+    func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {
+        (state.database(database)?.subscriptions.values.sorted { $0.order < $1.order }.map(\.subscription)) ?? []
+    }
+
+    func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification] {
+        var pending: [OutboxNotification] = []
+        var position = state.outboxHead
+        while position < state.outbox.count, pending.count < limit {
+            if let notification = state.outbox[position], (state.outboxDelivered[notification.id] ?? 0) & channels.rawValue != channels.rawValue {
+                pending.append(notification)
+            }
+            position += 1
+        }
+        return pending
+    }
+
+    /// Whether the record has a tombstone, and whether its current version holds tracked
+    /// references: what saving it must clear away.
+    func leftovers(of id: RecordID, in database: StoredDatabase) -> (tombstone: Bool, references: Bool) {
+        guard let zone = state.database(database)?.recordZones[id.zoneID] else { return (false, false) }
+        return (zone.tombstones[id.recordName] != nil, zone.records[id.recordName].map { !$0.record.trackedReferences.isEmpty } ?? false)
+    }
+
+    // MARK: Writing
+
+    func createDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase {
+        createDatabase(key, id: (state.databases.keys.max() ?? 0) + 1)
+    }
+
+    /// Creates the database with the number the file gave it.
+    @discardableResult
+    func createDatabase(_ key: DatabaseKey, id: Int64) -> StoredDatabase {
+        let state = state
+        let database = MemoryDatabase(key: key, id: id)
+        state.databases[id] = database
+        state.databaseIDs[key] = id
+        undo.add {
+            state.databases[id] = nil
+            state.databaseIDs[key] = nil
+        }
+        return database.stored
+    }
+
+    func setSequence(_ sequence: Int64, of stored: StoredDatabase) throws(ContainerError) {
+        let database = try database(stored)
+        let old = database.stored.sequence
+        database.stored.sequence = sequence
+        undo.add { database.stored.sequence = old }
+    }
+
+    /// The zone's change log, its length noted so undoing truncates it back.
+    private func appendZoneLog(_ database: MemoryDatabase, _ sequence: Int64, _ zoneID: ZoneID, replacing: Bool) {
+        let count = database.zoneLog.entries.count
+        database.zoneLog.append(sequence, zoneID)
+        if replacing { database.zoneLog.stale += 1 }
+        undo.add { database.zoneLog.truncate(to: count) }
+        undo.databases.append(database)
+    }
+
+    func saveZone(_ zone: StoredZone, in stored: StoredDatabase) throws(ContainerError) {
+        let database = try database(stored)
+        let zoneID = zone.zoneID
+        let old = database.zones[zoneID]
+        let tombstone = database.zoneTombstones[zoneID]
+        database.zones[zoneID] = zone
+        database.zoneTombstones[zoneID] = nil
+        undo.add {
+            database.zones[zoneID] = old
+            database.zoneTombstones[zoneID] = tombstone
+        }
+        if old?.changedSequence != zone.changedSequence {
+            appendZoneLog(database, zone.changedSequence, zoneID, replacing: old != nil || tombstone != nil)
+        }
+    }
+
+    func deleteZone(_ zoneID: ZoneID, sequence: Int64, in stored: StoredDatabase) throws(ContainerError) {
+        let database = try database(stored)
+        let old = database.zones[zoneID]
+        let tombstone = database.zoneTombstones[zoneID]
+        let records = database.recordZones[zoneID]
+        database.zones[zoneID] = nil
+        database.recordZones[zoneID] = nil
+        database.zoneTombstones[zoneID] = sequence
+        undo.add {
+            database.zones[zoneID] = old
+            database.recordZones[zoneID] = records
+            database.zoneTombstones[zoneID] = tombstone
+        }
+        appendZoneLog(database, sequence, zoneID, replacing: old != nil || tombstone != nil)
+    }
+
+    /// The zone's records, created (undoably) if it has none yet.
+    private func recordZone(_ zoneID: ZoneID, of database: MemoryDatabase) -> MemoryZone {
+        if let zone = database.recordZones[zoneID] { return zone }
+        let zone = MemoryZone()
+        database.recordZones[zoneID] = zone
+        undo.add { database.recordZones[zoneID] = nil }
+        return zone
+    }
+
+    private func appendLog(_ zone: MemoryZone, _ sequence: Int64, _ name: String, replacing: Bool) {
+        let count = zone.log.entries.count
+        zone.log.append(sequence, name)
+        if replacing { zone.log.stale += 1 }
+        undo.add { zone.log.truncate(to: count) }
+        undo.zones.append(zone)
+    }
+
+    func saveRecord(_ record: Record, sequence: Int64, in stored: StoredDatabase) throws(ContainerError) {
+        let zone = recordZone(record.recordID.zoneID, of: try database(stored))
+        let name = record.recordID.recordName
+        let old = zone.records[name]
+        let tombstone = zone.tombstones.removeValue(forKey: name)
+        let oldReferences = old?.record.trackedReferences ?? []
+        let newReferences = record.trackedReferences
+        zone.records[name] = (record, sequence)
+        if !oldReferences.isEmpty || !newReferences.isEmpty {
+            zone.index(oldReferences, of: name, adding: false)
+            zone.index(newReferences, of: name, adding: true)
+        }
+        // One undo entry for the record and its log entry: a modify's every record takes one.
+        let logCount = zone.log.entries.count
+        zone.log.append(sequence, name)
+        if old != nil || tombstone != nil { zone.log.stale += 1 }
+        undo.zones.append(zone)
+        guard undo.keeps else { return }
+        undo.add {
+            zone.log.truncate(to: logCount)
+            zone.records[name] = old
+            zone.tombstones[name] = tombstone
+            if !oldReferences.isEmpty || !newReferences.isEmpty {
+                zone.index(newReferences, of: name, adding: false)
+                zone.index(oldReferences, of: name, adding: true)
+            }
+        }
+    }
+
+    func deleteRecord(_ record: Record, sequence: Int64, in stored: StoredDatabase) throws(ContainerError) {
+        let zone = recordZone(record.recordID.zoneID, of: try database(stored))
+        let name = record.recordID.recordName
+        let old = zone.records.removeValue(forKey: name)
+        let tombstone = zone.tombstones[name]
+        let oldReferences = old?.record.trackedReferences ?? []
+        zone.index(oldReferences, of: name, adding: false)
+        zone.tombstones[name] = (record.recordType, sequence)
+        undo.add {
+            zone.records[name] = old
+            zone.tombstones[name] = tombstone
+            zone.index(oldReferences, of: name, adding: true)
+        }
+        appendLog(zone, sequence, name, replacing: old != nil || tombstone != nil)
+    }
+
+    func saveSubscription(_ subscription: Subscription, in stored: StoredDatabase) throws(ContainerError) {
+        // Stored subscriptions must read back as saved, in memory as in a file.
+        _ = try subscription.storedJSON()
+        try keepSubscription(subscription, in: stored)
+    }
+
+    /// Saves a subscription already checked (by the file that stored it).
+    func keepSubscription(_ subscription: Subscription, in stored: StoredDatabase) throws(ContainerError) {
+        let database = try database(stored)
+        let id = subscription.subscriptionID
+        let old = database.subscriptions[id]
+        let order = database.nextSubscriptionOrder
+        database.subscriptions[id] = (order, subscription)
+        database.nextSubscriptionOrder += 1
+        undo.add {
+            database.subscriptions[id] = old
+            database.nextSubscriptionOrder = order
+        }
+    }
+
+    func deleteSubscription(_ subscriptionID: String, in stored: StoredDatabase) throws(ContainerError) {
+        let database = try database(stored)
+        guard let old = database.subscriptions.removeValue(forKey: subscriptionID) else { return }
+        undo.add { database.subscriptions[subscriptionID] = old }
+    }
+
+    func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification] {
+        guard !notifications.isEmpty else { return [] }
+        let first = state.outboxBase + Int64(state.outbox.count)
+        let queued = notifications.enumerated().map { offset, new in
+            OutboxNotification(id: first + Int64(offset), database: new.database, subscriptionID: new.subscriptionID, owner: new.owner,
+                               payload: new.payload.json, priority: new.payload.priority, pushType: new.payload.pushType, created: new.created,
+                               collapseID: new.payload.collapseID)
+        }
+        enqueue(queued)
+        return queued
+    }
+
+    /// Queues notifications numbered already (by the file), in order; a gap in the numbers is
+    /// notifications already acknowledged.
+    func enqueue(_ notifications: [OutboxNotification]) {
+        let state = state
+        guard let first = notifications.first else { return }
+        if state.outboxHead == state.outbox.count, first.id > state.outboxBase + Int64(state.outbox.count) {
+            // Nothing pending and the numbers jump (a file's outbox, loaded): start at the first
+            // rather than keep a run of empty entries.
+            let old = (state.outbox, state.outboxBase, state.outboxHead)
+            state.outbox = []
+            state.outboxBase = first.id
+            state.outboxHead = 0
+            undo.add { (state.outbox, state.outboxBase, state.outboxHead) = old }
+        }
+        let count = state.outbox.count
+        for notification in notifications {
+            while state.outboxBase + Int64(state.outbox.count) < notification.id { state.outbox.append(nil) }
+            state.outbox.append(notification)
+        }
+        undo.add { state.outbox.removeSubrange(count...) }
+    }
+
+    func acknowledge(_ ids: [Int64], on channels: DeliveryChannel) throws(ContainerError) {
+        let state = state
+        for id in ids {
+            let position = Int(clamping: id - state.outboxBase)
+            guard position >= 0, position < state.outbox.count, let old = state.outbox[position] else { continue }
+            let oldBits = state.outboxDelivered[id]
+            let bits = (oldBits ?? 0) | channels.rawValue
+            if bits & DeliveryChannel.all.rawValue == DeliveryChannel.all.rawValue {
+                state.outbox[position] = nil
+                state.outboxDelivered[id] = nil
+            } else {
+                state.outboxDelivered[id] = bits
+            }
+            undo.add {
+                state.outbox[position] = old
+                state.outboxDelivered[id] = oldBits
+            }
+        }
+    }
+
+    func compactHistory(of stored: StoredDatabase, keepingLast count: Int) throws(ContainerError) -> Int64 {
+        let database = try database(stored)
+        var sequences = database.zoneTombstones.values.map { $0 }
+        for zone in database.recordZones.values { sequences += zone.tombstones.values.map(\.sequence) }
+        let keep = max(count, 0)
+        guard sequences.count > keep else { return database.stored.horizon }
+        sequences.sort(by: >)
+        let newestDropped = sequences[keep]
+        let oldZoneTombstones = database.zoneTombstones
+        database.zoneTombstones = database.zoneTombstones.filter { $0.value > newestDropped }
+        var oldRecordTombstones: [(MemoryZone, [String: (recordType: String, sequence: Int64)])] = []
+        for zone in database.recordZones.values where zone.tombstones.values.contains(where: { $0.sequence <= newestDropped }) {
+            oldRecordTombstones.append((zone, zone.tombstones))
+            zone.tombstones = zone.tombstones.filter { $0.value.sequence > newestDropped }
+            zone.log.stale += oldRecordTombstones.last.map { $0.1.count - zone.tombstones.count } ?? 0
+            undo.zones.append(zone)
+        }
+        let oldHorizon = database.stored.horizon
+        database.stored.horizon = max(oldHorizon, newestDropped)
+        undo.add {
+            database.zoneTombstones = oldZoneTombstones
+            for (zone, tombstones) in oldRecordTombstones { zone.tombstones = tombstones }
+            database.stored.horizon = oldHorizon
+        }
+        undo.databases.append(database)
+        return database.stored.horizon
+    }
+}
