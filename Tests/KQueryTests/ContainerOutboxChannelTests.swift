@@ -20,8 +20,8 @@ private typealias F = ContainerFixture
         return result.notifications.map(\.id)
     }
 
-    @Test func eachChannelAcknowledgesItsOwnDelivery() throws {
-        let container = try F.container()
+    @Test(arguments: ContainerFixture.Storage.allCases) func eachChannelAcknowledgesItsOwnDelivery(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
         let ids = try Self.queue(["a", "b"], in: container)
         #expect(ids.count == 2)
         #expect(try container.pendingNotifications(for: .webCourier).map(\.id) == ids)
