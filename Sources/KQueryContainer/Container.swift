@@ -131,8 +131,11 @@ public final class Container: Sendable {
     }
 
     /// The oldest `limit` notifications `channel` has not acknowledged, in the order they were queued.
-    public func pendingNotifications(for channel: DeliveryChannel, limit: Int = 100) throws(ContainerError) -> [OutboxNotification] {
-        try storage.read { tx throws(ContainerError) in try tx.pendingNotifications(for: channel, limit: max(limit, 0)) }
+    /// With `recipient`, only that user's, in that environment.
+    public func pendingNotifications(
+        for channel: DeliveryChannel, recipient: OutboxRecipient? = nil, limit: Int = 100
+    ) throws(ContainerError) -> [OutboxNotification] {
+        try storage.read { tx throws(ContainerError) in try tx.pendingNotifications(for: channel, recipient: recipient, limit: max(limit, 0)) }
     }
 
     /// Removes delivered notifications from the outbox, for every channel (unknown IDs are

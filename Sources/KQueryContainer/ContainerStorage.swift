@@ -78,7 +78,8 @@ protocol StorageTransaction {
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription]
     /// The oldest notifications not yet acknowledged on one of `channels` (on a single channel:
     /// not acknowledged there; on `.all`: still queued).
-    func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification]
+    /// With `recipient`, only the notifications for that user in that environment.
+    func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError) -> [OutboxNotification]
 }
 
 /// The writes a request makes, inside one transaction.
@@ -116,5 +117,11 @@ extension StorageWriteTransaction {
     func existingOrNewDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase {
         if let database = try database(key) { return database }
         return try createDatabase(key)
+    }
+}
+
+extension StorageTransaction {
+    func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification] {
+        try pendingNotifications(for: channels, recipient: nil, limit: limit)
     }
 }

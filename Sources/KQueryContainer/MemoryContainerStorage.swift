@@ -280,11 +280,12 @@ struct MemoryTransaction: StorageWriteTransaction {
         (state.database(database)?.subscriptions.values.sorted { $0.order < $1.order }.map(\.subscription)) ?? []
     }
 
-    func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification] {
+    func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError) -> [OutboxNotification] {
         var pending: [OutboxNotification] = []
         var position = state.outboxHead
         while position < state.outbox.count, pending.count < limit {
-            if let notification = state.outbox[position], (state.outboxDelivered[notification.id] ?? 0) & channels.rawValue != channels.rawValue {
+            if let notification = state.outbox[position], (state.outboxDelivered[notification.id] ?? 0) & channels.rawValue != channels.rawValue,
+               recipient.map({ $0.owner == notification.owner && $0.environment == notification.database.environment }) ?? true {
                 pending.append(notification)
             }
             position += 1

@@ -126,6 +126,8 @@ final class SQLiteContainerStorage: ContainerStorage {
         let outboxColumns = try Set(Row.fetchAll(db, sql: "PRAGMA table_info(outbox)").map { $0["name"] as String })
         if !outboxColumns.contains("collapseID") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN collapseID TEXT") }
         if !outboxColumns.contains("delivered") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0") }
+        // A web courier poll reads one user's pushes: by owner, in queue order.
+        try db.execute(sql: "CREATE INDEX IF NOT EXISTS outbox_by_owner ON outbox (owner, id)")
         try db.execute(sql: "INSERT OR IGNORE INTO container_meta (key, value) VALUES ('format', ?)", arguments: [formatVersion])
         let format = try String.fetchOne(db, sql: "SELECT value FROM container_meta WHERE key = 'format'")
         guard format == formatVersion else {
@@ -144,9 +146,12 @@ final class SQLiteContainerStorage: ContainerStorage {
     }
 
     /// Reads the outbox from the file: it is not mirrored (delivery reads it a page at a time).
-    fileprivate func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification] {
+    fileprivate func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError)
+        -> [OutboxNotification] {
         do {
-            return try writer.read { db in try SQLiteTransaction(db: db, name: name).pendingNotifications(for: channels, limit: limit) }
+            return try writer.read { db in
+                try SQLiteTransaction(db: db, name: name).pendingNotifications(for: channels, recipient: recipient, limit: limit)
+            }
         } catch {
             throw Self.storageError(error, name: name)
         }
@@ -211,8 +216,8 @@ private struct MirrorReadTransaction: StorageTransaction {
     }
     func subscribedDatabases() throws(ContainerError) -> [DatabaseKey] { try mirror.subscribedDatabases() }
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] { try mirror.subscriptions(in: database) }
-    func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification] {
-        try file.pendingNotifications(for: channels, limit: limit)
+    func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError) -> [OutboxNotification] {
+        try file.pendingNotifications(for: channels, recipient: recipient, limit: limit)
     }
 }
 
@@ -398,9 +403,15 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         return subscriptions
     }
 
-    func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification] {
+    func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError) -> [OutboxNotification] {
         let rows = try sql {
-            try Row.fetchAll(db, SQLRequest(sql: """
+            if let recipient {
+                return try Row.fetchAll(db, SQLRequest(sql: """
+                    SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created, collapseID
+                    FROM outbox WHERE owner = ?3 AND environment = ?4 AND delivered & ?1 != ?1 ORDER BY id LIMIT ?2
+                    """, arguments: [channels.rawValue, limit, recipient.owner, recipient.environment.rawValue], cached: true))
+            }
+            return try Row.fetchAll(db, SQLRequest(sql: """
                 SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created, collapseID
                 FROM outbox WHERE delivered & ?1 != ?1 ORDER BY id LIMIT ?2
                 """, arguments: [channels.rawValue, limit], cached: true))

@@ -96,8 +96,14 @@ public final class CloudKitServer: Sendable {
                 group.addTask { for try await _ in inbound {} }
                 group.addTask {
                     while !Task.isCancelled, !Task.isShuttingDownGracefully {
-                        if let payload = try await self.courier.next(for: subscriber, in: container, timeout: .seconds(30)) {
-                            try await outbound.write(.text(payload.serialized))
+                        if let delivery = try await self.courier.next(for: subscriber, in: container, timeout: .seconds(30)) {
+                            do {
+                                try await outbound.write(.text(delivery.payload.serialized))
+                            } catch {
+                                await self.courier.returned(delivery)
+                                throw error
+                            }
+                            try await self.settle(delivery, in: container)
                         }
                     }
                 }
@@ -206,18 +212,52 @@ public final class CloudKitServer: Sendable {
         }
     }
 
-    /// A web courier poll: one notification (200), or 204 when none came in time.
+    /// A web courier poll: one notification (200), or 204 when none came in time. The notification
+    /// is acknowledged once its answer has been written; if the client is gone by then, the next
+    /// poll gets it.
     func courierPoll(_ request: Request, _ context: ServerContext) async -> Response {
-        await respond(request, context) { _ async throws(ServerError) -> ServiceAnswer in
+        var taken: (WebCourier.Delivery, Container)?
+        let response = await respond(request, context) { _ async throws(ServerError) -> ServiceAnswer in
             guard let token = request.uri.queryParameters.get("tok"), let subscriber = WebCourier.subscriber(token: token, secret: self.secret) else {
                 throw ServerError.authenticationFailed("invalid web courier token")
             }
             context.entry.record(user: subscriber.user)
             let container = try self.containers.container(subscriber.containerIdentifier)
-            guard let payload = try await self.courier.next(for: subscriber, in: container, timeout: self.configuration.courierTimeout) else {
+            guard let delivery = try await self.courier.next(for: subscriber, in: container, timeout: self.configuration.courierTimeout) else {
                 return ServiceAnswer(json: .null, status: 204)
             }
-            return ServiceAnswer(json: payload)
+            taken = (delivery, container)
+            return ServiceAnswer(json: delivery.payload)
+        }
+        guard let (delivery, container) = taken else { return response }
+        let bytes = ByteBuffer(string: delivery.payload.serialized + "\n")
+        // When the client is gone before the answer is written, the server drops the response
+        // without running its body: the guard gives the push back then.
+        let guarded = UnsettledDelivery(delivery, courier: courier)
+        return Response(
+            status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
+            body: ResponseBody(contentLength: bytes.readableBytes) { writer in
+                guarded.settling()
+                do {
+                    try await writer.write(bytes)
+                    try await writer.finish(nil)
+                } catch {
+                    await self.courier.returned(delivery)
+                    throw error
+                }
+                try await self.settle(delivery, in: container)
+            })
+    }
+
+    /// Acknowledges a delivery whose answer was written, on the courier's channels.
+    func settle(_ delivery: WebCourier.Delivery, in container: Container) async throws {
+        let channels = courier.acknowledges
+        do {
+            try await blockingWork.run { () throws(ContainerError) in try container.acknowledge([delivery.id], channel: channels) }
+            await courier.delivered(delivery)
+        } catch {
+            await courier.returned(delivery)
+            throw error
         }
     }
 
@@ -306,5 +346,27 @@ struct RequestLog: RouterMiddleware {
             FileHandle.standardError.write(Data(line.utf8))
         }
         return response
+    }
+}
+
+/// A popped web courier push whose answer may never be written: if the response is dropped
+/// before its body runs (the client left), the push goes back to the courier for the next poll.
+final class UnsettledDelivery: Sendable {
+    let delivery: WebCourier.Delivery
+    let courier: WebCourier
+    private let isSettling = Locked(false)
+
+    init(_ delivery: WebCourier.Delivery, courier: WebCourier) {
+        self.delivery = delivery
+        self.courier = courier
+    }
+
+    /// The body is being written: from here the writer settles the push.
+    func settling() { isSettling.withLock { $0 = true } }
+
+    deinit {
+        guard !isSettling.withLock({ $0 }) else { return }
+        let courier = courier, delivery = delivery
+        Task { await courier.returned(delivery) }
     }
 }

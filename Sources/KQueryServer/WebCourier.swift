@@ -9,8 +9,10 @@ import Foundation
 /// web courier URL, and each `GET` on it pops the oldest notification queued in the container's
 /// outbox for the token's user (acknowledging it), or waits for one up to a timeout.
 ///
-/// Pops are serialized by the actor, so two polls never deliver the same notification; a
-/// notification is acknowledged only after it is handed over (at least once, SPEC §10).
+/// Pops are serialized by the actor, and a popped notification is reserved while its answer is
+/// written, so two polls never deliver the same one. It is acknowledged only once the answer was
+/// written (`delivered`); a poll whose client left gives it back (`returned`), and a reservation
+/// nobody settles lapses after `reservationLifetime`: at least once, never zero times (SPEC §10).
 actor WebCourier {
     /// What a web courier token stands for: one user's notifications in one container and environment.
     struct Subscriber: Hashable, Sendable {
@@ -19,9 +21,17 @@ actor WebCourier {
         var user: String
     }
 
-    /// How many pending notifications a pop looks through for its user.
-    static let scanLimit = 10_000
+    /// A popped notification, reserved for the poll that took it until it is settled.
+    struct Delivery: Sendable {
+        var id: Int64
+        var payload: JSON
+    }
 
+    /// How long a reservation holds when nobody settles it (an answer that was never written).
+    static let reservationLifetime: Duration = .seconds(60)
+
+    /// The notifications being handed over, and when each was taken.
+    private var reserved: [Int64: ContinuousClock.Instant] = [:]
     private var waiters: [UUID: CheckedContinuation<Void, Never>] = [:]
     private var isShuttingDown = false
     /// The channels a pop acknowledges: the courier's own, and APNs' too when the server does not
@@ -42,9 +52,9 @@ actor WebCourier {
         return Subscriber(containerIdentifier: parts[0], environment: environment, user: parts[2])
     }
 
-    /// The next notification's payload for `subscriber`, or nil when none came within `timeout`
-    /// (or the server is shutting down).
-    func next(for subscriber: Subscriber, in container: Container, timeout: Duration) async throws(ServerError) -> JSON? {
+    /// The next notification for `subscriber`, reserved until `delivered` or `returned`, or nil
+    /// when none came within `timeout` (or the server is shutting down).
+    func next(for subscriber: Subscriber, in container: Container, timeout: Duration) async throws(ServerError) -> Delivery? {
         let deadline = ContinuousClock.now + timeout
         while true {
             if let payload = try pop(for: subscriber, in: container) { return payload }
@@ -54,17 +64,31 @@ actor WebCourier {
         }
     }
 
-    private func pop(for subscriber: Subscriber, in container: Container) throws(ServerError) -> JSON? {
+    private func pop(for subscriber: Subscriber, in container: Container) throws(ServerError) -> Delivery? {
+        let now = ContinuousClock.now
+        reserved = reserved.filter { now - $0.value < Self.reservationLifetime }
         do throws(ContainerError) {
-            let pending = try container.pendingNotifications(for: .webCourier, limit: Self.scanLimit)
-            guard let notification = pending.first(where: { $0.owner == subscriber.user && $0.database.environment == subscriber.environment }) else {
-                return nil
-            }
-            try container.acknowledge([notification.id], channel: acknowledges)
-            return notification.payload
+            // Past the reserved ones there is at least one more, if the user has any.
+            let pending = try container.pendingNotifications(
+                for: .webCourier, recipient: OutboxRecipient(owner: subscriber.user, environment: subscriber.environment), limit: reserved.count + 1)
+            guard let notification = pending.first(where: { reserved[$0.id] == nil }) else { return nil }
+            reserved[notification.id] = now
+            return Delivery(id: notification.id, payload: notification.payload)
         } catch {
             throw ServerError(error)
         }
+    }
+
+    /// Settles a delivery whose answer was written: no longer reserved (the caller has
+    /// acknowledged it in the outbox, on `acknowledges`).
+    func delivered(_ delivery: Delivery) {
+        reserved[delivery.id] = nil
+    }
+
+    /// Settles a delivery whose answer could not be written: the next poll takes it.
+    func returned(_ delivery: Delivery) {
+        reserved[delivery.id] = nil
+        pushesQueued()
     }
 
     /// Suspends until pushes are queued, the deadline passes, the poll is cancelled or the server

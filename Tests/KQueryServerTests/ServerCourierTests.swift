@@ -64,6 +64,42 @@ import Foundation
         }
     }
 
+    /// A backlog of other users' pushes never hides a user's own, and two polls waiting at once
+    /// never get the same push (it is reserved while its answer is written).
+    @Test func pollsFindTheirUsersPushesPastABacklogAndNeverShareOne() async throws {
+        try await ServerHarness { $0.courierTimeout = .seconds(1) }.run { c in
+            let dave = "_dave"
+            var answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: "{}", user: dave)
+            let poll = try Self.pathAndQuery(try #require(answer.json["webcourierURL"]?.stringValue))
+            for user in [dave, "_eve"] {
+                answer = try await c.post("private", "subscriptions/modify", """
+                    {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "notes", "subscriptionType": "query",
+                      "query": {"recordType": "Note"}, "firesOn": ["create"], "notificationInfo": {"alertBody": "new note"}}}]}
+                    """, user: user)
+                #expect(answer.status == 200)
+            }
+            // Eve's backlog, queued ahead of Dave's push.
+            let eveNotes = (0..<150).map { #"{"operationType": "create", "record": {"recordName": "e\#($0)", "recordType": "Note"}}"# }
+            for batch in stride(from: 0, to: eveNotes.count, by: 50) {
+                answer = try await c.post("private", "records/modify", #"{"operations": ["# + eveNotes[batch..<batch + 50].joined(separator: ",") + "]}", user: "_eve")
+                #expect(answer.status == 200)
+            }
+
+            // Two polls wait; one push: one poll answers it, the other 204.
+            async let first = c.send(.get, poll, apiToken: nil)
+            async let second = c.send(.get, poll, apiToken: nil)
+            try await Task.sleep(for: .milliseconds(200))
+            answer = try await c.post("private", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "d1", "recordType": "Note"}}]}"#, user: dave)
+            #expect(answer.status == 200)
+            let answers = try await [first, second]
+            #expect(answers.map(\.status).sorted() == [200, 204])
+            #expect(answers.compactMap { $0.json["ck"]?["qry"]?["rid"]?.stringValue } == ["d1"])
+            // Acknowledged once written: not delivered again.
+            answer = try await c.send(.get, poll, apiToken: nil)
+            #expect(answer.status == 204)
+        }
+    }
+
     @Test func tokensNeedAUserAndRegisterDevices() async throws {
         let harness = ServerHarness()
         try await harness.run { c in
