@@ -122,7 +122,7 @@ func fileModify() throws {
         let time = try seconds { _ = try database.modify(operations) }
         rates.append(200 / time)
     }
-    print("file-backed modify of 200 records (one transaction, synchronous FULL, zone subscription): median \(Int(median(rates))) records/s (aim 50,000)")
+    print("file-backed modify of 200 records (one transaction and its log sync, zone subscription): median \(Int(median(rates))) records/s (aim 50,000)")
 }
 
 // MARK: 3. Zone changes and database changes

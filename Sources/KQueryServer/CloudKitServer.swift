@@ -297,7 +297,7 @@ public final class CloudKitServer: Sendable {
         if answer.status == 204 { return Response(status: .noContent) }
         return Response(
             status: .init(code: answer.status), headers: [.contentType: "application/json; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(string: answer.json.serialized + "\n")))
+            body: .init(byteBuffer: ByteBuffer(bytes: answer.json.serializedBytes + [UInt8(ascii: "\n")])))
     }
 
     func authenticate(_ request: Request, _ context: ServerContext, body: [UInt8], scope: DatabaseScope?) throws(ServerError) -> String? {

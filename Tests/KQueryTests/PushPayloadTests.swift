@@ -67,6 +67,17 @@ struct PushPayloadTests {
         for value in values { #expect(value.serializedSize == value.serialized.utf8.count, "\(value.serialized)") }
     }
 
+    /// The byte writer the server answers with writes exactly what `serialized` does.
+    @Test(arguments: [
+        JSON.null, .bool(true), .bool(false), .int(0), .int(-42), .int(7), .int(.max), .int(.min), .double(2.5), .double(-0.0),
+        .string(""), .string("plain"), .string("quote \" back\\slash\n\r tab\t ctl\u{01}\u{1f} é ☃ 🎨"),
+        .array([]), .array([.int(1), .string("a"), .null]), .object([]),
+        .object([("k\"ey", .array([.object([("x", .double(1e300))])])), ("b", .bool(false))]),
+    ])
+    func serializedBytesAreTheSerializedText(value: JSON) {
+        #expect(value.serializedBytes == Array(value.serialized.utf8), "\(value.serialized)")
+    }
+
     // MARK: The SPEC example
 
     @Test func specExample() throws {
