@@ -163,13 +163,11 @@ public final class CloudKitServer: Sendable {
             do throws(ContainerError) { database = try container.database(scope, environment: environment, user: user) } catch {
                 throw ServerError(error)
             }
-            var service = DatabaseService(database: database, schema: self.configuration.schema)
-            if self.configuration.schema == nil, operation == "records/modify" {
-                service.learnedSchema = try self.containers.learnedSchema(containerIdentifier)
-            }
+            let learnedSchema = self.configuration.schema == nil && operation == "records/modify"
+                ? try self.containers.learnedSchema(containerIdentifier) : nil
+            let service = DatabaseService(database: database, schema: self.configuration.schema, learnedSchema: learnedSchema)
             let json = try body.json()
-            let prepared = service
-            let answer = try await self.blockingWork.run { () throws(ServerError) -> ServiceAnswer in try prepared.run(operation, json) }
+            let answer = try await self.blockingWork.run { () throws(ServerError) -> ServiceAnswer in try service.run(operation, json) }
             if answer.pushes > 0 {
                 await self.courier.pushesQueued()
                 self.apns?.pushesQueued()
@@ -217,7 +215,7 @@ public final class CloudKitServer: Sendable {
     /// poll gets it.
     func courierPoll(_ request: Request, _ context: ServerContext) async -> Response {
         var taken: (WebCourier.Delivery, Container)?
-        let response = await respond(request, context) { _ async throws(ServerError) -> ServiceAnswer in
+        let polled = await answer(request, context) { _ async throws(ServerError) -> ServiceAnswer in
             guard let token = request.uri.queryParameters.get("tok"), let subscriber = WebCourier.subscriber(token: token, secret: self.secret) else {
                 throw ServerError.authenticationFailed("invalid web courier token")
             }
@@ -229,13 +227,13 @@ public final class CloudKitServer: Sendable {
             taken = (delivery, container)
             return ServiceAnswer(json: delivery.payload)
         }
-        guard let (delivery, container) = taken else { return response }
-        let bytes = ByteBuffer(string: delivery.payload.serialized + "\n")
+        guard let (delivery, container) = taken else { return Self.response(polled) }
+        let bytes = Self.jsonBytes(polled.json)
         // When the client is gone before the answer is written, the server drops the response
         // without running its body: the guard gives the push back then.
         let guarded = UnsettledDelivery(delivery, courier: courier)
         return Response(
-            status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
+            status: .ok, headers: Self.jsonHeaders,
             body: ResponseBody(contentLength: bytes.readableBytes) { writer in
                 guarded.settling()
                 do {
@@ -279,6 +277,11 @@ public final class CloudKitServer: Sendable {
 
     /// Reads the body (refused past the size limit), runs `body`, and writes its answer or its error.
     func respond(_ request: Request, _ context: ServerContext, _ operation: (Body) async throws(ServerError) -> ServiceAnswer) async -> Response {
+        Self.response(await answer(request, context, operation))
+    }
+
+    /// Reads the body (refused past the size limit) and runs `operation`: its answer, or its error's.
+    func answer(_ request: Request, _ context: ServerContext, _ operation: (Body) async throws(ServerError) -> ServiceAnswer) async -> ServiceAnswer {
         var answer: ServiceAnswer
         do throws(ServerError) {
             let buffer: ByteBuffer
@@ -290,14 +293,19 @@ public final class CloudKitServer: Sendable {
             answer = ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus)
         }
         context.entry.record(pushes: answer.pushes)
-        return Self.response(answer)
+        return answer
     }
 
     static func response(_ answer: ServiceAnswer) -> Response {
         if answer.status == 204 { return Response(status: .noContent) }
-        return Response(
-            status: .init(code: answer.status), headers: [.contentType: "application/json; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(bytes: answer.json.serializedBytes + [UInt8(ascii: "\n")])))
+        return Response(status: .init(code: answer.status), headers: jsonHeaders, body: .init(byteBuffer: jsonBytes(answer.json)))
+    }
+
+    static let jsonHeaders: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+
+    /// An answer's body: the JSON, then a newline.
+    static func jsonBytes(_ json: JSON) -> ByteBuffer {
+        ByteBuffer(bytes: json.serializedBytes + [UInt8(ascii: "\n")])
     }
 
     func authenticate(_ request: Request, _ context: ServerContext, body: [UInt8], scope: DatabaseScope?) throws(ServerError) -> String? {

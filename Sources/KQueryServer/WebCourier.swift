@@ -7,7 +7,7 @@ import Foundation
 
 /// The long-poll push channel CloudKit JS listens on (SPEC §10): `tokens/create` hands a client a
 /// web courier URL, and each `GET` on it pops the oldest notification queued in the container's
-/// outbox for the token's user (acknowledging it), or waits for one up to a timeout.
+/// outbox for the token's user, or waits for one up to a timeout.
 ///
 /// Pops are serialized by the actor, and a popped notification is reserved while its answer is
 /// written, so two polls never deliver the same one. It is acknowledged only once the answer was

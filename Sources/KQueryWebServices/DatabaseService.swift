@@ -21,10 +21,10 @@ package struct ServiceAnswer: Sendable {
 package struct DatabaseService: Sendable {
     package let database: ContainerDatabase
     /// The `.ckdb` schema records and queries must fit, if the server was given one.
-    package var schema: Schema?
+    package let schema: Schema?
     /// Without a schema, the one the container learns from its saves (CloudKit's development
     /// behaviour: a field's first save fixes its type).
-    package var learnedSchema: LearnedSchema?
+    package let learnedSchema: LearnedSchema?
 
     package init(database: ContainerDatabase, schema: Schema? = nil, learnedSchema: LearnedSchema? = nil) {
         self.database = database
