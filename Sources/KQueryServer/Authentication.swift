@@ -12,6 +12,11 @@ struct Authentication: Sendable {
     let serverKeys: [String: ServerKey]
     let secret: ServerSecret
     let signatureTolerance: Double
+    /// How long a web auth token is accepted after it was issued (seconds).
+    var webAuthTokenLifetime: Double = ServerConfiguration.defaultWebAuthTokenLifetime
+    /// When set, a web auth token is accepted once (CloudKit's documented rule); each answer hands
+    /// the client the next one.
+    var spentTokens: SpentWebAuthTokens? = nil
 
     /// What authenticating a request needs to see of it.
     struct Credentials {
@@ -24,9 +29,17 @@ struct Authentication: Sendable {
         var body: [UInt8]
     }
 
-    /// The user a request acts as (nil: an anonymous request to the public database). `scope` is
-    /// the database the request reaches, nil for the device endpoints (which need a user).
-    func user(_ credentials: Credentials, scope: DatabaseScope?, now: Date = Date()) throws(ServerError) -> String? {
+    /// Who a request acts as.
+    struct Requester: Equatable {
+        /// nil: an anonymous request to the public database.
+        var user: String?
+        /// Whether a web auth token named the user (its answer then carries the next token).
+        var bySignIn = false
+    }
+
+    /// Who a request acts as. `scope` is the database the request reaches, nil for the device
+    /// endpoints (which need a user).
+    func requester(_ credentials: Credentials, scope: DatabaseScope?, now: Date = Date()) throws(ServerError) -> Requester {
         if let keyID = credentials.keyID {
             guard scope == .public else { throw ServerError.authenticationFailed("server-to-server keys sign requests to the public database only") }
             guard let key = serverKeys[keyID] else { throw ServerError.authenticationFailed("unknown server-to-server key '\(keyID)'") }
@@ -39,24 +52,57 @@ struct Authentication: Sendable {
             }
             let message = ServerKey.message(date: dateText, body: credentials.body, subpath: credentials.subpath)
             guard key.isValidSignature(signature, for: message) else { throw ServerError.authenticationFailed("Authentication failed") }
-            return key.userRecordName
+            return Requester(user: key.userRecordName)
         }
         guard let apiToken = credentials.apiToken else {
             throw ServerError.authenticationRequired("a ckAPIToken (or a server-to-server key signature) is required")
         }
         guard apiTokens.isEmpty || apiTokens.contains(apiToken) else { throw ServerError.authenticationFailed("unknown ckAPIToken") }
         guard let webAuthToken = credentials.webAuthToken else {
-            if scope == .public { return nil }
+            if scope == .public { return Requester(user: nil) }
             throw ServerError.authenticationRequired(
                 scope.map { "the \($0.name) database requires a signed-in user (ckWebAuthToken)" } ?? "this request requires a signed-in user (ckWebAuthToken)")
         }
-        guard let user = secret.user(webAuthToken: webAuthToken) else { throw ServerError.authenticationFailed("invalid ckWebAuthToken") }
-        return user
+        guard let identity = secret.identity(webAuthToken: webAuthToken) else { throw ServerError.authenticationFailed("invalid ckWebAuthToken") }
+        if let issued = identity.issued, now.timeIntervalSince(issued) > webAuthTokenLifetime {
+            throw ServerError.authenticationFailed(
+                "the ckWebAuthToken expired (web auth tokens last \(Int(webAuthTokenLifetime)) seconds; sign in again with a new one)")
+        }
+        if let spentTokens, !spentTokens.spend(webAuthToken, issued: identity.issued ?? now, now: now, lifetime: webAuthTokenLifetime) {
+            throw ServerError.authenticationFailed(
+                "the ckWebAuthToken was already used (tokens are single-use here: use the one the last answer's X-Apple-CloudKit-Web-Auth-Token header carried)")
+        }
+        return Requester(user: identity.user, bySignIn: true)
     }
 
     /// An ISO 8601 date with or without fractional seconds.
     static func date(_ text: String) -> Date? {
         if let date = try? Date(text, strategy: .iso8601) { return date }
         return try? Date(text, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+    }
+}
+
+/// The web auth tokens already used, when tokens are single-use: each is remembered until it
+/// would have expired anyway, so the set stays as small as the traffic of one token lifetime.
+/// (Kept in memory: a restart forgets it, and a token spent before it may be used once more.)
+final class SpentWebAuthTokens: Sendable {
+    private struct State {
+        var spent: [String: Date] = [:]
+        var nextSweep = 1024
+    }
+
+    private let state = Locked(State())
+
+    /// Spends `token` (issued at `issued`): false when it was spent already.
+    func spend(_ token: String, issued: Date, now: Date, lifetime: Double) -> Bool {
+        state.withLock { state in
+            guard state.spent[token] == nil else { return false }
+            state.spent[token] = issued
+            if state.spent.count >= state.nextSweep {
+                state.spent = state.spent.filter { now.timeIntervalSince($0.value) <= lifetime }
+                state.nextSweep = max(1024, state.spent.count * 2)
+            }
+            return true
+        }
     }
 }

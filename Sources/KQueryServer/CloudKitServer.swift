@@ -41,7 +41,8 @@ public final class CloudKitServer: Sendable {
         secret = try ServerSecret(directory: configuration.dataDirectory)
         authentication = Authentication(
             apiTokens: configuration.apiTokens, serverKeys: configuration.serverKeys, secret: secret,
-            signatureTolerance: configuration.signatureTolerance)
+            signatureTolerance: configuration.signatureTolerance, webAuthTokenLifetime: configuration.webAuthTokenLifetime,
+            spentTokens: configuration.singleUseWebAuthTokens ? SpentWebAuthTokens() : nil)
         deviceTokens = DeviceTokens(directory: configuration.dataDirectory)
         blockingWork = BlockingWork(threads: configuration.blockingThreads)
         courier = WebCourier(acknowledges: configuration.apns == nil ? .all : .webCourier)
@@ -53,14 +54,16 @@ public final class CloudKitServer: Sendable {
         }
     }
 
-    /// The web auth token of a local user.
-    public func webAuthToken(user: String) -> String { secret.webAuthToken(user: user) }
+    /// A web auth token of a local user, issued at `issued`.
+    public func webAuthToken(user: String, issued: Date = Date()) -> String { secret.webAuthToken(user: user, issued: issued) }
 
     // MARK: Application
 
     public func router() -> Router<ServerContext> {
         let router = Router(context: ServerContext.self)
         router.middlewares.add(RequestLog(enabled: configuration.logsRequests))
+        router.middlewares.add(BrowserAccess())
+        router.middlewares.add(WebAuthRotation(secret: secret))
         let databasePath = "/database/1/:container/:environment/:database/"
         for operation in Self.postOperations {
             router.post(RouterPath(databasePath + operation)) { request, context in await self.database(operation, request, context) }
@@ -317,9 +320,9 @@ public final class CloudKitServer: Sendable {
             apiToken: query.get("ckAPIToken"), webAuthToken: query.get("ckWebAuthToken"),
             keyID: header("x-apple-cloudkit-request-keyid"), date: header("x-apple-cloudkit-request-iso8601date"),
             signature: header("x-apple-cloudkit-request-signaturev1"), subpath: request.uri.path, body: body)
-        let user = try authentication.user(credentials, scope: scope)
-        context.entry.record(user: user)
-        return user
+        let requester = try authentication.requester(credentials, scope: scope)
+        context.entry.record(user: requester.user, bySignIn: requester.bySignIn)
+        return requester.user
     }
 
     static func environment(_ context: ServerContext) throws(ServerError) -> ContainerEnvironment {

@@ -21,6 +21,14 @@ public struct ServerConfiguration: Sendable {
     public var courierTimeout: Duration = .seconds(30)
     /// How far a signed request's date may be from the server's clock.
     public var signatureTolerance: Double = 300
+    /// How long a web auth token is accepted after it was issued, in seconds (CloudKit's two weeks
+    /// with "Keep me signed in"; 1,800 is its default session).
+    public var webAuthTokenLifetime: Double = Self.defaultWebAuthTokenLifetime
+    public static let defaultWebAuthTokenLifetime: Double = 14 * 24 * 3600
+    /// Whether a web auth token is accepted once only, as CloudKit documents (its live service
+    /// rotates tokens but takes old ones too, which is the default here): for testing that a
+    /// client adopts the token each answer hands back.
+    public var singleUseWebAuthTokens = false
     /// The `.ckdb` schema records and queries must fit (nil: any record type and field, any query).
     public var schema: Schema?
     /// Threads for the container's blocking work (a modify waits for the disk): as many modifies
@@ -37,8 +45,8 @@ public struct ServerConfiguration: Sendable {
     }
 
     /// Reads a configuration file: `{"apiTokens": ["..."], "serverToServerKeys": [{"keyID": "...",
-    /// "publicKey": "-----BEGIN PUBLIC KEY-----...", "userRecordName": "_server"}], "apns": {...}}`
-    /// (every member optional; `"apns"` as `APNsConfiguration(json:directory:)` reads it, relative
+    /// "publicKey": "-----BEGIN PUBLIC KEY-----...", "userRecordName": "_server"}],
+    /// "webAuthTokenLifetime": 1800, "singleUseWebAuthTokens": true, "apns": {...}}` (every member optional; `"apns"` as `APNsConfiguration(json:directory:)` reads it, relative
     /// paths from `directory`, the configuration file's).
     public mutating func load(configurationText text: String, directory: String? = nil) throws(ServerError) {
         let json: JSON
@@ -59,6 +67,16 @@ public struct ServerConfiguration: Sendable {
                 }
                 serverKeys[keyID] = try ServerKey(keyID: keyID, pem: pem, userRecordName: element["userRecordName"]?.stringValue ?? "_server")
             }
+        }
+        if let lifetime = json["webAuthTokenLifetime"] {
+            guard let seconds = lifetime.doubleValue, seconds > 0 else {
+                throw ServerError.badRequest("configuration: \"webAuthTokenLifetime\" must be a positive number of seconds")
+            }
+            webAuthTokenLifetime = seconds
+        }
+        if let singleUse = json["singleUseWebAuthTokens"] {
+            guard case .bool(let value) = singleUse else { throw ServerError.badRequest("configuration: \"singleUseWebAuthTokens\" must be true or false") }
+            singleUseWebAuthTokens = value
         }
         if let apns = json["apns"] { self.apns = try APNsConfiguration(json: apns, directory: directory) }
     }

@@ -16,11 +16,18 @@ public struct ServerContext: RequestContext {
 final class RequestLogEntry: Sendable {
     struct Facts {
         var user: String?
+        /// Whether a web auth token named the user (the answer then hands back the next one).
+        var bySignIn = false
         var pushes = 0
     }
 
     let facts = Locked(Facts())
 
-    func record(user: String?) { facts.withLock { $0.user = user } }
+    func record(user: String?, bySignIn: Bool = false) {
+        facts.withLock {
+            $0.user = user
+            $0.bySignIn = bySignIn
+        }
+    }
     func record(pushes: Int) { facts.withLock { $0.pushes = pushes } }
 }

@@ -47,13 +47,25 @@ public struct ServerSecret: Sendable {
         return text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
     }
 
-    /// The web auth token of a local user (what `kquery token` prints).
-    public func webAuthToken(user: String) -> String { token("user", [user]) }
+    /// A web auth token of a local user (what `kquery token` prints, and what each answer to a
+    /// signed-in request hands back as the next one): the user, when it was issued (seconds since
+    /// 1970) and a random nonce, so no two tokens are alike and a single-use token can be spent.
+    public func webAuthToken(user: String, issued: Date = Date()) -> String {
+        let nonce = (0..<8).map { _ in String(UInt8.random(in: 0...255), radix: 16) }.joined()
+        return token("user", [user, String(Int64(issued.timeIntervalSince1970)), nonce])
+    }
 
-    /// The user a web auth token names, or nil when this secret did not make it.
-    public func user(webAuthToken: String) -> String? {
-        guard let parts = parts("user", of: webAuthToken), parts.count == 1, !parts[0].isEmpty else { return nil }
-        return parts[0]
+    /// Who a web auth token names and when it was issued (nil for the tokens of versions before
+    /// rotation, which carried the user alone), or nil when this secret did not make it.
+    public func identity(webAuthToken: String) -> WebAuthIdentity? {
+        guard let parts = parts("user", of: webAuthToken), !parts[0].isEmpty else { return nil }
+        switch parts.count {
+        case 1: return WebAuthIdentity(user: parts[0], issued: nil)
+        case 3:
+            guard let seconds = Int64(parts[1]) else { return nil }
+            return WebAuthIdentity(user: parts[0], issued: Date(timeIntervalSince1970: TimeInterval(seconds)))
+        default: return nil
+        }
     }
 
     private func signature(_ purpose: String, _ body: String) -> String {
@@ -98,4 +110,11 @@ extension Data {
         base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
         self.init(base64Encoded: base64)
     }
+}
+
+/// What a web auth token says: the user, and when the token was issued.
+public struct WebAuthIdentity: Hashable, Sendable {
+    public var user: String
+    /// nil for a token made before tokens carried their issue time (never expires).
+    public var issued: Date?
 }

@@ -62,6 +62,16 @@ struct Serve: ParsableCommand {
     @Flag(help: "Do not log requests to standard error.")
     var quiet = false
 
+    @Option(help: ArgumentHelp("Seconds a web auth token is accepted after it was issued (default: two weeks, CloudKit's \"Keep me signed in\").", valueName: "SECONDS"))
+    var webAuthTokenLifetime: Int?
+
+    @Flag(help: "Accept each web auth token once, as CloudKit documents (each answer carries the next in X-Apple-CloudKit-Web-Auth-Token).")
+    var singleUseWebAuthTokens = false
+
+    func validate() throws {
+        if let webAuthTokenLifetime, webAuthTokenLifetime <= 0 { throw ValidationError("--web-auth-token-lifetime must be a positive number of seconds") }
+    }
+
     func run() throws {
         var configuration = ServerConfiguration(dataDirectory: data)
         configuration.host = host
@@ -75,6 +85,8 @@ struct Serve: ParsableCommand {
             let directory = config.lastIndex(of: "/").map { String(config[..<$0]).isEmpty ? "/" : String(config[..<$0]) }
             try Self.run { () throws(ServerError) in try configuration.load(configurationText: text, directory: directory) }
         }
+        if let webAuthTokenLifetime { configuration.webAuthTokenLifetime = Double(webAuthTokenLifetime) }
+        if singleUseWebAuthTokens { configuration.singleUseWebAuthTokens = true }
         if let schema {
             do { configuration.schema = try Schema(contentsOfFile: schema) } catch {
                 Terminal.writeError("error: \(error)")
@@ -133,7 +145,7 @@ struct Serve: ParsableCommand {
 struct Token: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print a web auth token (ckWebAuthToken) for a local user of `kquery serve --data DIR`.",
-        discussion: "The token is an HMAC of the user name under a secret kept in DIR, so it cannot be forged and survives restarts."
+        discussion: "The token carries the user name and its issue time under an HMAC with a secret kept in DIR, so it cannot be forged and survives restarts; the server takes it for --web-auth-token-lifetime (two weeks by default), and each answer hands back the next one."
     )
 
     @Option(help: ArgumentHelp("The server's data directory.", valueName: "DIR"))

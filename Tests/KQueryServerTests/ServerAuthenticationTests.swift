@@ -3,6 +3,7 @@ import Hummingbird
 import HummingbirdTesting
 import KQuery
 import KQueryServer
+import KQueryWebServices
 import Testing
 
 import Foundation
@@ -129,6 +130,98 @@ import Foundation
             // The record the refused requests tried to delete is still there.
             answer = try await c.post("public", "records/lookup", #"{"records": [{"recordName": "signed"}]}"#, apiToken: "only")
             #expect(answer.json["records"]?[0]?["recordType"] == .string("T"))
+        }
+    }
+}
+
+/// Web auth token rotation, lifetime and single use (CloudKit: each answer carries the next token
+/// in `X-Apple-CloudKit-Web-Auth-Token`), and the CORS a browser client needs to read it.
+@Suite struct ServerWebAuthTokenTests {
+    static let rotated = "X-Apple-CloudKit-Web-Auth-Token"
+
+    func current(_ c: ServerClient, token: String, headers: HTTPFields = [:]) async throws -> ServerClient.Answer {
+        try await c.send(.get, c.path("private", "users/current"), query: ["ckWebAuthToken=\(token)"], headers: headers)
+    }
+
+    @Test func eachAnswerCarriesTheNextTokenAndOldOnesStillWorkByDefault() async throws {
+        try await ServerHarness().run { c in
+            let first = c.token("_alice")
+            let answer = try await current(c, token: first)
+            #expect(answer.status == 200)
+            let next = try #require(answer.header(Self.rotated))
+            #expect(next != first)
+            let again = try await current(c, token: next)
+            #expect(again.json["userRecordName"] == .string("_alice"))
+            #expect(again.header(Self.rotated).map { $0 != next } == true)
+            // Like CloudKit's live service, the old token is still taken.
+            #expect(try await current(c, token: first).status == 200)
+            // Requests without a web auth token get none; refused ones neither.
+            #expect(try await c.post("public", "records/query", #"{"query": {"recordType": "T"}}"#).header(Self.rotated) == nil)
+            let refused = try await current(c, token: String(first.dropLast(2)) + "00")
+            #expect(refused.status == 401)
+            #expect(refused.header(Self.rotated) == nil)
+            // A zone error still rotates: the request was signed in.
+            let missing = try await c.post("private", "changes/zone", #"{"zones": [{"zoneID": {"zoneName": "Nope"}}]}"#, user: "_alice")
+            #expect(missing.header(Self.rotated) != nil)
+        }
+    }
+
+    @Test func singleUseTokensAreSpentOnce() async throws {
+        try await ServerHarness { $0.singleUseWebAuthTokens = true }.run { c in
+            let first = c.token("_alice")
+            let answer = try await current(c, token: first)
+            #expect(answer.status == 200)
+            let reused = try await current(c, token: first)
+            #expect(reused.status == 401)
+            #expect(reused.json["serverErrorCode"] == .string("AUTHENTICATION_FAILED"))
+            #expect(reused.json["reason"]?.stringValue?.contains("already used") == true)
+            // Following the chain of rotated tokens keeps working.
+            var token = try #require(answer.header(Self.rotated))
+            for _ in 0..<5 {
+                let step = try await current(c, token: token)
+                #expect(step.status == 200)
+                token = try #require(step.header(Self.rotated))
+            }
+        }
+    }
+
+    @Test func tokensExpireAfterTheirLifetime() async throws {
+        try await ServerHarness { $0.webAuthTokenLifetime = 1800 }.run { c in
+            let server = try #require(c.server)
+            let stale = server.webAuthToken(user: "_alice", issued: Date().addingTimeInterval(-1801))
+            let answer = try await current(c, token: stale)
+            #expect(answer.status == 401)
+            #expect(answer.json["reason"]?.stringValue?.contains("expired") == true)
+            let fresh = server.webAuthToken(user: "_alice", issued: Date().addingTimeInterval(-1700))
+            #expect(try await current(c, token: fresh).status == 200)
+        }
+    }
+
+    @Test func browsersMayCallAndReadTheRotatedToken() async throws {
+        try await ServerHarness().run { c in
+            let origin = "http://localhost:3000"
+            let preflight = try await c.send(
+                .options, c.path("private", "records/query"), apiToken: nil,
+                headers: [.origin: origin, .accessControlRequestMethod: "POST", .accessControlRequestHeaders: "content-type"])
+            #expect(preflight.status == 204)
+            #expect(preflight.header("Access-Control-Allow-Origin") == origin)
+            #expect(preflight.header("Access-Control-Allow-Methods")?.contains("POST") == true)
+            #expect(preflight.header("Access-Control-Allow-Headers")?.lowercased().contains("content-type") == true)
+            let answer = try await current(c, token: c.token("_alice"), headers: [.origin: origin])
+            #expect(answer.status == 200)
+            #expect(answer.header("Access-Control-Allow-Origin") == origin)
+            #expect(answer.header("Access-Control-Expose-Headers")?.lowercased() == Self.rotated.lowercased())
+        }
+    }
+
+    @Test func configurationFileSetsTheTokenRules() throws {
+        var configuration = ServerConfiguration(dataDirectory: "/nonexistent")
+        try configuration.load(configurationText: #"{"webAuthTokenLifetime": 1800, "singleUseWebAuthTokens": true}"#)
+        #expect(configuration.webAuthTokenLifetime == 1800)
+        #expect(configuration.singleUseWebAuthTokens)
+        for bad in [#"{"webAuthTokenLifetime": -1}"#, #"{"webAuthTokenLifetime": "long"}"#, #"{"singleUseWebAuthTokens": 1}"#] {
+            var other = ServerConfiguration(dataDirectory: "/nonexistent")
+            #expect(throws: ServerError.self) { try other.load(configurationText: bad) }
         }
     }
 }

@@ -65,6 +65,12 @@ struct ServerClient: Sendable {
         var status: Int
         var json: JSON
         var text: String
+        var headers: HTTPFields = [:]
+
+        /// A response header's value, by name in any case.
+        func header(_ name: String) -> String? {
+            headers.first { $0.name.canonicalName == name.lowercased() }?.value
+        }
     }
 
     func token(_ user: String) -> String { webAuthToken(user) }
@@ -90,7 +96,7 @@ struct ServerClient: Sendable {
             try await client.shutdown()
             let text = response.body.map { String(buffer: $0) } ?? ""
             let json = text.isEmpty ? JSON.null : ((try? JSON.parse(text)) ?? .string(text))
-            return Answer(status: Int(response.status.code), json: json, text: text)
+            return Answer(status: Int(response.status.code), json: json, text: text, headers: response.headers)
         } catch {
             try? await client.shutdown()
             throw error
