@@ -20,9 +20,12 @@ extension ContainerDatabase {
     /// deletes the records that hold DELETE_SELF references to it, recursively, in the same commit;
     /// those deletions appear in zone changes and fire subscriptions like any other.
     ///
+    /// `device` names the device making the change (its `apnsToken`): the pushes it causes skip
+    /// that device, as CloudKit's do (SPEC §10).
+    ///
     /// Whole-request errors (thrown): more than 200 operations (LIMIT_EXCEEDED), two operations on
     /// one record or an empty record name (BAD_REQUEST), a storage failure.
-    public func modify(_ operations: [RecordOperation], atomic: Bool = true) throws(ContainerError) -> ModifyResult {
+    public func modify(_ operations: [RecordOperation], atomic: Bool = true, device: String? = nil) throws(ContainerError) -> ModifyResult {
         let operations = operations.map { RecordOperation(kind: $0.kind, record: canonical($0.record)) }
         guard operations.count <= Self.maximumOperations else {
             throw ContainerError(.limitExceeded, "a modify takes at most \(Self.maximumOperations) operations, not \(operations.count)")
@@ -108,7 +111,7 @@ extension ContainerDatabase {
             }
 
             let firings = try container.changeSubscriptionSet(key, &state, tx) { set in changes.map { set.apply($0, now: now) } }
-            let notifications = try notify(changes, firings, database: database, tx: tx, now: now)
+            let notifications = try notify(changes, firings, database: database, tx: tx, now: now, device: device)
             return (ModifyResult(results: outcomes.map { $0! }, notifications: try tx.enqueue(notifications)), changes)
         } committed: { _, changes in
             container.updateQueryStore(key, changes: changes)
@@ -150,7 +153,8 @@ extension ContainerDatabase {
     /// database subscriptions once per zone per modify (a device fetches the zone's changes once).
     /// The pushes of one change share their `nid`. firesOnce subscriptions that fired are deleted.
     private func notify(
-        _ changes: [RecordChange], _ firingsOfChanges: [SubscriptionFirings], database: StoredDatabase, tx: any StorageWriteTransaction, now: Int64
+        _ changes: [RecordChange], _ firingsOfChanges: [SubscriptionFirings], database: StoredDatabase, tx: any StorageWriteTransaction, now: Int64,
+        device: String?
     ) throws(ContainerError) -> [NewNotification] {
         var notifications: [NewNotification] = []
         var notifiedZones: Set<String> = []
@@ -165,7 +169,7 @@ extension ContainerDatabase {
                 }
                 let payload = firing.payload(context: pushContext(firing.owner), notificationID: notificationID)
                 notifications.append(NewNotification(database: key, subscriptionID: firing.subscriptionID, owner: firing.owner,
-                                                     payload: payload, created: now))
+                                                     payload: payload, created: now, excludedDevice: device))
             }
         }
         return notifications

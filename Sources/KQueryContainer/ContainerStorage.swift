@@ -53,6 +53,8 @@ struct NewNotification: Sendable {
     var owner: String
     var payload: PushPayload
     var created: Int64
+    /// The device that made the change, which delivery skips.
+    var excludedDevice: String? = nil
 }
 
 /// The reads a request makes, inside one transaction.

@@ -462,7 +462,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let queued = notifications.enumerated().map { offset, new in
             OutboxNotification(id: first + Int64(offset), database: new.database, subscriptionID: new.subscriptionID, owner: new.owner,
                                payload: new.payload.json, priority: new.payload.priority, pushType: new.payload.pushType, created: new.created,
-                               collapseID: new.payload.collapseID)
+                               collapseID: new.payload.collapseID, excludedDevice: new.excludedDevice)
         }
         enqueue(queued)
         return queued

@@ -1,15 +1,20 @@
 import KQuery
 
 /// A Web Services `records/modify` request body:
-/// `{"operations": [{"operationType": "create", "record": {...}}], "atomic": true, "zoneID": {...}}`.
+/// `{"operations": [{"operationType": "create", "record": {...}}], "atomic": true, "zoneID": {...}}`,
+/// and, a KQuery extension, `"apnsToken"`: the token of the device making the change (what
+/// `tokens/create` or `tokens/register` gave it), whose pushes about this change are skipped.
 public struct ModifyRequest: Hashable, Sendable {
     public var operations: [RecordOperation]
     /// Whether each custom zone's operations apply all or none (default true).
     public var atomic: Bool
+    /// The device making the change, by its `apnsToken`.
+    public var device: String?
 
-    public init(operations: [RecordOperation], atomic: Bool = true) {
+    public init(operations: [RecordOperation], atomic: Bool = true, device: String? = nil) {
         self.operations = operations
         self.atomic = atomic
+        self.device = device
     }
 
     /// Reads a request body. The request's `zoneID` is the zone of records that name none, and of
@@ -28,6 +33,11 @@ public struct ModifyRequest: Hashable, Sendable {
         case nil, .null?: atomic = true
         case .bool(let value)?: atomic = value
         case let other?: throw ContainerError(.badRequest, "\"atomic\" must be true or false, not \(other.serialized)")
+        }
+        switch json["apnsToken"] {
+        case nil, .null?: device = nil
+        case .string(let token)? where !token.isEmpty && token.utf8.count <= 4096: device = token
+        case let other?: throw ContainerError(.badRequest, "\"apnsToken\" must be the device's token (a non-empty string), not \(other.serialized.prefix(40))")
         }
         operations = []
         for (index, operationJSON) in operationsJSON.enumerated() {

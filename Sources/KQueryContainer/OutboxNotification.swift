@@ -20,4 +20,7 @@ public struct OutboxNotification: Hashable, Sendable {
     public var created: Int64
     /// APNs' `apns-collapse-id`: the value of the subscription's `collapseIDKey` field, if any.
     public var collapseID: String? = nil
+    /// The device that made the change (the `apnsToken` its modify named): CloudKit does not push
+    /// a change to the device that made it, so delivery skips this one (SPEC §10).
+    public var excludedDevice: String? = nil
 }

@@ -22,10 +22,10 @@ import Foundation
 /// record_references(databaseID, zoneName, ownerName, targetName, action, sourceName PK)
 /// subscriptions(databaseID, subscriptionID PK, owner, body)      rowid keeps the save order
 /// outbox(id AUTOINCREMENT, environment, scope, userRecordName, subscriptionID, owner,
-///        notificationID, payload, priority, pushType, created, collapseID, delivered)
+///        notificationID, payload, priority, pushType, created, collapseID, delivered, excludedDevice)
 /// ```
 /// An outbox row's `delivered` holds the bits of the `DeliveryChannel`s that acknowledged it; the
-/// row is deleted when all are set. Files from before it get the two last columns on opening.
+/// row is deleted when all are set. Files from before them get the three last columns on opening.
 /// A record's `body` is `RecordCoding`'s binary form. A file uses WAL (readers do not wait for the
 /// writer) with group commit: transactions commit with `synchronous = NORMAL`, and each write waits
 /// in `waitUntilDurable` for an `fsync` of the log that covers it before it is acknowledged
@@ -121,10 +121,11 @@ final class SQLiteContainerStorage: ContainerStorage {
                 id INTEGER PRIMARY KEY AUTOINCREMENT, environment INTEGER NOT NULL, scope INTEGER NOT NULL,
                 userRecordName TEXT NOT NULL, subscriptionID TEXT NOT NULL, owner TEXT NOT NULL, notificationID TEXT NOT NULL,
                 payload TEXT NOT NULL, priority INTEGER NOT NULL, pushType TEXT NOT NULL, created INTEGER NOT NULL,
-                collapseID TEXT, delivered INTEGER NOT NULL DEFAULT 0);
+                collapseID TEXT, delivered INTEGER NOT NULL DEFAULT 0, excludedDevice TEXT);
             """)
         let outboxColumns = try Set(Row.fetchAll(db, sql: "PRAGMA table_info(outbox)").map { $0["name"] as String })
         if !outboxColumns.contains("collapseID") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN collapseID TEXT") }
+        if !outboxColumns.contains("excludedDevice") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN excludedDevice TEXT") }
         if !outboxColumns.contains("delivered") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0") }
         // A web courier poll reads one user's pushes: by owner, in queue order.
         try db.execute(sql: "CREATE INDEX IF NOT EXISTS outbox_by_owner ON outbox (owner, id)")
@@ -407,12 +408,14 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         let rows = try sql {
             if let recipient {
                 return try Row.fetchAll(db, SQLRequest(sql: """
-                    SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created, collapseID
+                    SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created, collapseID,
+                           excludedDevice
                     FROM outbox WHERE owner = ?3 AND environment = ?4 AND delivered & ?1 != ?1 ORDER BY id LIMIT ?2
                     """, arguments: [channels.rawValue, limit, recipient.owner, recipient.environment.rawValue], cached: true))
             }
             return try Row.fetchAll(db, SQLRequest(sql: """
-                SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created, collapseID
+                SELECT id, environment, scope, userRecordName, subscriptionID, owner, payload, priority, pushType, created, collapseID,
+                       excludedDevice
                 FROM outbox WHERE delivered & ?1 != ?1 ORDER BY id LIMIT ?2
                 """, arguments: [channels.rawValue, limit], cached: true))
         }
@@ -424,7 +427,7 @@ private struct SQLiteTransaction: StorageWriteTransaction {
             notifications.append(OutboxNotification(
                 id: row[0], database: DatabaseKey(environment: environment, scope: scope, userRecordName: row[3]),
                 subscriptionID: row[4], owner: row[5], payload: payload, priority: row[7], pushType: row[8], created: row[9],
-                collapseID: row[10]))
+                collapseID: row[10], excludedDevice: row[11]))
         }
         return notifications
     }
@@ -654,8 +657,8 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         try sql {
             let insert = try db.cachedStatement(sql: """
                 INSERT INTO outbox (environment, scope, userRecordName, subscriptionID, owner, notificationID, payload, priority, pushType, created,
-                                    collapseID)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                    collapseID, excludedDevice)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             return try notifications.map { new in
                 let key = new.database
@@ -663,11 +666,11 @@ private struct SQLiteTransaction: StorageWriteTransaction {
                 try insert.execute(arguments: [
                     key.environment.rawValue, key.scope.rawValue, key.userRecordName, new.subscriptionID, new.owner,
                     payload.json["ck"]?["nid"]?.stringValue ?? "", payload.json.serialized, payload.priority, payload.pushType, new.created,
-                    payload.collapseID,
+                    payload.collapseID, new.excludedDevice,
                 ])
                 return OutboxNotification(id: db.lastInsertedRowID, database: key, subscriptionID: new.subscriptionID, owner: new.owner,
                                           payload: payload.json, priority: payload.priority, pushType: payload.pushType, created: new.created,
-                                          collapseID: payload.collapseID)
+                                          collapseID: payload.collapseID, excludedDevice: new.excludedDevice)
             }
         }
     }

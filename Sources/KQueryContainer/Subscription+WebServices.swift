@@ -62,14 +62,18 @@ extension FieldTest {
 
 extension OutboxNotification {
     /// A pending notification as `kquery notifications` prints it: `{"id", "database": {"environment",
-    /// "scope", "user"}, "subscriptionID", "owner", "payload", "priority", "pushType", "created"}`.
+    /// "scope", "user"}, "subscriptionID", "owner", "payload", "priority", "pushType", "created"}`, and
+    /// `"collapseID"` and `"excludedDevice"` when set.
     public var webServicesJSON: JSON {
         var target: [(String, JSON)] = [("environment", .string(database.environment.name)), ("scope", .string(database.scope.name))]
         if !database.userRecordName.isEmpty { target.append(("user", .string(database.userRecordName))) }
-        return .object([
+        var members: [(String, JSON)] = [
             ("id", .int(id)), ("database", .object(target)), ("subscriptionID", .string(subscriptionID)), ("owner", .string(owner)),
             ("payload", payload), ("priority", .int(Int64(priority))), ("pushType", .string(pushType)), ("created", .int(created)),
-        ])
+        ]
+        if let collapseID { members.append(("collapseID", .string(collapseID))) }
+        if let excludedDevice { members.append(("excludedDevice", .string(excludedDevice))) }
+        return .object(members)
     }
 }
 

@@ -99,7 +99,7 @@ public final class CloudKitServer: Sendable {
                 group.addTask { for try await _ in inbound {} }
                 group.addTask {
                     while !Task.isCancelled, !Task.isShuttingDownGracefully {
-                        if let delivery = try await self.courier.next(for: subscriber, in: container, timeout: .seconds(30)) {
+                        if let delivery = try await self.nextPush(for: subscriber, device: token, in: container, timeout: .seconds(30)) {
                             do {
                                 try await outbound.write(.text(delivery.payload.serialized))
                             } catch {
@@ -194,8 +194,16 @@ public final class CloudKitServer: Sendable {
                 throw ServerError.badRequest("apnsEnvironment must be \"development\" or \"production\"")
             }
             if operation == "tokens/create" {
+                // CloudKit JS sends its clientId; each other caller is a client of its own.
+                let client: String
+                switch json["clientId"] {
+                case nil, .null?: client = UUIDText.random()
+                case .string(let id)? where !id.isEmpty && id.utf8.count <= 256 && !id.contains("\n"): client = id
+                case let other?: throw ServerError.badRequest("\"clientId\" must be a string of at most 256 bytes on one line, not \(other.serialized.prefix(40))")
+                }
                 let token = WebCourier.token(
-                    for: WebCourier.Subscriber(containerIdentifier: containerIdentifier, environment: environment, user: user), secret: self.secret)
+                    for: WebCourier.Subscriber(containerIdentifier: containerIdentifier, environment: environment, user: user), client: client,
+                    secret: self.secret)
                 let port = self.boundPort.withLock { $0 } ?? self.configuration.port
                 let host = request.head.authority ?? "\(self.configuration.host):\(port)"
                 let url = "http://\(host)\(Self.courierPath)?tok=\(token)&ttl=43200"
@@ -224,7 +232,7 @@ public final class CloudKitServer: Sendable {
             }
             context.entry.record(user: subscriber.user)
             let container = try self.containers.container(subscriber.containerIdentifier)
-            guard let delivery = try await self.courier.next(for: subscriber, in: container, timeout: self.configuration.courierTimeout) else {
+            guard let delivery = try await self.nextPush(for: subscriber, device: token, in: container, timeout: self.configuration.courierTimeout) else {
                 return ServiceAnswer(json: .null, status: 204)
             }
             taken = (delivery, container)
@@ -248,6 +256,23 @@ public final class CloudKitServer: Sendable {
                 }
                 try await self.settle(delivery, in: container)
             })
+    }
+
+    /// The next push for a web courier client polling with `device` (its token), skipping those
+    /// about changes it made itself: they are acknowledged on its channel unseen (the courier's
+    /// queue is its user's, so one client's skip is every client's, as one client's pop is).
+    func nextPush(for subscriber: WebCourier.Subscriber, device: String, in container: Container, timeout: Duration) async throws(ServerError) -> WebCourier.Delivery? {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            switch try await courier.next(for: subscriber, device: device, in: container, timeout: max(.zero, deadline - ContinuousClock.now)) {
+            case nil: return nil
+            case .push(let delivery)?: return delivery
+            case .ownChange(let delivery)?:
+                do { try await settle(delivery, in: container) } catch let error as ContainerError { throw ServerError(error) } catch {
+                    throw ServerError("INTERNAL_ERROR", "cannot settle push \(delivery.id): \(error)", httpStatus: 500)
+                }
+            }
+        }
     }
 
     /// Acknowledges a delivery whose answer was written, on the courier's channels.

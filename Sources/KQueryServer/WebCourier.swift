@@ -27,6 +27,13 @@ actor WebCourier {
         var payload: JSON
     }
 
+    /// What a pop takes: a push for the client, or a push about a change the polling client made
+    /// itself, which it must not get (SPEC §10) and the caller settles unseen.
+    enum Taken: Sendable {
+        case push(Delivery)
+        case ownChange(Delivery)
+    }
+
     /// How long a reservation holds when nobody settles it (an answer that was never written).
     static let reservationLifetime: Duration = .seconds(60)
 
@@ -42,29 +49,35 @@ actor WebCourier {
         self.acknowledges = acknowledges
     }
 
-    /// The token of a web courier URL, and back.
-    static func token(for subscriber: Subscriber, secret: ServerSecret) -> String {
-        secret.token("courier", [subscriber.containerIdentifier, subscriber.environment.name, subscriber.user])
+    /// The token of a web courier URL (the client's `apnsToken`), and back. `client` tells the
+    /// user's web clients apart (CloudKit JS's `clientId`), so that a modify naming this token as
+    /// its device skips this client alone.
+    static func token(for subscriber: Subscriber, client: String, secret: ServerSecret) -> String {
+        secret.token("courier", [subscriber.containerIdentifier, subscriber.environment.name, subscriber.user, client])
     }
 
+    /// The subscriber of a token (tokens of versions before clients were told apart have no client part).
     static func subscriber(token: String, secret: ServerSecret) -> Subscriber? {
-        guard let parts = secret.parts("courier", of: token), parts.count == 3, let environment = ContainerEnvironment(name: parts[1]) else { return nil }
+        guard let parts = secret.parts("courier", of: token), parts.count == 3 || parts.count == 4,
+              let environment = ContainerEnvironment(name: parts[1])
+        else { return nil }
         return Subscriber(containerIdentifier: parts[0], environment: environment, user: parts[2])
     }
 
-    /// The next notification for `subscriber`, reserved until `delivered` or `returned`, or nil
-    /// when none came within `timeout` (or the server is shutting down).
-    func next(for subscriber: Subscriber, in container: Container, timeout: Duration) async throws(ServerError) -> Delivery? {
+    /// The next notification for `subscriber`, polling with the token `device`, reserved until
+    /// `delivered` or `returned`; or nil when none came within `timeout` (or the server is
+    /// shutting down).
+    func next(for subscriber: Subscriber, device: String, in container: Container, timeout: Duration) async throws(ServerError) -> Taken? {
         let deadline = ContinuousClock.now + timeout
         while true {
-            if let payload = try pop(for: subscriber, in: container) { return payload }
+            if let taken = try pop(for: subscriber, device: device, in: container) { return taken }
             if isShuttingDown || ContinuousClock.now >= deadline { return nil }
             await waitForPushes(until: deadline)
             if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
         }
     }
 
-    private func pop(for subscriber: Subscriber, in container: Container) throws(ServerError) -> Delivery? {
+    private func pop(for subscriber: Subscriber, device: String, in container: Container) throws(ServerError) -> Taken? {
         let now = ContinuousClock.now
         reserved = reserved.filter { now - $0.value < Self.reservationLifetime }
         do throws(ContainerError) {
@@ -73,7 +86,8 @@ actor WebCourier {
                 for: .webCourier, recipient: OutboxRecipient(owner: subscriber.user, environment: subscriber.environment), limit: reserved.count + 1)
             guard let notification = pending.first(where: { reserved[$0.id] == nil }) else { return nil }
             reserved[notification.id] = now
-            return Delivery(id: notification.id, payload: notification.payload)
+            let delivery = Delivery(id: notification.id, payload: notification.payload)
+            return notification.excludedDevice == device ? .ownChange(delivery) : .push(delivery)
         } catch {
             throw ServerError(error)
         }

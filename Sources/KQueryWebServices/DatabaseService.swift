@@ -87,7 +87,7 @@ package struct DatabaseService: Sendable {
         } else if let learnedSchema {
             operations = try learnedSchema.conforming(operations)
         }
-        let result = try database.modify(operations, atomic: request.atomic)
+        let result = try database.modify(operations, atomic: request.atomic, device: request.device)
         let json = result.webServicesJSON(desiredKeys: desiredKeys)
         if request.atomic, result.results.contains(where: { $0.error?.code == .atomicError }) {
             var error = ServerError("ATOMIC_ERROR", "an operation of an atomic zone failed, so none of that zone's were applied", httpStatus: 400)

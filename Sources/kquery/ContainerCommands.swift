@@ -179,7 +179,7 @@ struct Modify: ParsableCommand {
         }
         let text = try ContainerFiles.read(operations)
         let request = try Self.request(text, zone: zone, source: operations)
-        let result = try ContainerFiles.run { () throws(ContainerError) in try database.modify(request.operations, atomic: request.atomic) }
+        let result = try ContainerFiles.run { () throws(ContainerError) in try database.modify(request.operations, atomic: request.atomic, device: request.device) }
         ContainerFiles.print(result.webServicesJSON())
         if result.results.contains(where: { $0.error != nil }) { throw ExitCode(1) }
     }
@@ -202,7 +202,7 @@ struct Modify: ParsableCommand {
             let request = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in
                 try ModifyRequest(webServicesJSON: Self.placing(json, zone: zone))
             }
-            let result = try ContainerFiles.run { () throws(ContainerError) in try database.modify(request.operations, atomic: request.atomic) }
+            let result = try ContainerFiles.run { () throws(ContainerError) in try database.modify(request.operations, atomic: request.atomic, device: request.device) }
             anyFailed = anyFailed || result.results.contains { $0.error != nil }
             ContainerFiles.print(result.webServicesJSON())
         }

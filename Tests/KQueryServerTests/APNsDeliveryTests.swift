@@ -30,7 +30,9 @@ import Foundation
     }
 
     /// Registers `device` for `user`, subscribes them to new Notes (collapsing on `topic`), and creates one.
-    static func queuePush(_ c: ServerClient, user: String = "_dave", record: String = "n1", subscribe: Bool = true) async throws {
+    /// `modifyingFrom` names the device making the change (the modify's `apnsToken`).
+    static func queuePush(_ c: ServerClient, user: String = "_dave", record: String = "n1", subscribe: Bool = true,
+                          modifyingFrom: String? = nil) async throws {
         var answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/register",
                                       body: #"{"apnsEnvironment": "development", "apnsToken": "\#(device)"}"#, user: user)
         #expect(answer.status == 200)
@@ -42,8 +44,9 @@ import Foundation
                 """, user: user)
             #expect(answer.status == 200)
         }
+        let device = modifyingFrom.map { #""apnsToken": "\#($0)", "# } ?? ""
         answer = try await c.post("private", "records/modify", """
-            {"operations": [{"operationType": "create", "record": {"recordName": "\(record)", "recordType": "Note",
+            {\(device)"operations": [{"operationType": "create", "record": {"recordName": "\(record)", "recordType": "Note",
               "fields": {"topic": {"value": "groceries"}}}}]}
             """, user: user)
         #expect(answer.status == 200)
@@ -121,6 +124,29 @@ import Foundation
             #expect(try Self.container(c).pendingNotifications().isEmpty)
         }
         #expect(logs.withLock { $0 }.isEmpty)
+    }
+
+    @Test func theDeviceThatMadeTheChangeIsSkipped() async throws {
+        let apns = try await FakeAPNs.start()
+        defer { Task { try await apns.stop() } }
+        let other = String(Self.device.reversed())
+        try await Self.harness(apns, key: P256.Signing.PrivateKey(), logs: Locked([])).run { c in
+            let answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/register",
+                                          body: #"{"apnsEnvironment": "development", "apnsToken": "\#(other)"}"#, user: "_dave")
+            #expect(answer.status == 200)
+            // Saved from `device`: the push goes to the user's other device only.
+            try await Self.queuePush(c, modifyingFrom: Self.device)
+            try await apns.wait { $0.requests.count >= 1 }
+            try await Self.waitForAcknowledgement(c)
+            #expect(apns.requests.map(\.path) == ["/3/device/\(other)"])
+            // A change that names no device goes to both.
+            let plain = try await c.post("private", "records/modify",
+                                         #"{"operations": [{"operationType": "create", "record": {"recordName": "n2", "recordType": "Note"}}]}"#, user: "_dave")
+            #expect(plain.status == 200)
+            try await apns.wait { $0.requests.count >= 3 }
+            try await Self.waitForAcknowledgement(c)
+            #expect(Set(apns.requests.dropFirst().map(\.path)) == ["/3/device/\(other)", "/3/device/\(Self.device)"])
+        }
     }
 
     @Test func unregisteredDeviceIsForgottenAndThePushAcknowledged() async throws {

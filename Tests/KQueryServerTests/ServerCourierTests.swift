@@ -100,6 +100,60 @@ import Foundation
         }
     }
 
+    @Test func aClientDoesNotGetThePushesOfItsOwnChanges() async throws {
+        try await ServerHarness().run { c in
+            func courier(_ body: String) async throws -> (token: String, poll: String) {
+                let answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: body, user: "_dave")
+                #expect(answer.status == 200)
+                return (try #require(answer.json["apnsToken"]?.stringValue), try Self.pathAndQuery(try #require(answer.json["webcourierURL"]?.stringValue)))
+            }
+            // CloudKit JS sends a clientId: the same client gets the same token, another client another.
+            let laptop = try await courier(#"{"clientId": "laptop-1"}"#)
+            #expect(try await courier(#"{"clientId": "laptop-1"}"#).token == laptop.token)
+            let phone = try await courier(#"{"clientId": "phone-2"}"#)
+            #expect(phone.token != laptop.token)
+            #expect(try await courier("{}").token != (try await courier("{}")).token)
+            #expect(try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: #"{"clientId": 7}"#, user: "_dave").status == 400)
+
+            var answer = try await c.post("private", "subscriptions/modify", """
+                {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "notes", "subscriptionType": "query",
+                  "query": {"recordType": "Note"}, "firesOn": ["create"], "notificationInfo": {"shouldSendContentAvailable": true}}}]}
+                """, user: "_dave")
+            #expect(answer.status == 200)
+            func create(_ name: String, from device: String?) async throws {
+                let named = device.map { #""apnsToken": "\#($0)", "# } ?? ""
+                let answer = try await c.post("private", "records/modify",
+                    #"{\#(named)"operations": [{"operationType": "create", "record": {"recordName": "\#(name)", "recordType": "Note"}}]}"#, user: "_dave")
+                #expect(answer.status == 200, "\(answer.text)")
+            }
+            // The laptop's own change does not come back to it: its poll skips it (and it is spent).
+            try await create("n1", from: laptop.token)
+            answer = try await c.send(.get, laptop.poll, apiToken: nil)
+            #expect(answer.status == 204)
+            answer = try await c.send(.get, phone.poll, apiToken: nil)
+            #expect(answer.status == 204)
+            // The phone gets the laptop's change; the laptop gets the phone's, past an own one queued before it.
+            try await create("n2", from: laptop.token)
+            answer = try await c.send(.get, phone.poll, apiToken: nil)
+            #expect(answer.json["ck"]?["qry"]?["rid"] == .string("n2"))
+            try await create("n3", from: laptop.token)
+            try await create("n4", from: phone.token)
+            answer = try await c.send(.get, laptop.poll, apiToken: nil)
+            #expect(answer.json["ck"]?["qry"]?["rid"] == .string("n4"))
+            // A change naming no device reaches whichever client polls.
+            try await create("n5", from: nil)
+            answer = try await c.send(.get, laptop.poll, apiToken: nil)
+            #expect(answer.json["ck"]?["qry"]?["rid"] == .string("n5"))
+            let container = try #require(c.server).containers.container(c.container)
+            #expect(try container.pendingNotifications().isEmpty)
+            // A malformed device is refused, nothing applied.
+            answer = try await c.post("private", "records/modify",
+                #"{"apnsToken": 5, "operations": [{"operationType": "create", "record": {"recordName": "n6", "recordType": "Note"}}]}"#, user: "_dave")
+            #expect(answer.status == 400)
+            #expect(answer.json["reason"]?.stringValue?.contains("apnsToken") == true)
+        }
+    }
+
     @Test func tokensNeedAUserAndRegisterDevices() async throws {
         let harness = ServerHarness()
         try await harness.run { c in

@@ -57,7 +57,7 @@ private typealias F = ContainerFixture
         // The outbox as it was: no collapseID, no delivered.
         let queue = try DatabaseQueue(path: path)
         try queue.write { db in
-            try db.execute(sql: "ALTER TABLE outbox DROP COLUMN delivered; ALTER TABLE outbox DROP COLUMN collapseID")
+            try db.execute(sql: "ALTER TABLE outbox DROP COLUMN delivered; ALTER TABLE outbox DROP COLUMN collapseID; ALTER TABLE outbox DROP COLUMN excludedDevice")
         }
         try queue.close()
 
@@ -67,5 +67,26 @@ private typealias F = ContainerFixture
         #expect(try container.pendingNotifications(for: .webCourier).map(\.id) == ids)
         try container.acknowledge(ids, channel: .webCourier)
         #expect(try container.pendingNotifications().isEmpty)
+    }
+
+    @Test(arguments: ContainerFixture.Storage.allCases) func theDeviceThatMadeTheChangeIsKeptWithItsPushes(storage: ContainerFixture.Storage) throws {
+        let path = F.temporaryPath()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let open = { () throws -> Container in storage == .sqlite ? try F.container(path: path) : try F.container(storage) }
+        var container: Container? = try open()
+        let database = try F.privateDatabase(try #require(container))
+        try database.saveSubscription(try .query("notes", recordType: "Note", predicate: "TRUEPREDICATE", options: .firesOnRecordCreation,
+                                                 notificationInfo: NotificationInfo(shouldSendContentAvailable: true)))
+        let fromPhone = try database.modify([F.operation(.create, F.record("a", [:]))], device: "phone-token")
+        let anonymous = try database.modify([F.operation(.create, F.record("b", [:]))])
+        #expect(fromPhone.notifications.map(\.excludedDevice) == ["phone-token"])
+        #expect(anonymous.notifications.map(\.excludedDevice) == [nil])
+        #expect(fromPhone.notifications[0].webServicesJSON["excludedDevice"] == .string("phone-token"))
+        #expect(anonymous.notifications[0].webServicesJSON["excludedDevice"] == nil)
+        if storage == .sqlite {
+            container = nil
+            container = try open()
+        }
+        #expect(try #require(container).pendingNotifications(for: .apns).map(\.excludedDevice) == ["phone-token", nil])
     }
 }

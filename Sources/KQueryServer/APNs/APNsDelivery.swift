@@ -118,7 +118,8 @@ public final class APNsDelivery: Service, Sendable {
         let devices = deviceTokens.registrations(
             containerIdentifier: containerIdentifier, environment: notification.database.environment.name, user: notification.owner)
         var done = true
-        for device in devices {
+        // CloudKit does not push a change to the device that made it (SPEC §10).
+        for device in devices where device.apnsToken != notification.excludedDevice {
             guard !Task.isCancelled else { return false }
             let host = baseURL(for: device)
             guard !downHosts.contains(host) else {
