@@ -211,6 +211,9 @@ public final class Container: Sendable {
     /// One database's records in memory; queries and the writes that update it take turns.
     final class QueryStore: Sendable {
         let store = Locked<KQueryStore.Database?>(nil)
+        /// Whether `store` is built: asked without waiting for a build in progress (which holds
+        /// `store`'s lock for as long as it reads every record).
+        let isBuilt = Locked(false)
     }
 
     func queryStore(_ key: DatabaseKey) -> QueryStore {
@@ -224,12 +227,14 @@ public final class Container: Sendable {
 
     /// Runs `body` on the database's query store, building it from storage first if needed.
     func withQueryStore<T: Sendable>(_ key: DatabaseKey, _ body: (KQueryStore.Database) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try queryStore(key).store.withLock { store throws(ContainerError) -> T in
+        let queryStore = queryStore(key)
+        return try queryStore.store.withLock { store throws(ContainerError) -> T in
             if store == nil {
                 let records = try storage.read { tx throws(ContainerError) in try tx.database(key).map { db throws(ContainerError) in try tx.records(in: db) } ?? [] }
                 let built = KQueryStore.Database()
                 do throws(DatabaseError) { try built.importRecords(records) } catch { throw ContainerError(.internalError, "loading the query store: \(error.message)") }
                 store = built
+                queryStore.isBuilt.withLock { $0 = true }
             }
             return try body(store!)
         }

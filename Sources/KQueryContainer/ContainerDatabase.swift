@@ -143,6 +143,12 @@ public struct ContainerDatabase: Sendable {
         }
     }
 
+    /// Whether queries find this database's records in memory already: a query then costs
+    /// microseconds, while the first one reads every record from storage.
+    public var queriesAreInMemory: Bool {
+        container.queryStore(key).isBuilt.withLock { $0 }
+    }
+
     /// Runs a query (Web Services `records/query`) on the committed records: one page, and a
     /// cursor when more follow. `now` is the time `now()` in the predicate stands for.
     public func query(_ query: Query, cursor: QueryCursor? = nil, now: Int64? = nil) throws(ContainerError) -> QueryResult {

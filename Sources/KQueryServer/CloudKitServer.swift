@@ -170,7 +170,14 @@ public final class CloudKitServer: Sendable {
                 ? try self.containers.learnedSchema(containerIdentifier) : nil
             let service = DatabaseService(database: database, schema: self.configuration.schema, learnedSchema: learnedSchema)
             let json = try body.json()
-            let answer = try await self.blockingWork.run { () throws(ServerError) -> ServiceAnswer in try service.run(operation, json) }
+            let answer: ServiceAnswer
+            if operation == "records/query", database.queriesAreInMemory {
+                // A query on records in memory is brief CPU work: run here rather than hop to a
+                // blocking thread and back (two thread wakes, a fifth of a query's cost under load).
+                answer = try service.run(operation, json)
+            } else {
+                answer = try await self.blockingWork.run { () throws(ServerError) -> ServiceAnswer in try service.run(operation, json) }
+            }
             if answer.pushes > 0 {
                 await self.courier.pushesQueued()
                 self.apns?.pushesQueued()
