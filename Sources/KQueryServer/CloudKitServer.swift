@@ -25,6 +25,8 @@ public final class CloudKitServer: Sendable {
     public let apns: APNsDelivery?
     /// The port the server listens on, once it does (the configured one may be 0).
     let boundPort = Locked<Int?>(nil)
+    /// The requests being served, for `AdmissionLimit`.
+    let requestsInFlight = Locked(0)
 
     /// The database operations: POST unless listed in `getOperations`.
     static let postOperations = [
@@ -63,6 +65,7 @@ public final class CloudKitServer: Sendable {
         let router = Router(context: ServerContext.self)
         router.middlewares.add(RequestLog(enabled: configuration.logsRequests))
         router.middlewares.add(BrowserAccess())
+        router.middlewares.add(AdmissionLimit(limit: configuration.maximumRequestsInFlight, inFlight: requestsInFlight, exempting: Self.courierPath))
         router.middlewares.add(WebAuthRotation(secret: secret))
         let databasePath = "/database/1/:container/:environment/:database/"
         for operation in Self.postOperations {

@@ -17,6 +17,10 @@ public struct ServerConfiguration: Sendable {
     public var serverKeys: [String: ServerKey] = [:]
     /// The largest request body accepted; a larger one is answered 413.
     public var maximumBodySize: Int = 2 * 1024 * 1024
+    /// The most requests served at once (web courier polls aside): past it a request is answered
+    /// 503 TRY_AGAIN_LATER with `retryAfter` before its body is read, so the bodies held in memory
+    /// stay under this times `maximumBodySize`.
+    public var maximumRequestsInFlight: Int = 512
     /// How long a web courier GET waits for a notification before answering 204.
     public var courierTimeout: Duration = .seconds(30)
     /// How far a signed request's date may be from the server's clock.

@@ -34,6 +34,14 @@ public struct ServerError: Error, Hashable, Sendable, CustomStringConvertible {
         ServerError("QUOTA_EXCEEDED", "the request body is larger than \(limit) bytes", httpStatus: 413)
     }
 
+    /// TRY_AGAIN_LATER (503): the server is busy; `retryAfter` (seconds) goes into the answer, as
+    /// CloudKit's retryable errors carry it.
+    package static func tryAgainLater(_ reason: String, retryAfter: Int) -> ServerError {
+        var error = ServerError("TRY_AGAIN_LATER", reason, httpStatus: 503)
+        error.extra["retryAfter"] = .int(Int64(retryAfter))
+        return error
+    }
+
     /// `{"uuid", "serverErrorCode", "reason"}` and any extra members.
     public var webServicesJSON: JSON {
         var members: [(String, JSON)] = [

@@ -62,6 +62,9 @@ struct Serve: ParsableCommand {
     @Flag(help: "Do not log requests to standard error.")
     var quiet = false
 
+    @Option(help: ArgumentHelp("Serve at most N requests at once (web courier polls aside); more are answered 503 TRY_AGAIN_LATER with retryAfter.", valueName: "N"))
+    var maxRequestsInFlight = 512
+
     @Option(help: ArgumentHelp("Seconds a web auth token is accepted after it was issued (default: two weeks, CloudKit's \"Keep me signed in\").", valueName: "SECONDS"))
     var webAuthTokenLifetime: Int?
 
@@ -70,6 +73,7 @@ struct Serve: ParsableCommand {
 
     func validate() throws {
         if let webAuthTokenLifetime, webAuthTokenLifetime <= 0 { throw ValidationError("--web-auth-token-lifetime must be a positive number of seconds") }
+        if maxRequestsInFlight < 1 { throw ValidationError("--max-requests-in-flight must be at least 1") }
     }
 
     func run() throws {
@@ -78,6 +82,7 @@ struct Serve: ParsableCommand {
         configuration.port = port
         configuration.apiTokens = Set(apiTokens)
         configuration.courierTimeout = .seconds(courierTimeout)
+        configuration.maximumRequestsInFlight = maxRequestsInFlight
         configuration.logsRequests = !quiet
         if let config {
             let text = try ContainerFiles.read(config)

@@ -151,4 +151,43 @@ import Glibc
             #expect(records.compactMap { $0["recordName"]?.stringValue } == ["after"])
         }
     }
+
+    @Test func pastTheLimitRequestsAreToldToRetryAndNothingIsLost() async throws {
+        try await ServerHarness { $0.maximumRequestsInFlight = 2 }.run { c in
+            let port = c.port
+            let courier = try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: "{}", user: "_dave")
+            let poll = try ServerCourierTests.pathAndQuery(try #require(courier.json["webcourierURL"]?.stringValue))
+            let body = #"{"operations": [{"operationType": "create", "record": {"recordName": "held-NAME", "recordType": "T"}}]}"#
+            // Two modifies in flight: whole headers, half their bodies.
+            let held = try await Self.onThread { () -> [(RawConnection, String)] in
+                try ["a", "b"].map { name in
+                    let whole = body.replacingOccurrences(of: "NAME", with: name)
+                    let connection = try RawConnection(port: port)
+                    try connection.send(Self.request("POST", Self.modifyPath, body: String(whole.prefix(20)), declaredLength: whole.utf8.count))
+                    return (connection, String(whole.dropFirst(20)))
+                }
+            }
+            try await Task.sleep(for: .milliseconds(200))
+            // A third is refused at once, with CloudKit's retryable error.
+            let refused = try await c.post("public", "records/query", #"{"query": {"recordType": "T"}}"#)
+            #expect(refused.status == 503)
+            #expect(refused.json["serverErrorCode"] == .string("TRY_AGAIN_LATER"))
+            #expect(refused.json["retryAfter"] == .int(1))
+            #expect(refused.header("Retry-After") == "1")
+            #expect(try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: "{}", user: "_dave").status == 503)
+            // Web courier polls wait rather than work, and are not counted: this one waits its timeout out.
+            #expect(try await c.send(.get, poll, apiToken: nil).status == 204)
+            // The held requests finish and are applied; then the server takes requests again.
+            let answers = try await Self.onThread { () -> [String] in
+                held.map { connection, rest in
+                    try? connection.send(rest)
+                    return String(connection.receiveResponse().prefix(12))
+                }
+            }
+            #expect(answers == ["HTTP/1.1 200", "HTTP/1.1 200"])
+            let after = try await c.post("public", "records/query", #"{"query": {"recordType": "T"}}"#)
+            #expect(after.status == 200)
+            #expect(Set(after.json["records"]?.elements.compactMap { $0["recordName"]?.stringValue } ?? []) == ["held-a", "held-b"])
+        }
+    }
 }
