@@ -38,21 +38,22 @@ public struct ServerSecret: Sendable {
 
     /// The parts of a token this secret made for `purpose`, or nil.
     func parts(_ purpose: String, of token: String) -> [String]? {
-        let pieces = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard pieces.count == 2, let mac = Self.bytes(hex: String(pieces[1])) else { return nil }
-        let body = String(pieces[0])
-        guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Data((purpose + ":" + body).utf8), using: key),
+        let pieces = token.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard pieces.count == 2, let mac = Self.bytes(hex: String(decoding: pieces[1], as: UTF8.self)) else { return nil }
+        let body = String(decoding: pieces[0], as: UTF8.self)
+        guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Array((purpose + ":" + body).utf8), using: key),
               let data = Data(base64URLEncoded: body), let text = String(data: data, encoding: .utf8)
         else { return nil }
-        return text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        return text.utf8.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// A web auth token of a local user (what `kquery token` prints, and what each answer to a
     /// signed-in request hands back as the next one): the user, when it was issued (seconds since
     /// 1970) and a random nonce, so no two tokens are alike and a single-use token can be spent.
     public func webAuthToken(user: String, issued: Date = Date()) -> String {
-        let nonce = (0..<8).map { _ in String(UInt8.random(in: 0...255), radix: 16) }.joined()
-        return token("user", [user, String(Int64(issued.timeIntervalSince1970)), nonce])
+        var nonce = UInt64.random(in: .min ... .max)
+        let nonceText = withUnsafeBytes(of: &nonce) { Self.hex($0) }
+        return token("user", [user, String(Int64(issued.timeIntervalSince1970)), nonceText])
     }
 
     /// Who a web auth token names and when it was issued (nil for the tokens of versions before
@@ -69,12 +70,21 @@ public struct ServerSecret: Sendable {
     }
 
     private func signature(_ purpose: String, _ body: String) -> String {
-        Self.hex(Array(HMAC<SHA256>.authenticationCode(for: Data((purpose + ":" + body).utf8), using: key)))
+        Self.hex(HMAC<SHA256>.authenticationCode(for: Array((purpose + ":" + body).utf8), using: key))
     }
 
-    static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef")
-        return String(bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] })
+    /// Lowercase hexadecimal, built as bytes (a token is made or checked on every signed-in request).
+    static func hex<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
+        let digits: StaticString = "0123456789abcdef"
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.underestimatedCount * 2)
+        digits.withUTF8Buffer { digits in
+            for byte in bytes {
+                text.append(digits[Int(byte >> 4)])
+                text.append(digits[Int(byte & 15)])
+            }
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     static func bytes(hex: String) -> [UInt8]? {
@@ -100,15 +110,25 @@ public struct ServerSecret: Sendable {
     }
 }
 
+/// Base64url (RFC 4648 §5, unpadded), translated byte by byte from Foundation's base64.
 extension Data {
     var base64URLEncoded: String {
-        String(base64EncodedString().compactMap { $0 == "+" ? "-" : $0 == "/" ? "_" : $0 == "=" ? nil : $0 })
+        var bytes: [UInt8] = []
+        for byte in base64EncodedData() {
+            switch byte {
+            case UInt8(ascii: "+"): bytes.append(UInt8(ascii: "-"))
+            case UInt8(ascii: "/"): bytes.append(UInt8(ascii: "_"))
+            case UInt8(ascii: "="): continue
+            default: bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     init?(base64URLEncoded text: String) {
-        var base64 = String(text.map { $0 == "-" ? "+" : $0 == "_" ? "/" : $0 })
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        self.init(base64Encoded: base64)
+        var bytes: [UInt8] = text.utf8.map { $0 == UInt8(ascii: "-") ? UInt8(ascii: "+") : $0 == UInt8(ascii: "_") ? UInt8(ascii: "/") : $0 }
+        bytes += repeatElement(UInt8(ascii: "="), count: (4 - bytes.count % 4) % 4)
+        self.init(base64Encoded: Data(bytes))
     }
 }
 
