@@ -144,7 +144,10 @@ import Foundation
             try await create("n5", from: nil)
             answer = try await c.send(.get, laptop.poll, apiToken: nil)
             #expect(answer.json["ck"]?["qry"]?["rid"] == .string("n5"))
+            // Acknowledged once the answer is written, which may be just after the client read it.
             let container = try #require(c.server).containers.container(c.container)
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try !container.pendingNotifications().isEmpty, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
             #expect(try container.pendingNotifications().isEmpty)
             // A malformed device is refused, nothing applied.
             answer = try await c.post("private", "records/modify",
