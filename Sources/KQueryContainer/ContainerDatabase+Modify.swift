@@ -175,18 +175,20 @@ extension ContainerDatabase {
             // Made for the change's first push: a zone's changes after its first notify nobody.
             var notificationID: String?
             for firing in firings {
-                if firing.options.contains(.firesOnce) { try tx.deleteSubscription(firing.subscriptionID, in: database) }
+                // Read once: each read of a firing's part assembles its parts.
+                let subscriptionID = firing.subscriptionID
+                if firing.options.contains(.firesOnce) { try tx.deleteSubscription(subscriptionID, in: database) }
                 if !firing.isQuery {
-                    let zone = NotifiedZone(subscriptionID: firing.subscriptionID, zoneID: change.record.recordID.zoneID)
+                    let zone = NotifiedZone(subscriptionID: subscriptionID, zoneID: change.record.recordID.zoneID)
                     // Most changes of a modify are in the zone the one before was in: compared, not hashed.
                     guard zone != lastNotified, notifiedZones.insert(zone).inserted else { continue }
                     lastNotified = zone
                 }
                 let sharedID = notificationID ?? UUIDText.random()
                 notificationID = sharedID
-                let payload = firing.payload(context: pushContext(firing.owner), notificationID: sharedID)
-                notifications.append(NewNotification(database: key, subscriptionID: firing.subscriptionID, owner: firing.owner,
-                                                     payload: payload, created: now))
+                let owner = firing.owner
+                let payload = firing.payload(context: pushContext(owner), notificationID: sharedID)
+                notifications.append(NewNotification(database: key, subscriptionID: subscriptionID, owner: owner, payload: payload, created: now))
             }
         }
         return notifications

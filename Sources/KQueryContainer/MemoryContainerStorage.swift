@@ -21,8 +21,12 @@ final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
     }
 
     func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try lock.withLock { state throws(ContainerError) -> T in try body(MemoryTransaction(state: state, undo: UndoLog())) }
+        try lock.withLock { state throws(ContainerError) -> T in try body(MemoryTransaction(state: state, undo: readUndo)) }
     }
+
+    /// The undo log of reads, which change nothing: one for all, as reads hold the lock, rather
+    /// than one made for each (a file modify reads the mirror once per record).
+    private let readUndo = UndoLog(keeps: false)
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         try withTransaction { tx throws(ContainerError) -> T in try body(tx) }
@@ -49,7 +53,7 @@ final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
 
     /// Reads the state through the concrete transaction (for what the protocol does not ask).
     func inspect<T>(_ body: (MemoryTransaction) -> T) -> T {
-        lock.withLock { state in body(MemoryTransaction(state: state, undo: UndoLog())) }
+        lock.withLock { state in body(MemoryTransaction(state: state, undo: readUndo)) }
     }
 
     /// Replaces the whole state (a file's, loaded at open).
@@ -74,6 +78,17 @@ final class UndoLog {
     @inline(__always)
     func add(_ action: @escaping () -> Void) {
         if keeps { actions.append(action) }
+    }
+
+    /// Notes a zone whose change log the write appended to (once per run of changes to it, not
+    /// once per record).
+    func touch(_ zone: MemoryZone) {
+        if zones.last !== zone { zones.append(zone) }
+    }
+
+    /// Notes a database whose zone log the write appended to.
+    func touch(_ database: MemoryDatabase) {
+        if databases.last !== database { databases.append(database) }
     }
 }
 
@@ -333,7 +348,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         database.zoneLog.append(sequence, zoneID)
         if replacing { database.zoneLog.stale += 1 }
         undo.add { database.zoneLog.truncate(to: count) }
-        undo.databases.append(database)
+        undo.touch(database)
     }
 
     func saveZone(_ zone: StoredZone, in stored: StoredDatabase) throws(ContainerError) {
@@ -382,7 +397,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         zone.log.append(sequence, name)
         if replacing { zone.log.stale += 1 }
         undo.add { zone.log.truncate(to: count) }
-        undo.zones.append(zone)
+        undo.touch(zone)
     }
 
     func saveRecord(_ record: Record, sequence: Int64, in stored: StoredDatabase) throws(ContainerError) {
@@ -401,7 +416,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let logCount = zone.log.entries.count
         zone.log.append(sequence, name)
         if old != nil || tombstone != nil { zone.log.stale += 1 }
-        undo.zones.append(zone)
+        undo.touch(zone)
         guard undo.keeps else { return }
         undo.add {
             zone.log.truncate(to: logCount)
@@ -525,7 +540,7 @@ struct MemoryTransaction: StorageWriteTransaction {
             oldRecordTombstones.append((zone, zone.tombstones))
             zone.tombstones = zone.tombstones.filter { $0.value.sequence > newestDropped }
             zone.log.stale += oldRecordTombstones.last.map { $0.1.count - zone.tombstones.count } ?? 0
-            undo.zones.append(zone)
+            undo.touch(zone)
         }
         let oldHorizon = database.stored.horizon
         database.stored.horizon = max(oldHorizon, newestDropped)
@@ -534,7 +549,7 @@ struct MemoryTransaction: StorageWriteTransaction {
             for (zone, tombstones) in oldRecordTombstones { zone.tombstones = tombstones }
             database.stored.horizon = oldHorizon
         }
-        undo.databases.append(database)
+        undo.touch(database)
         return database.stored.horizon
     }
 }
