@@ -401,13 +401,33 @@ struct MemoryTransaction: StorageWriteTransaction {
     }
 
     func saveRecord(_ record: Record, sequence: Int64, in stored: StoredDatabase) throws(ContainerError) {
-        let zone = recordZone(record.recordID.zoneID, of: try database(stored))
+        save(record, sequence: sequence, in: recordZone(record.recordID.zoneID, of: try database(stored)))
+    }
+
+    /// Saves records in order, finding their zone once per run of records in one zone (a file's
+    /// modify replays its saves here, 200 at a time).
+    func saveRecords(_ records: [(record: Record, sequence: Int64)], in stored: StoredDatabase) throws(ContainerError) {
+        let database = try database(stored)
+        var current: (zoneID: ZoneID, zone: MemoryZone)?
+        for (record, sequence) in records {
+            let zoneID = record.recordID.zoneID
+            let zone: MemoryZone
+            if let current, current.zoneID == zoneID {
+                zone = current.zone
+            } else {
+                zone = recordZone(zoneID, of: database)
+                current = (zoneID, zone)
+            }
+            save(record, sequence: sequence, in: zone)
+        }
+    }
+
+    private func save(_ record: Record, sequence: Int64, in zone: MemoryZone) {
         let name = record.recordID.recordName
-        let old = zone.records[name]
+        let old = zone.records.updateValue((record, sequence), forKey: name)
         let tombstone = zone.tombstones.removeValue(forKey: name)
         let oldReferences = old?.record.trackedReferences ?? []
         let newReferences = record.trackedReferences
-        zone.records[name] = (record, sequence)
         if !oldReferences.isEmpty || !newReferences.isEmpty {
             zone.index(oldReferences, of: name, adding: false)
             zone.index(newReferences, of: name, adding: true)
