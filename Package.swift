@@ -35,7 +35,10 @@ let package = Package(
         .target(name: "CKQuerySupport"),
         .target(name: "KQuery", dependencies: ["CPCRE2", "CKQuerySupport"]),
         .target(name: "KQueryStore", dependencies: ["KQuery", .product(name: "GRDB", package: "GRDB.swift")]),
-        .target(name: "KQueryContainer", dependencies: ["KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(
+            name: "KQueryContainer",
+            dependencies: ["KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")]
+        ),
         .target(name: "KQueryWebServices", dependencies: ["KQuery", "KQueryStore", "KQueryContainer"]),
         .target(
             name: "KQueryServer",

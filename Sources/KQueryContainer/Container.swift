@@ -46,8 +46,8 @@ public final class Container: Sendable {
         var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
         /// The sets the running write changed. If it does not commit they are dropped, and read
         /// again from storage (which rolled back) when next needed: failed writes are rare, copies
-        /// for every write were not.
-        private var changed: Set<DatabaseKey> = []
+        /// for every write were not. A list: a write changes one database's set, or a few.
+        private var changed: [DatabaseKey] = []
 
         /// Runs `change` on the database's set (`load`ed if not in memory) in place. `change` must
         /// leave the set as it was when it throws (SubscriptionSet's own methods check before they
@@ -55,12 +55,16 @@ public final class Container: Sendable {
         mutating func changeSubscriptionSet<T>(
             _ key: DatabaseKey, load: () throws(ContainerError) -> SubscriptionSet, _ change: (inout SubscriptionSet) throws(ContainerError) -> T
         ) throws(ContainerError) -> T {
-            // Taken out of the dictionary so the set's storage is uniquely referenced and changes in place.
-            var set: SubscriptionSet
-            if let taken = subscriptionSets.removeValue(forKey: key) { set = taken } else { set = try load() }
-            defer { subscriptionSets[key] = set }
-            let result = try change(&set)
-            changed.insert(key)
+            // Changed where it lies, found by one lookup: its storage stays uniquely referenced,
+            // so it changes in place.
+            var index = subscriptionSets.index(forKey: key)
+            if index == nil {
+                loaded(try load(), for: key)
+                index = subscriptionSets.index(forKey: key)
+            }
+            guard let index else { throw ContainerError(.internalError, "the subscriptions of the \(key.scope.name) database were not kept") }
+            let result = try change(&subscriptionSets.values[index])
+            markChanged(key)
             return result
         }
 
@@ -68,7 +72,11 @@ public final class Container: Sendable {
         /// write does not commit: it may hold the write's own changes).
         mutating func loaded(_ set: SubscriptionSet, for key: DatabaseKey) {
             subscriptionSets[key] = set
-            changed.insert(key)
+            markChanged(key)
+        }
+
+        private mutating func markChanged(_ key: DatabaseKey) {
+            if !changed.contains(key) { changed.append(key) }
         }
 
         /// Ends a write: keeps the sets it changed, or with `rollingBack` forgets them.

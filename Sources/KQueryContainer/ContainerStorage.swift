@@ -111,10 +111,6 @@ protocol StorageWriteTransaction: StorageTransaction {
 }
 
 extension StorageWriteTransaction {
-    func saveRecords(_ records: [(record: Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError) {
-        for (record, sequence) in records { try saveRecord(record, sequence: sequence, in: database) }
-    }
-
     /// The database's bookkeeping, created on its first write.
     func existingOrNewDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase {
         if let database = try database(key) { return database }

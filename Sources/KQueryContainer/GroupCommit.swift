@@ -4,12 +4,12 @@ import Glibc
 import Darwin
 #endif
 
-/// Group commit for a WAL file: many transactions, one `fsync`.
+/// Group commit for a WAL file: many transactions, one `fdatasync`.
 ///
 /// The container file commits with `synchronous = NORMAL`: a commit appends its frames to the
 /// write-ahead log without waiting for the disk, and the writer lock passes to the next write at
-/// once. Before a write is acknowledged, `waitUntilDurable` makes sure an `fsync` of the log
-/// that began after the write committed has completed. The first waiter runs that `fsync` for
+/// once. Before a write is acknowledged, `waitUntilDurable` makes sure an `fdatasync` of the log
+/// that began after the write committed has completed. The first waiter runs that sync for
 /// every commit so far; writes that commit meanwhile wait for the next one, which the first of
 /// them runs. With a disk that takes milliseconds to sync, concurrent writers share syncs instead
 /// of queueing for one each, and an acknowledged write is on stable storage exactly as with
@@ -76,12 +76,16 @@ final class GroupCommit: @unchecked Sendable {
         }
     }
 
-    /// `fsync`s the file at `path`; nil when it worked (or there is no file: SQLite removes the
+    /// `fdatasync`s the file at `path`; nil when it worked (or there is no file: SQLite removes the
     /// log only after copying it into the database and syncing that), else what went wrong.
+    ///
+    /// `fdatasync`, as SQLite syncs its own log: it writes the log's content and the metadata
+    /// needed to read it back (its size when it grew), and skips what recovery does not need
+    /// (times), which an `fsync` journals too.
     private static func sync(_ path: String) -> String? {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         if descriptor < 0 { return errno == ENOENT ? nil : "cannot open \(path) (errno \(errno))" }
         defer { close(descriptor) }
-        return fsync(descriptor) == 0 ? nil : "fsync of \(path) failed (errno \(errno))"
+        return fdatasync(descriptor) == 0 ? nil : "fdatasync of \(path) failed (errno \(errno))"
     }
 }

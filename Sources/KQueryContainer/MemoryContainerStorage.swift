@@ -21,8 +21,12 @@ final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
     }
 
     func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try lock.withLock { state throws(ContainerError) -> T in try body(MemoryTransaction(state: state, undo: UndoLog())) }
+        try lock.withLock { state throws(ContainerError) -> T in try body(MemoryTransaction(state: state, undo: readUndo)) }
     }
+
+    /// The undo log of reads, which change nothing: one for all, as reads hold the lock, rather
+    /// than one made for each (a file modify reads the mirror once per record).
+    private let readUndo = UndoLog(keeps: false)
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         try withTransaction { tx throws(ContainerError) -> T in try body(tx) }
@@ -49,7 +53,7 @@ final class MemoryContainerStorage: ContainerStorage, @unchecked Sendable {
 
     /// Reads the state through the concrete transaction (for what the protocol does not ask).
     func inspect<T>(_ body: (MemoryTransaction) -> T) -> T {
-        lock.withLock { state in body(MemoryTransaction(state: state, undo: UndoLog())) }
+        lock.withLock { state in body(MemoryTransaction(state: state, undo: readUndo)) }
     }
 
     /// Replaces the whole state (a file's, loaded at open).
@@ -74,6 +78,17 @@ final class UndoLog {
     @inline(__always)
     func add(_ action: @escaping () -> Void) {
         if keeps { actions.append(action) }
+    }
+
+    /// Notes a zone whose change log the write appended to (once per run of changes to it, not
+    /// once per record).
+    func touch(_ zone: MemoryZone) {
+        if zones.last !== zone { zones.append(zone) }
+    }
+
+    /// Notes a database whose zone log the write appended to.
+    func touch(_ database: MemoryDatabase) {
+        if databases.last !== database { databases.append(database) }
     }
 }
 
@@ -333,7 +348,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         database.zoneLog.append(sequence, zoneID)
         if replacing { database.zoneLog.stale += 1 }
         undo.add { database.zoneLog.truncate(to: count) }
-        undo.databases.append(database)
+        undo.touch(database)
     }
 
     func saveZone(_ zone: StoredZone, in stored: StoredDatabase) throws(ContainerError) {
@@ -382,17 +397,37 @@ struct MemoryTransaction: StorageWriteTransaction {
         zone.log.append(sequence, name)
         if replacing { zone.log.stale += 1 }
         undo.add { zone.log.truncate(to: count) }
-        undo.zones.append(zone)
+        undo.touch(zone)
     }
 
     func saveRecord(_ record: Record, sequence: Int64, in stored: StoredDatabase) throws(ContainerError) {
-        let zone = recordZone(record.recordID.zoneID, of: try database(stored))
+        save(record, sequence: sequence, in: recordZone(record.recordID.zoneID, of: try database(stored)))
+    }
+
+    /// Saves records in order, finding their zone once per run of records in one zone (a file's
+    /// modify replays its saves here, 200 at a time).
+    func saveRecords(_ records: [(record: Record, sequence: Int64)], in stored: StoredDatabase) throws(ContainerError) {
+        let database = try database(stored)
+        var current: (zoneID: ZoneID, zone: MemoryZone)?
+        for (record, sequence) in records {
+            let zoneID = record.recordID.zoneID
+            let zone: MemoryZone
+            if let current, current.zoneID == zoneID {
+                zone = current.zone
+            } else {
+                zone = recordZone(zoneID, of: database)
+                current = (zoneID, zone)
+            }
+            save(record, sequence: sequence, in: zone)
+        }
+    }
+
+    private func save(_ record: Record, sequence: Int64, in zone: MemoryZone) {
         let name = record.recordID.recordName
-        let old = zone.records[name]
+        let old = zone.records.updateValue((record, sequence), forKey: name)
         let tombstone = zone.tombstones.removeValue(forKey: name)
         let oldReferences = old?.record.trackedReferences ?? []
         let newReferences = record.trackedReferences
-        zone.records[name] = (record, sequence)
         if !oldReferences.isEmpty || !newReferences.isEmpty {
             zone.index(oldReferences, of: name, adding: false)
             zone.index(newReferences, of: name, adding: true)
@@ -401,7 +436,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let logCount = zone.log.entries.count
         zone.log.append(sequence, name)
         if old != nil || tombstone != nil { zone.log.stale += 1 }
-        undo.zones.append(zone)
+        undo.touch(zone)
         guard undo.keeps else { return }
         undo.add {
             zone.log.truncate(to: logCount)
@@ -525,7 +560,7 @@ struct MemoryTransaction: StorageWriteTransaction {
             oldRecordTombstones.append((zone, zone.tombstones))
             zone.tombstones = zone.tombstones.filter { $0.value.sequence > newestDropped }
             zone.log.stale += oldRecordTombstones.last.map { $0.1.count - zone.tombstones.count } ?? 0
-            undo.zones.append(zone)
+            undo.touch(zone)
         }
         let oldHorizon = database.stored.horizon
         database.stored.horizon = max(oldHorizon, newestDropped)
@@ -534,7 +569,7 @@ struct MemoryTransaction: StorageWriteTransaction {
             for (zone, tombstones) in oldRecordTombstones { zone.tombstones = tombstones }
             database.stored.horizon = oldHorizon
         }
-        undo.databases.append(database)
+        undo.touch(database)
         return database.stored.horizon
     }
 }

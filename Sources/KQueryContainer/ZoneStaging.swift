@@ -35,6 +35,15 @@ struct ZoneStaging {
         self.now = now
     }
 
+    /// Makes room for `count` operations' records and changes at once, rather than growing (and
+    /// rehashing) through a 200-record modify.
+    mutating func reserveCapacity(_ count: Int) {
+        staged.reserveCapacity(count)
+        stored.reserveCapacity(count)
+        saved.reserveCapacity(count)
+        changes.reserveCapacity(count)
+    }
+
     private mutating func storedRecord(_ name: String) throws(ContainerError) -> Record? {
         if let record = stored[name] { return record }
         let record = try database.flatMap { database throws(ContainerError) in

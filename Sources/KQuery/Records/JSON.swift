@@ -502,6 +502,21 @@ extension JSON {
         }
     }
 
+    /// At least `serializedSize`, found without reading text (a string's byte count is stored) or
+    /// formatting numbers: a value this bound shows to fit needs no exact measure.
+    var serializedSizeBound: Int {
+        switch self {
+        case .null, .bool: 5
+        // An Int64 in decimal takes at most 20 bytes; a Double's shortest text at most 24.
+        case .int: 20
+        case .double: 24
+        // Quotes, and at most six bytes (`\u001f`) for each byte of the text.
+        case .string(let s): 2 + 6 * s.utf8.count
+        case .array(let elements): elements.reduce(2 + max(elements.count - 1, 0)) { $0 + $1.serializedSizeBound }
+        case .object(let members): members.reduce(2 + max(members.count - 1, 0)) { $0 + 3 + 6 * $1.0.utf8.count + $1.1.serializedSizeBound }
+        }
+    }
+
     /// The bytes `writeString` writes for `s`, quotes included.
     static func stringSize(_ s: String) -> Int {
         var size = 2
