@@ -438,8 +438,12 @@ extension Database {
         case .empty:
             break
         case .scan:
-            residual.forEachMatch(in: UnsafeBufferPointer(start: base, count: table.count), now: now, searchableFields: searchable) {
-                consider(base + $0, tested: true)
+            if let scan = ColumnScan(plan.residual, columns: table.columns) {
+                scan.forEachMatch(in: table, now: now) { consider(base + $0, tested: true) }
+            } else {
+                residual.forEachMatch(in: UnsafeBufferPointer(start: base, count: table.count), now: now, searchableFields: searchable) {
+                    consider(base + $0, tested: true)
+                }
             }
         case .probes(let probes):
             var rows = self.rows(of: probes[0], in: table)
