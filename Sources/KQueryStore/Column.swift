@@ -218,28 +218,31 @@ struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
 
 /// A table's columns: one per user field any of its records has held, plus each record's search
 /// tokens, computed once when the record is saved (a token scan compares token numbers instead of
-/// tokenizing every record's text on every query).
+/// tokenizing every record's text on every query). Tokens are kept only once a token scan has asked
+/// for them (`trackTokens`): tokenizing every save made opening a million records twice as slow.
 struct Columns: Sendable {
     private(set) var columns: [Column] = []
     private(set) var keys: [FieldKey] = []
     private var indexByKey: [FieldKey: Int] = [:]
     /// Each distinct token's number.
     private(set) var tokenNumbers: [String: UInt32] = [:]
-    /// Each record's token numbers, sorted.
+    /// Each record's token numbers, sorted, when `tracksTokens`.
     private(set) var tokens = SpanArena<UInt32>()
+    private(set) var tracksTokens = false
     private(set) var count = 0
 
     /// Where the column of `key` is in `columns`, or nil when no record has held the field.
     func index(of key: FieldKey) -> Int? { indexByKey[key] }
 
-    mutating func append(_ record: Record, tokens recordTokens: Set<String>) {
+    /// `recordTokens` are the record's search tokens, needed when `tracksTokens`.
+    mutating func append(_ record: Record, tokens recordTokens: Set<String>?) {
         for index in columns.indices { columns[index].appendAbsent() }
-        tokens.append(EmptyCollection())
+        if tracksTokens { tokens.append(EmptyCollection()) }
         count += 1
         replace(at: count - 1, with: record, tokens: recordTokens)
     }
 
-    mutating func replace(at position: Int, with record: Record, tokens recordTokens: Set<String>) {
+    mutating func replace(at position: Int, with record: Record, tokens recordTokens: Set<String>?) {
         for index in columns.indices { columns[index].set(record.fields[keys[index]], at: position) }
         for (key, value) in record.fields where indexByKey[key] == nil {
             indexByKey[key] = columns.count
@@ -248,10 +251,19 @@ struct Columns: Sendable {
             column.set(value, at: position)
             columns.append(column)
         }
-        setTokens(recordTokens, at: position)
+        if tracksTokens { setTokens(recordTokens ?? [], at: position) }
     }
 
-    mutating func setTokens(_ recordTokens: Set<String>, at position: Int) {
+    /// Starts keeping the tokens of `records` (the table's, by position), or computes them again
+    /// (the searchable fields changed).
+    mutating func trackTokens(of records: [Record], searchableFields: [FieldKey]?) {
+        tracksTokens = true
+        tokenNumbers = [:]
+        tokens = SpanArena(count: count)
+        for (position, record) in records.enumerated() { setTokens(record.searchTokens(in: searchableFields), at: position) }
+    }
+
+    private mutating func setTokens(_ recordTokens: Set<String>, at position: Int) {
         var numbers: [UInt32] = []
         numbers.reserveCapacity(recordTokens.count)
         for token in recordTokens {
@@ -270,8 +282,10 @@ struct Columns: Sendable {
     /// Removes the last position, moving its values to `position` first (the table's swap-remove).
     mutating func removeLast(movingTo position: Int) {
         for index in columns.indices { columns[index].removeLast(movingTo: position) }
-        if position != count - 1 { tokens.move(from: count - 1, to: position) }
-        tokens.removeLast()
+        if tracksTokens {
+            if position != count - 1 { tokens.move(from: count - 1, to: position) }
+            tokens.removeLast()
+        }
         count -= 1
     }
 }

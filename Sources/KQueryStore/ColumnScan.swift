@@ -135,6 +135,7 @@ struct ColumnScan {
             default: return nil
             }
         case .tokens(let match, let text):
+            guard columns.tracksTokens else { return nil }
             let numbers = Tokenizer.tokens(of: text).map { columns.tokenNumbers[$0] }
             let known = numbers.compactMap { $0 }
             // A token no record has: ALL fails everywhere, ANY depends on the others.

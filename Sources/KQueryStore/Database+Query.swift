@@ -195,6 +195,12 @@ extension Database {
             return plan(.probes(chosen.map(\.probe)), answered: chosen.filter(\.probe.isExact).map(\.conjunct))
         }
         if let field = walkField() { return plan(.sortedWalk(field)) }
+        if conjuncts.contains(where: { if case .tokens = $0 { true } else { false } }), tables[type]?.columns.tracksTokens == false,
+           var table = tables.removeValue(forKey: type) {
+            // The first token scan tokenizes the table once, and its saves keep the tokens after.
+            table.trackTokens()
+            tables[type] = table
+        }
         return plan(.scan)
     }
 

@@ -73,7 +73,7 @@ struct RecordTable: Sendable {
         records.append(record)
         rowIDs.append(row)
         rowsByID[record.recordID] = row
-        let tokens = record.searchTokens(in: searchableFields)
+        let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
         columns.append(record, tokens: tokens)
         addToIndexes(record, row: row, tokens: tokens)
     }
@@ -85,7 +85,7 @@ struct RecordTable: Sendable {
         let position = Int(positions[Int(row)])
         let old = records[position]
         records[position] = record
-        let tokens = record.searchTokens(in: searchableFields)
+        let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
         columns.replace(at: position, with: record, tokens: tokens)
         for field in Array(hashIndexes.keys) {
             let (before, after) = (old.value(of: field), record.value(of: field))
@@ -107,7 +107,7 @@ struct RecordTable: Sendable {
             if let after { spatialIndexes[field]?.insert(after, row: row) }
             deadRows += 1
         }
-        if tokenIndex != nil {
+        if tokenIndex != nil, let tokens {
             let before = old.searchTokens(in: searchableFields)
             if before != tokens {
                 tokenIndex?.remove(before.subtracting(tokens), row: row)
@@ -222,7 +222,7 @@ struct RecordTable: Sendable {
     mutating func setSearchableFields(_ fields: [FieldKey]?) {
         guard fields != searchableFields else { return }
         searchableFields = fields
-        for (position, record) in records.enumerated() { columns.setTokens(record.searchTokens(in: fields), at: position) }
+        if columns.tracksTokens { columns.trackTokens(of: records, searchableFields: fields) }
         if tokenIndex != nil {
             tokenIndex = nil
             buildTokenIndex()
@@ -238,7 +238,16 @@ struct RecordTable: Sendable {
 
     /// The loops run over copies of the key lists: iterating a dictionary's own `keys` while
     /// mutating its values would share its storage and copy every index on each change.
-    private mutating func addToIndexes(_ record: Record, row: RowID, tokens: Set<String>) {
+    /// Whether a save must tokenize the record: for the token index, or the columns' tokens.
+    private var needsTokens: Bool { tokenIndex != nil || columns.tracksTokens }
+
+    /// Makes the columns keep every record's tokens, for token scans.
+    mutating func trackTokens() {
+        guard !columns.tracksTokens else { return }
+        columns.trackTokens(of: records, searchableFields: searchableFields)
+    }
+
+    private mutating func addToIndexes(_ record: Record, row: RowID, tokens: Set<String>?) {
         for field in Array(hashIndexes.keys) {
             if let value = record.value(of: field) { hashIndexes[field]?.insert(value, row: row) }
         }
@@ -248,7 +257,7 @@ struct RecordTable: Sendable {
         for field in Array(spatialIndexes.keys) {
             if let value = record.value(of: field) { spatialIndexes[field]?.insert(value, row: row) }
         }
-        if tokenIndex != nil { tokenIndex?.insert(tokens, row: row) }
+        if let tokens { tokenIndex?.insert(tokens, row: row) }
     }
 }
 
