@@ -243,13 +243,21 @@ struct Columns: Sendable {
     }
 
     mutating func replace(at position: Int, with record: Record, tokens recordTokens: Set<String>?) {
-        for index in columns.indices { columns[index].set(record.fields[keys[index]], at: position) }
-        for (key, value) in record.fields where indexByKey[key] == nil {
-            indexByKey[key] = columns.count
-            keys.append(key)
-            var column = Column(count: count)
-            column.set(value, at: position)
-            columns.append(column)
+        var found = 0
+        for index in columns.indices {
+            let value = record.fields[keys[index]]
+            if value != nil { found += 1 }
+            columns[index].set(value, at: position)
+        }
+        // Usually every field has its column already: no lookup per field then.
+        if found < record.fields.count {
+            for (key, value) in record.fields where indexByKey[key] == nil {
+                indexByKey[key] = columns.count
+                keys.append(key)
+                var column = Column(count: count)
+                column.set(value, at: position)
+                columns.append(column)
+            }
         }
         if tracksTokens { setTokens(recordTokens ?? [], at: position) }
     }
