@@ -494,7 +494,7 @@ extension Record {
 extension Condition {
     /// Expected selectivity and cost, lowest first: equality before ranges, token and distance
     /// tests (which tokenize text or compute geodesics) last.
-    package var evaluationRank: Int {
+    var evaluationRank: Int {
         switch self {
         case .constant: 0
         case .field(_, .compare(.equal, _, _)), .field(_, .isNil): 1
