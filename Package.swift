@@ -65,6 +65,7 @@ let package = Package(
             dependencies: [
                 "KQuery",
                 "KQueryStore",
+                "CKQuerySupport",
                 .product(name: "Benchmark", package: "swift-benchmark"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],

@@ -1,4 +1,5 @@
 import Benchmark
+import CKQuerySupport
 import GRDB
 import Foundation
 import KQuery
@@ -19,17 +20,19 @@ let subscriptionCount = Int(getenv("BENCH_SUBSCRIPTIONS").flatMap { String(valid
 /// Keeps results alive so the optimizer cannot drop the measured work.
 @inline(never) func consume<T>(_ value: T) { withExtendedLifetime(value) {} }
 
-/// Resident memory in bytes, from /proc/self/statm (glibc's mallinfo2 is not visible to Swift).
-func residentBytes() -> Int {
-    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
-    let fields = text.split(separator: " ")
-    return fields.count > 1 ? (Int(fields[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE))) : 0
-}
+/// Bytes allocated on the heap and not yet freed. Memory figures are differences of this across one
+/// step: the resident set, used before, also moves when the allocator hands freed pages back to the
+/// system (the subscription figure came out negative after the file benchmarks freed a million
+/// records while the subscriptions were being built).
+func heapBytes() -> Int { Int(kquery_heap_bytes()) }
 
 // MARK: Data
 
 let words = ["harbour", "sunset", "night", "portrait", "river", "garden", "storm", "city", "sea", "mountain", "bridge", "light"]
-let residentBefore = residentBytes()
+// Titles share no word with descriptions: SQLite's FTS5 table indexes descriptions only.
+let titleWords = ["after", "before", "afterglow", "evening", "morning", "study", "view", "still"]
+let titleColours = ["blue", "red", "green", "gold", "grey", "white"]
+let heapBefore = heapBytes()
 struct Lcg { var state: UInt64 = 0x2545F4914F6CDD1D
     mutating func next() -> UInt64 { state = state &* 6364136223846793005 &+ 1442695040888963407; return state >> 11 } }
 var lcg = Lcg()
@@ -40,29 +43,37 @@ let records: [KQuery.Record] = (0..<recordCount).map { i in
     let description = (0..<6).map { _ in words[Int(lcg.next() % UInt64(words.count))] }.joined(separator: " ") + " w\(lcg.next() % 5_000)"
     let latitude = 48.0 + Double(lcg.next() % 2_000_000) / 1_000_000
     let longitude = 2.0 + Double(lcg.next() % 2_000_000) / 1_000_000
+    let year = 1900 + Int64(lcg.next() % 125)
+    let collector = "collector\(lcg.next() % 2_000)"
+    let rating = Double(lcg.next() % 501) / 100
+    let title = titleWords[Int(lcg.next() % UInt64(titleWords.count))] + " " + titleColours[Int(lcg.next() % UInt64(titleColours.count))]
     return Record(recordType: "Artwork", recordName: "art-\(i)", fields: [
         "price": .int64(price), "artist": .string(artist), "description": .string(description),
-        "location": .location(Location(latitude: latitude, longitude: longitude)), "year": .int64(1900 + Int64(lcg.next() % 125)),
-        "collector": .string("collector\(lcg.next() % 2_000)"),
+        "location": .location(Location(latitude: latitude, longitude: longitude)), "year": .int64(year),
+        "collector": .string(collector), "rating": .double(rating), "title": .string(title),
     ])
 }
-let bytesPerRecord = Double(residentBytes() - residentBefore) / Double(recordCount)
-print("records: \(recordCount), memory (RSS) per loaded record: \(Int(bytesPerRecord)) bytes")
+let bytesPerRecord = Double(heapBytes() - heapBefore) / Double(recordCount)
+print("records: \(recordCount), heap per record as values ([Record]): \(Int(bytesPerRecord)) bytes")
 
+let createTable = "CREATE TABLE artwork (recordName TEXT PRIMARY KEY, price INTEGER, artist TEXT, description TEXT, latitude REAL, longitude REAL, year INTEGER, collector TEXT, rating REAL, title TEXT)"
 let database = try DatabaseQueue()
 try database.write { db in
-    try db.execute(sql: "CREATE TABLE artwork (recordName TEXT PRIMARY KEY, price INTEGER, artist TEXT, description TEXT, latitude REAL, longitude REAL, year INTEGER, collector TEXT)")
+    try db.execute(sql: createTable)
     try insertRows(db)
 }
 
 /// The benchmark rows as SQL rows, as an application would store them.
 func insertRows(_ db: GRDB.Database) throws {
-    let insert = try db.makeStatement(sql: "INSERT INTO artwork VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+    let insert = try db.makeStatement(sql: "INSERT INTO artwork VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
     for record in records {
         guard case .int64(let price)? = record["price"], case .string(let artist)? = record["artist"],
               case .string(let description)? = record["description"], case .location(let location)? = record["location"],
-              case .int64(let year)? = record["year"], case .string(let collector)? = record["collector"] else { continue }
-        try insert.execute(arguments: [record.recordID.recordName, price, artist, description, location.latitude, location.longitude, year, collector])
+              case .int64(let year)? = record["year"], case .string(let collector)? = record["collector"],
+              case .double(let rating)? = record["rating"], case .string(let title)? = record["title"] else { continue }
+        try insert.execute(arguments: [
+            record.recordID.recordName, price, artist, description, location.latitude, location.longitude, year, collector, rating, title,
+        ])
     }
 }
 
@@ -81,6 +92,46 @@ let parsedTypical = try PredicateParser.parse(typical)
 let expected = try database.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM artwork WHERE price > 50000 AND artist = 'artist7'") } ?? -1
 precondition(count(scanPredicate, in: records) == expected, "KQuery and SQLite disagree on the scan")
 print("scan matches: \(expected) of \(recordCount)")
+
+// The same rows in a KQuery database, with no index yet (they are declared for the store suite
+// below): its queries are full scans over the table's columns.
+nonisolated(unsafe) let store = KQueryStore.Database(indexPolicy: .declared)
+let heapBeforeStore = heapBytes()
+try store.importRecords(records)
+let storeBytesPerRecord = Double(heapBytes() - heapBeforeStore) / Double(recordCount)
+print("store: heap per record beyond the values (record array, columns, tokens, ID map): \(Int(storeBytesPerRecord)) bytes")
+
+/// A full scan in the store (its columns) against SQLite's in-memory scan of the same rows.
+struct ScanComparison {
+    let name: String
+    let query: KQuery.Query
+    let sql: String
+}
+let scanComparisons = [
+    ScanComparison(name: "price > 50000 AND artist == 'artist7'",
+                   query: KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("price > 50000 AND artist == 'artist7'")),
+                   sql: "SELECT count(*) FROM artwork WHERE price > 50000 AND artist = 'artist7'"),
+    ScanComparison(name: "price > 99900",
+                   query: KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("price > 99900")),
+                   sql: "SELECT count(*) FROM artwork WHERE price > 99900"),
+    // GLOB: SQLite's LIKE ignores case, BEGINSWITH does not.
+    ScanComparison(name: "rating BETWEEN {1, 1.01} AND title BEGINSWITH 'after'",
+                   query: KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("rating BETWEEN {1, 1.01} AND title BEGINSWITH 'after'")),
+                   sql: "SELECT count(*) FROM artwork WHERE rating BETWEEN 1 AND 1.01 AND title GLOB 'after*'"),
+]
+let storeDistanceQuery = KQuery.Query(
+    recordType: "Artwork", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(location, location(48.5, 2.5)) < 5"))
+let storeTokenQuery = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate("ALL tokenize('sunset harbour', 'Cdl') IN allTokens"))
+@inline(never) func storeCount(_ query: KQuery.Query) throws -> Int { try store.count(query, now: 0) }
+@inline(never) func sqliteCount(_ sql: String) throws -> Int { try database.read { try Int.fetchOne($0, sql: sql) } ?? -1 }
+for comparison in scanComparisons {
+    let (kquery, sqlite) = (try storeCount(comparison.query), try sqliteCount(comparison.sql))
+    precondition(kquery == sqlite, "\(comparison.name): KQuery found \(kquery), SQLite \(sqlite)")
+    print("scan \(comparison.name): \(kquery) matches")
+}
+let (storeDistanceMatches, storeTokenMatches) = (try storeCount(storeDistanceQuery), try storeCount(storeTokenQuery))
+precondition(storeDistanceMatches == count(distancePredicate, in: records), "the column and record scans disagree on distance")
+precondition(storeTokenMatches == count(tokenPredicate, in: records), "the column and record scans disagree on tokens")
 
 let batch = 100
 let suite = BenchmarkSuite(name: "KQuery") { suite in
@@ -107,11 +158,21 @@ let suite = BenchmarkSuite(name: "KQuery") { suite in
     suite.benchmark("scan: KQuery ALL tokenize('sunset harbour') IN allTokens") {
         consume(count(tokenPredicate, in: records))
     }
+    for comparison in scanComparisons {
+        suite.benchmark("columns: KQuery store \(comparison.name)") { consume(try storeCount(comparison.query)) }
+        suite.benchmark("columns: SQLite \(comparison.name)") { consume(try sqliteCount(comparison.sql)) }
+    }
+    suite.benchmark("columns: KQuery store distance < 5 km") { consume(try storeCount(storeDistanceQuery)) }
+    suite.benchmark("columns: KQuery store ALL tokenize('sunset harbour') IN allTokens") { consume(try storeCount(storeTokenQuery)) }
 }
 
 // BENCH_FILTER (a regular expression over benchmark names) runs a subset, e.g. under a profiler.
 var settings: [any BenchmarkSetting] = [MinTime(seconds: 2), WarmupIterations(1), TimeUnit(.ms)]
 if let filter = getenv("BENCH_FILTER").flatMap({ String(validatingCString: $0) }) { settings.append(Filter(filter)) }
+// BENCH_ITERATIONS fixes the iterations (under callgrind, so instruction counts divide evenly).
+if let iterations = getenv("BENCH_ITERATIONS").flatMap({ String(validatingCString: $0) }).flatMap({ Int($0) }) {
+    settings.append(Iterations(iterations))
+}
 // The record suite runs first, before a million subscriptions take gigabytes of memory and
 // disturb its caches; the subscription suite runs after they are built.
 var results: [BenchmarkResult] = []
@@ -119,13 +180,36 @@ var recordRunner = BenchmarkRunner(suites: [suite], settings: settings)
 try recordRunner.run()
 results += recordRunner.results
 
+/// Nanoseconds to run `body` once.
+func nanoseconds(_ body: () throws -> Void) rethrows -> Double {
+    let clock = ContinuousClock()
+    let elapsed = try clock.measure(body)
+    return Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
+}
+/// Runs KQuery and SQLite by turns (A B A B ...), so both see the same machine load, and returns the
+/// median of each and the median of the per-pair ratios (SQLite's time over KQuery's).
+func interleaved(_ comparison: ScanComparison, pairs: Int = 21) throws -> (kquery: Double, sqlite: Double, ratio: Double) {
+    var (ours, theirs, ratios): ([Double], [Double], [Double]) = ([], [], [])
+    for _ in 0..<pairs {
+        let a = try nanoseconds { consume(try storeCount(comparison.query)) }
+        let b = try nanoseconds { consume(try sqliteCount(comparison.sql)) }
+        ours.append(a)
+        theirs.append(b)
+        ratios.append(b / a)
+    }
+    func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+    return (median(ours), median(theirs), median(ratios))
+}
+var interleavedScans: [(String, (kquery: Double, sqlite: Double, ratio: Double))] = []
+if getenv("BENCH_FILTER") == nil {
+    for comparison in scanComparisons { interleavedScans.append((comparison.name, try interleaved(comparison))) }
+}
+
 // MARK: Store
 
-// The same rows in a KQuery database with its indexes declared, and in SQLite with the matching
+// The same rows in the KQuery database with its indexes declared, and in SQLite with the matching
 // indexes (B-tree on collector and price, an FTS5 table on description). Both return the matches
 // in the same order (by recordName, CloudKit's tie-break), as whole rows.
-nonisolated(unsafe) let store = KQueryStore.Database(indexPolicy: .declared)
-try store.importRecords(records)
 let indexStart = Date()
 for (field, index) in [("collector", FieldSchema.Indexes.queryable), ("price", .sortable), ("description", .searchable), ("location", .queryable)] {
     try store.declareIndex(IndexDeclaration(recordType: "Artwork", field: .user(FieldKey(field)), index: index))
@@ -256,7 +340,7 @@ let sqliteImportSeconds = try timeOnce {
     configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
     let file = try DatabaseQueue(path: importDirectory.appendingPathComponent("sqlite.db").path, configuration: configuration)
     try file.write { db in
-        try db.execute(sql: "CREATE TABLE artwork (recordName TEXT PRIMARY KEY, price INTEGER, artist TEXT, description TEXT, latitude REAL, longitude REAL, year INTEGER, collector TEXT)")
+        try db.execute(sql: createTable)
         try insertRows(db)
     }
 }
@@ -302,7 +386,7 @@ var bytesPerSubscription = 0.0
 var changes: [RecordChange] = []
 if subscriptionCount > 0 {
     var lcg = Lcg(state: 42)
-    let before = residentBytes()
+    let before = heapBytes()
     let clock = ContinuousClock()
     let start = clock.now
     for i in 0..<subscriptionCount {
@@ -312,9 +396,9 @@ if subscriptionCount > 0 {
         }
     }
     subscriptionSetupSeconds = Double((clock.now - start).components.attoseconds) / 1e18 + Double((clock.now - start).components.seconds)
-    bytesPerSubscription = Double(residentBytes() - before) / Double(subscriptionCount)
+    bytesPerSubscription = Double(heapBytes() - before) / Double(subscriptionCount)
     changes = (0..<1000).map { RecordChange.created(changeRecord($0, &lcg)) }
-    print("subscriptions: \(subscriptionBench.set.count) saved in \(String(format: "%.1f", subscriptionSetupSeconds)) s, memory (RSS) per subscription: \(Int(bytesPerSubscription)) bytes")
+    print("subscriptions: \(subscriptionBench.set.count) saved in \(String(format: "%.1f", subscriptionSetupSeconds)) s, heap per subscription: \(Int(bytesPerSubscription)) bytes")
     var fired = 0
     // The naive loop costs about 2 s per change at a million subscriptions: check ten.
     for change in changes.prefix(10) {
@@ -362,7 +446,11 @@ print("parse+validate: \(figure(1e9 / parse, "%.0f")) predicates/s (median \(fig
 print("scan \(recordCount) records: KQuery \(figure(kquery / 1e6)) ms, SQLite \(figure(sqlite / 1e6)) ms, KQuery is \(figure(sqlite / kquery, "%.2f"))x faster")
 print("distance predicate: \(figure(median("scan: KQuery distance") / Double(recordCount))) ns/record")
 print("token predicate: \(figure(median("scan: KQuery ALL") / Double(recordCount))) ns/record")
-print("memory (RSS) per loaded record: \(Int(bytesPerRecord)) bytes")
+for (name, figures) in interleavedScans {
+    print("column scan \(name), interleaved: KQuery \(figure(figures.kquery / 1e6, "%.2f")) ms, SQLite \(figure(figures.sqlite / 1e6)) ms, KQuery is \(figure(figures.ratio, "%.1f"))x faster (median of per-pair ratios)")
+}
+print("column scan distance < 5 km: \(figure(median("columns: KQuery store distance") / Double(recordCount), "%.2f")) ns/record; ALL tokenize IN allTokens: \(figure(median("columns: KQuery store ALL") / Double(recordCount), "%.2f")) ns/record")
+print("heap per loaded record: \(Int(bytesPerRecord)) bytes as values, \(Int(storeBytesPerRecord)) more in the store: \(Int(bytesPerRecord + storeBytesPerRecord)) bytes")
 for (name, kqueryName, sqliteName) in [
     ("equality (\(checks[0].1) results)", "equality: KQuery", "equality: SQLite"),
     ("range (\(checks[1].1) results)", "range: KQuery", "range: SQLite"),
@@ -387,5 +475,5 @@ if subscriptionCount > 0 {
     let indexed = median("match one change, indexed")
     let naive = median("match one change, naive loop")
     print("subscriptions \(subscriptionBench.set.count): match one change median \(figure(indexed / 1000)) us, p99 \(figure(percentile("match one change, indexed", 0.99) / 1000)) us; naive loop \(figure(naive / 1e6)) ms; index is \(figure(naive / indexed, "%.0f"))x faster")
-    print("subscriptions: add+remove one \(figure(median("add and remove") / 1000)) us, memory (RSS) per subscription \(Int(bytesPerSubscription)) bytes")
+    print("subscriptions: add+remove one \(figure(median("add and remove") / 1000)) us, heap per subscription \(Int(bytesPerSubscription)) bytes")
 }

@@ -195,6 +195,12 @@ extension Database {
             return plan(.probes(chosen.map(\.probe)), answered: chosen.filter(\.probe.isExact).map(\.conjunct))
         }
         if let field = walkField() { return plan(.sortedWalk(field)) }
+        if conjuncts.contains(where: { if case .tokens = $0 { true } else { false } }), tables[type]?.columns.tracksTokens == false,
+           var table = tables.removeValue(forKey: type) {
+            // The first token scan tokenizes the table once, and its saves keep the tokens after.
+            table.trackTokens()
+            tables[type] = table
+        }
         return plan(.scan)
     }
 
@@ -438,8 +444,12 @@ extension Database {
         case .empty:
             break
         case .scan:
-            residual.forEachMatch(in: UnsafeBufferPointer(start: base, count: table.count), now: now, searchableFields: searchable) {
-                consider(base + $0, tested: true)
+            if let scan = ColumnScan(plan.residual, columns: table.columns) {
+                scan.forEachMatch(in: table, now: now) { consider(base + $0, tested: true) }
+            } else {
+                residual.forEachMatch(in: UnsafeBufferPointer(start: base, count: table.count), now: now, searchableFields: searchable) {
+                    consider(base + $0, tested: true)
+                }
             }
         case .probes(let probes):
             var rows = self.rows(of: probes[0], in: table)

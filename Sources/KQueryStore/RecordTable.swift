@@ -2,9 +2,10 @@ import KQuery
 
 /// The records of one record type, and the indexes over them.
 ///
-/// Records live in one dense array, so a full scan reads them in place (`CompiledPredicate`'s
-/// `forEachMatch`). Indexes refer to rows, whose IDs stay put while records move: deleting swaps the
-/// last record into the hole and updates `positions`.
+/// Records live in one dense array, and their user fields also in `columns`, by the same positions:
+/// a full scan reads the columns (`ColumnScan`), and the records only for what no column answers.
+/// Indexes refer to rows, whose IDs stay put while records move: deleting swaps the last record
+/// (and its column values) into the hole and updates `positions`.
 ///
 /// Deleting leaves the record's row in the equality, token and spatial postings (a common token's
 /// list, or a coarse spatial cell's, holds a large share of all rows, and editing it moves them
@@ -15,6 +16,8 @@ import KQuery
 struct RecordTable: Sendable {
     let recordType: String
     private(set) var records: [Record] = []
+    /// The records' user fields and search tokens, column by column, at the records' positions.
+    private(set) var columns = Columns()
     /// Dense position → row.
     private(set) var rowIDs: [RowID] = []
     /// Row → dense position, or -1 for a deleted row.
@@ -70,7 +73,9 @@ struct RecordTable: Sendable {
         records.append(record)
         rowIDs.append(row)
         rowsByID[record.recordID] = row
-        addToIndexes(record, row: row)
+        let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
+        columns.append(record, tokens: tokens)
+        addToIndexes(record, row: row, tokens: tokens)
     }
 
     /// Replaces a record in place; index entries change only where its indexed values did (a long
@@ -80,6 +85,8 @@ struct RecordTable: Sendable {
         let position = Int(positions[Int(row)])
         let old = records[position]
         records[position] = record
+        let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
+        columns.replace(at: position, with: record, tokens: tokens)
         for field in Array(hashIndexes.keys) {
             let (before, after) = (old.value(of: field), record.value(of: field))
             guard !Self.identical(before, after) else { continue }
@@ -100,11 +107,11 @@ struct RecordTable: Sendable {
             if let after { spatialIndexes[field]?.insert(after, row: row) }
             deadRows += 1
         }
-        if tokenIndex != nil {
-            let (before, after) = (old.searchTokens(in: searchableFields), record.searchTokens(in: searchableFields))
-            if before != after {
-                tokenIndex?.remove(before.subtracting(after), row: row)
-                tokenIndex?.insert(after.subtracting(before), row: row)
+        if tokenIndex != nil, let tokens {
+            let before = old.searchTokens(in: searchableFields)
+            if before != tokens {
+                tokenIndex?.remove(before.subtracting(tokens), row: row)
+                tokenIndex?.insert(tokens.subtracting(before), row: row)
             }
         }
     }
@@ -124,6 +131,7 @@ struct RecordTable: Sendable {
         }
         records.removeLast()
         rowIDs.removeLast()
+        columns.removeLast(movingTo: position)
         positions[Int(row)] = -1
         deadRows += 1
         if deadRows > max(minimumDeadRows, records.count / 4) { compact() }
@@ -214,6 +222,7 @@ struct RecordTable: Sendable {
     mutating func setSearchableFields(_ fields: [FieldKey]?) {
         guard fields != searchableFields else { return }
         searchableFields = fields
+        if columns.tracksTokens { columns.trackTokens(of: records, searchableFields: fields) }
         if tokenIndex != nil {
             tokenIndex = nil
             buildTokenIndex()
@@ -229,7 +238,16 @@ struct RecordTable: Sendable {
 
     /// The loops run over copies of the key lists: iterating a dictionary's own `keys` while
     /// mutating its values would share its storage and copy every index on each change.
-    private mutating func addToIndexes(_ record: Record, row: RowID) {
+    /// Whether a save must tokenize the record: for the token index, or the columns' tokens.
+    private var needsTokens: Bool { tokenIndex != nil || columns.tracksTokens }
+
+    /// Makes the columns keep every record's tokens, for token scans.
+    mutating func trackTokens() {
+        guard !columns.tracksTokens else { return }
+        columns.trackTokens(of: records, searchableFields: searchableFields)
+    }
+
+    private mutating func addToIndexes(_ record: Record, row: RowID, tokens: Set<String>?) {
         for field in Array(hashIndexes.keys) {
             if let value = record.value(of: field) { hashIndexes[field]?.insert(value, row: row) }
         }
@@ -239,7 +257,7 @@ struct RecordTable: Sendable {
         for field in Array(spatialIndexes.keys) {
             if let value = record.value(of: field) { spatialIndexes[field]?.insert(value, row: row) }
         }
-        if tokenIndex != nil { tokenIndex?.insert(record.searchTokens(in: searchableFields), row: row) }
+        if let tokens { tokenIndex?.insert(tokens, row: row) }
     }
 }
 

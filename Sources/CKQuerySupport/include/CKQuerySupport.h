@@ -27,4 +27,21 @@ static inline void kquery_advise_huge_pages(void *address, size_t length) {
 #endif
 }
 
+#if defined(__linux__)
+#include <malloc.h>
+#endif
+
+/// Bytes the C heap has handed out and not taken back (small blocks in use plus mapped ones), or
+/// 0 where unknown. Unlike the resident set it does not drop when freed pages go back to the
+/// system, so its change across one step is that step's memory. (glibc's `mallinfo2` returns a
+/// struct Swift cannot call for safely through a plain declaration.)
+static inline size_t kquery_heap_bytes(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 info = mallinfo2();
+    return info.uordblks + info.hblkhd;
+#else
+    return 0;
+#endif
+}
+
 #endif

@@ -407,21 +407,30 @@ public struct CompiledPredicate: Sendable {
     }
 
     static func compileDistance(_ field: FieldReference, _ center: Location, _ relation: Relation, _ kilometres: Double) -> Test {
-        let radius = Condition.radiusInMetres(kilometres)
-        let valueTest: ValueTest = { value, _ in
-            guard case .location(let location) = value else { return .unknown }
-            if relation == .lessThan {
-                return Truth(Geodesic.isDistance(
-                    latitude1: location.latitude, longitude1: location.longitude,
-                    latitude2: center.latitude, longitude2: center.longitude, lessThan: radius))
-            }
-            let distance = Geodesic.distance(
-                latitude1: location.latitude, longitude1: location.longitude, latitude2: center.latitude, longitude2: center.longitude)
-            return Truth(ValueOrder.compare(distance, radius).map(relation.holds))
+        let test = distanceTest(center, relation, kilometres)
+        return { record, _ in
+            guard case .location(let location)? = record.pointee.value(of: field) else { return .unknown }
+            return Truth(test(location.latitude, location.longitude))
         }
-        return { record, context in
-            guard let value = record.pointee.value(of: field) else { return .unknown }
-            return valueTest(value, context.pointee.now)
+    }
+
+    /// Whether a location at (latitude, longitude) is at `relation` `kilometres` from `center`, or nil
+    /// when the distance does not compare: one definition for the record evaluator and the store's
+    /// column scans.
+    package static func distanceTest(
+        _ center: Location, _ relation: Relation, _ kilometres: Double
+    ) -> @Sendable (Double, Double) -> Bool? {
+        let radius = Condition.radiusInMetres(kilometres)
+        if relation == .lessThan {
+            return { latitude, longitude in
+                Geodesic.isDistance(
+                    latitude1: latitude, longitude1: longitude, latitude2: center.latitude, longitude2: center.longitude, lessThan: radius)
+            }
+        }
+        return { latitude, longitude in
+            let distance = Geodesic.distance(
+                latitude1: latitude, longitude1: longitude, latitude2: center.latitude, longitude2: center.longitude)
+            return ValueOrder.compare(distance, radius).map(relation.holds)
         }
     }
 }

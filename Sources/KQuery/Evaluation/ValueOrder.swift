@@ -52,7 +52,7 @@ public enum ValueOrder {
     }
 
     @inlinable
-    static func compare(_ x: Double, _ y: Double) -> Int? {
+    public static func compare(_ x: Double, _ y: Double) -> Int? {
         if x < y { return -1 }
         if x > y { return 1 }
         return x == y ? 0 : nil
@@ -77,16 +77,18 @@ public enum ValueOrder {
     public static func compareBytes(_ x: String, _ y: String) -> Int {
         var x = x
         var y = y
-        return x.withUTF8 { a in
-            y.withUTF8 { b in
-                let common = Swift.min(a.count, b.count)
-                if common > 0, let pa = a.baseAddress, let pb = b.baseAddress {
-                    let result = memcmp(pa, pb, common)
-                    if result != 0 { return result < 0 ? -1 : 1 }
-                }
-                return a.count < b.count ? -1 : (a.count == b.count ? 0 : 1)
-            }
+        return x.withUTF8 { a in y.withUTF8 { b in compareBytes(a, b) } }
+    }
+
+    /// Code-point order of two UTF-8 byte sequences (strings as the store's columns hold them).
+    @inlinable
+    public static func compareBytes(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
+        let common = Swift.min(a.count, b.count)
+        if common > 0, let pa = a.baseAddress, let pb = b.baseAddress {
+            let result = memcmp(pa, pb, common)
+            if result != 0 { return result < 0 ? -1 : 1 }
         }
+        return a.count < b.count ? -1 : (a.count == b.count ? 0 : 1)
     }
 
     /// Byte equality (not Swift's `==`, which uses canonical equivalence). Strings of different
@@ -102,26 +104,28 @@ public enum ValueOrder {
     public static func hasBytePrefix(_ x: String, _ prefix: String) -> Bool {
         var x = x
         var prefix = prefix
-        return x.withUTF8 { a in
-            prefix.withUTF8 { p in
-                guard p.count <= a.count else { return false }
-                guard p.count > 0, let pa = a.baseAddress, let pp = p.baseAddress else { return true }
-                return memcmp(pa, pp, p.count) == 0
-            }
-        }
+        return x.withUTF8 { a in prefix.withUTF8 { p in hasBytePrefix(a, p) } }
+    }
+
+    @inlinable
+    public static func hasBytePrefix(_ a: UnsafeBufferPointer<UInt8>, _ p: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard p.count <= a.count else { return false }
+        guard p.count > 0, let pa = a.baseAddress, let pp = p.baseAddress else { return true }
+        return memcmp(pa, pp, p.count) == 0
     }
 
     @inlinable
     public static func hasByteSuffix(_ x: String, _ suffix: String) -> Bool {
         var x = x
         var suffix = suffix
-        return x.withUTF8 { a in
-            suffix.withUTF8 { s in
-                guard s.count <= a.count else { return false }
-                guard s.count > 0, let pa = a.baseAddress, let ps = s.baseAddress else { return true }
-                return memcmp(pa + (a.count - s.count), ps, s.count) == 0
-            }
-        }
+        return x.withUTF8 { a in suffix.withUTF8 { s in hasByteSuffix(a, s) } }
+    }
+
+    @inlinable
+    public static func hasByteSuffix(_ a: UnsafeBufferPointer<UInt8>, _ s: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard s.count <= a.count else { return false }
+        guard s.count > 0, let pa = a.baseAddress, let ps = s.baseAddress else { return true }
+        return memcmp(pa + (a.count - s.count), ps, s.count) == 0
     }
 
     /// Whether the UTF-8 bytes of `needle` occur in those of `x`.
@@ -129,22 +133,23 @@ public enum ValueOrder {
     public static func containsBytes(_ x: String, _ needle: String) -> Bool {
         var x = x
         var needle = needle
-        return x.withUTF8 { a in
-            needle.withUTF8 { n in
-                guard n.count > 0 else { return true }
-                guard n.count <= a.count, let pa = a.baseAddress, let pn = n.baseAddress else { return false }
-                // First-byte scan with memchr, then memcmp: glibc's memmem is not exported to Swift.
-                let first = Int32(pn[0])
-                var offset = 0
-                let last = a.count - n.count
-                while offset <= last {
-                    guard let hit = memchr(pa + offset, first, last - offset + 1) else { return false }
-                    let index = UnsafeRawPointer(hit) - UnsafeRawPointer(pa)
-                    if memcmp(pa + index, pn, n.count) == 0 { return true }
-                    offset = index + 1
-                }
-                return false
-            }
+        return x.withUTF8 { a in needle.withUTF8 { n in containsBytes(a, n) } }
+    }
+
+    @inlinable
+    public static func containsBytes(_ a: UnsafeBufferPointer<UInt8>, _ n: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard n.count > 0 else { return true }
+        guard n.count <= a.count, let pa = a.baseAddress, let pn = n.baseAddress else { return false }
+        // First-byte scan with memchr, then memcmp: glibc's memmem is not exported to Swift.
+        let first = Int32(pn[0])
+        var offset = 0
+        let last = a.count - n.count
+        while offset <= last {
+            guard let hit = memchr(pa + offset, first, last - offset + 1) else { return false }
+            let index = UnsafeRawPointer(hit) - UnsafeRawPointer(pa)
+            if memcmp(pa + index, pn, n.count) == 0 { return true }
+            offset = index + 1
         }
+        return false
     }
 }

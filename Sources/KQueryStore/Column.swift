@@ -1,0 +1,299 @@
+import KQuery
+
+/// The values of one user field across a table's records, by dense position: one contiguous array
+/// of a single kind, strings' bytes in one arena, and a presence bitmap.
+///
+/// A full scan reads a column as a loop over contiguous memory instead of chasing every record's
+/// field pointer (the record-at-a-time scan was bound by those cache misses). A column holds one
+/// scalar kind; once its records hold another kind, a list, bytes, a reference or an asset ID, it
+/// becomes `.mixed`, keeps only presence, and scans that need its values fall back to the records.
+/// The layout (plain arrays, no pointers per value) is also what a memory-compact table and a
+/// mapped snapshot would store.
+struct Column: Sendable {
+    enum Kind: Sendable, Equatable {
+        /// No record has held a value yet.
+        case empty
+        case int64, double, timestamp, string, location
+        /// Values of more than one kind, or of a kind the columns do not hold.
+        case mixed
+    }
+
+    private(set) var kind = Kind.empty
+    private(set) var count = 0
+    /// Bit `p` is set when the record at position `p` has the field.
+    private(set) var present: [UInt64] = []
+    /// INT64 and TIMESTAMP values.
+    private(set) var integers: [Int64] = []
+    /// DOUBLE values, and a location's latitude.
+    private(set) var numbers: [Double] = []
+    private(set) var longitudes: [Double] = []
+    private(set) var strings = SpanArena<UInt8>()
+
+    /// A column of `count` positions, none holding a value.
+    init(count: Int) {
+        self.count = count
+        present = Array(repeating: 0, count: (count + 63) / 64)
+    }
+
+    @inline(__always)
+    static func isSet(_ bits: UnsafeBufferPointer<UInt64>, _ position: Int) -> Bool {
+        bits[position &>> 6] & (1 &<< UInt64(position & 63)) != 0
+    }
+
+    func isPresent(_ position: Int) -> Bool {
+        present.withUnsafeBufferPointer { Self.isSet($0, position) }
+    }
+
+    static func kind(of value: FieldValue) -> Kind {
+        switch value {
+        case .int64: .int64
+        case .double: .double
+        case .timestamp: .timestamp
+        case .string: .string
+        case .location: .location
+        case .bytes, .reference, .assetID, .list: .mixed
+        }
+    }
+
+    mutating func appendAbsent() {
+        if count & 63 == 0 { present.append(0) }
+        count += 1
+        switch kind {
+        case .empty, .mixed: break
+        case .int64, .timestamp: integers.append(0)
+        case .double: numbers.append(0)
+        case .location:
+            numbers.append(0)
+            longitudes.append(0)
+        case .string: strings.append(EmptyCollection())
+        }
+    }
+
+    mutating func set(_ value: FieldValue?, at position: Int) {
+        guard let value else {
+            if kind == .string { strings.replace(at: position, with: EmptyCollection()) }
+            present[position &>> 6] &= ~(1 &<< UInt64(position & 63))
+            return
+        }
+        present[position &>> 6] |= 1 &<< UInt64(position & 63)
+        let valueKind = Self.kind(of: value)
+        if kind == .empty { adopt(valueKind) }
+        guard valueKind == kind else { return becomeMixed() }
+        switch value {
+        case .int64(let x), .timestamp(let x): integers[position] = x
+        case .double(let x): numbers[position] = x
+        case .location(let location):
+            numbers[position] = location.latitude
+            longitudes[position] = location.longitude
+        case .string(var text): text.withUTF8 { strings.replace(at: position, with: $0) }
+        case .bytes, .reference, .assetID, .list: break
+        }
+    }
+
+    /// Removes the last position, moving its value to `position` first (the table's swap-remove).
+    mutating func removeLast(movingTo position: Int) {
+        let last = count - 1
+        if position != last {
+            set(bit: isPresent(last), at: position)
+            switch kind {
+            case .empty, .mixed: break
+            case .int64, .timestamp: integers[position] = integers[last]
+            case .double: numbers[position] = numbers[last]
+            case .location:
+                numbers[position] = numbers[last]
+                longitudes[position] = longitudes[last]
+            case .string: strings.move(from: last, to: position)
+            }
+        }
+        set(bit: false, at: last)
+        count = last
+        if count & 63 == 0 { present.removeLast() }
+        switch kind {
+        case .empty, .mixed: break
+        case .int64, .timestamp: integers.removeLast()
+        case .double: numbers.removeLast()
+        case .location:
+            numbers.removeLast()
+            longitudes.removeLast()
+        case .string: strings.removeLast()
+        }
+    }
+
+    private mutating func set(bit: Bool, at position: Int) {
+        let mask: UInt64 = 1 &<< UInt64(position & 63)
+        if bit { present[position &>> 6] |= mask } else { present[position &>> 6] &= ~mask }
+    }
+
+    private mutating func adopt(_ newKind: Kind) {
+        kind = newKind
+        switch newKind {
+        case .empty, .mixed: break
+        case .int64, .timestamp: integers = Array(repeating: 0, count: count)
+        case .double: numbers = Array(repeating: 0, count: count)
+        case .location:
+            numbers = Array(repeating: 0, count: count)
+            longitudes = Array(repeating: 0, count: count)
+        case .string: strings = SpanArena(count: count)
+        }
+    }
+
+    private mutating func becomeMixed() {
+        kind = .mixed
+        integers = []
+        numbers = []
+        longitudes = []
+        strings = SpanArena()
+    }
+}
+
+/// Variable-length values (a string's bytes, a record's token numbers) by position, in one
+/// contiguous arena: no allocation per value, and a scan reads them in order.
+///
+/// Replacing or moving a value leaves its old elements unused in the arena; when they outnumber the
+/// live ones the arena is rewritten.
+struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
+    private(set) var starts: [Int] = []
+    private(set) var lengths: [UInt32] = []
+    private(set) var elements: [Element] = []
+    private var unused = 0
+
+    init() {}
+
+    init(count: Int) {
+        starts = Array(repeating: 0, count: count)
+        lengths = Array(repeating: 0, count: count)
+    }
+
+    var count: Int { starts.count }
+
+    mutating func append(_ values: some Collection<Element>) {
+        starts.append(elements.count)
+        lengths.append(UInt32(truncatingIfNeeded: values.count))
+        elements.append(contentsOf: values)
+    }
+
+    mutating func replace(at position: Int, with values: some Collection<Element>) {
+        unused += Int(lengths[position])
+        starts[position] = elements.count
+        lengths[position] = UInt32(truncatingIfNeeded: values.count)
+        elements.append(contentsOf: values)
+        compactIfWasteful()
+    }
+
+    mutating func move(from source: Int, to destination: Int) {
+        unused += Int(lengths[destination])
+        starts[destination] = starts[source]
+        lengths[destination] = lengths[source]
+        starts[source] = 0
+        lengths[source] = 0
+    }
+
+    mutating func removeLast() {
+        unused += Int(lengths[count - 1])
+        starts.removeLast()
+        lengths.removeLast()
+        compactIfWasteful()
+    }
+
+    /// Calls `body` with the values at `position`.
+    func withValues<T>(at position: Int, _ body: (UnsafeBufferPointer<Element>) -> T) -> T {
+        elements.withUnsafeBufferPointer { all in
+            body(UnsafeBufferPointer(rebasing: all[starts[position]..<starts[position] + Int(lengths[position])]))
+        }
+    }
+
+    private mutating func compactIfWasteful() {
+        guard unused > 4096, unused > elements.count / 2 else { return }
+        var packed: [Element] = []
+        packed.reserveCapacity(elements.count - unused)
+        for position in 0..<count {
+            let start = packed.count
+            packed.append(contentsOf: elements[starts[position]..<starts[position] + Int(lengths[position])])
+            starts[position] = start
+        }
+        elements = packed
+        unused = 0
+    }
+}
+
+/// A table's columns: one per user field any of its records has held, plus each record's search
+/// tokens, computed once when the record is saved (a token scan compares token numbers instead of
+/// tokenizing every record's text on every query). Tokens are kept only once a token scan has asked
+/// for them (`trackTokens`): tokenizing every save made opening a million records twice as slow.
+struct Columns: Sendable {
+    private(set) var columns: [Column] = []
+    private(set) var keys: [FieldKey] = []
+    private var indexByKey: [FieldKey: Int] = [:]
+    /// Each distinct token's number.
+    private(set) var tokenNumbers: [String: UInt32] = [:]
+    /// Each record's token numbers, sorted, when `tracksTokens`.
+    private(set) var tokens = SpanArena<UInt32>()
+    private(set) var tracksTokens = false
+    private(set) var count = 0
+
+    /// Where the column of `key` is in `columns`, or nil when no record has held the field.
+    func index(of key: FieldKey) -> Int? { indexByKey[key] }
+
+    /// `recordTokens` are the record's search tokens, needed when `tracksTokens`.
+    mutating func append(_ record: Record, tokens recordTokens: Set<String>?) {
+        for index in columns.indices { columns[index].appendAbsent() }
+        if tracksTokens { tokens.append(EmptyCollection()) }
+        count += 1
+        replace(at: count - 1, with: record, tokens: recordTokens)
+    }
+
+    mutating func replace(at position: Int, with record: Record, tokens recordTokens: Set<String>?) {
+        var found = 0
+        for index in columns.indices {
+            let value = record.fields[keys[index]]
+            if value != nil { found += 1 }
+            columns[index].set(value, at: position)
+        }
+        // Usually every field has its column already: no lookup per field then.
+        if found < record.fields.count {
+            for (key, value) in record.fields where indexByKey[key] == nil {
+                indexByKey[key] = columns.count
+                keys.append(key)
+                var column = Column(count: count)
+                column.set(value, at: position)
+                columns.append(column)
+            }
+        }
+        if tracksTokens { setTokens(recordTokens ?? [], at: position) }
+    }
+
+    /// Starts keeping the tokens of `records` (the table's, by position), or computes them again
+    /// (the searchable fields changed).
+    mutating func trackTokens(of records: [Record], searchableFields: [FieldKey]?) {
+        tracksTokens = true
+        tokenNumbers = [:]
+        tokens = SpanArena(count: count)
+        for (position, record) in records.enumerated() { setTokens(record.searchTokens(in: searchableFields), at: position) }
+    }
+
+    private mutating func setTokens(_ recordTokens: Set<String>, at position: Int) {
+        var numbers: [UInt32] = []
+        numbers.reserveCapacity(recordTokens.count)
+        for token in recordTokens {
+            if let number = tokenNumbers[token] {
+                numbers.append(number)
+            } else {
+                let number = UInt32(truncatingIfNeeded: tokenNumbers.count)
+                tokenNumbers[token] = number
+                numbers.append(number)
+            }
+        }
+        numbers.sort()
+        tokens.replace(at: position, with: numbers)
+    }
+
+    /// Removes the last position, moving its values to `position` first (the table's swap-remove).
+    mutating func removeLast(movingTo position: Int) {
+        for index in columns.indices { columns[index].removeLast(movingTo: position) }
+        if tracksTokens {
+            if position != count - 1 { tokens.move(from: count - 1, to: position) }
+            tokens.removeLast()
+        }
+        count -= 1
+    }
+}
