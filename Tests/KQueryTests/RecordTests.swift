@@ -98,12 +98,25 @@ struct RecordTests {
     }
 
     @Test func timestampsRoundTrip() {
-        for ms: Int64 in [0, 1, -1, 999, 1_714_564_800_000, -62_135_596_800_000, 253_402_300_799_999, 951_782_400_000] {
+        for ms: Int64 in [0, 1, -1, 999, 1_714_564_800_000, -62_135_596_800_000, 253_402_300_799_999, 951_782_400_000,
+                          253_402_300_800_000, -62_135_596_800_001, 7_260_978_307_200_000, -8_999_999_999_999_999, .max, .min] {
             #expect(Timestamp.parseISO8601(Timestamp.iso8601(ms)) == ms, "\(ms) \(Timestamp.iso8601(ms))")
         }
         #expect(Timestamp.iso8601(951_782_400_000) == "2000-02-29T00:00:00Z")
         #expect(Timestamp.parseISO8601("2001-02-29") == nil)
         #expect(Timestamp.parseISO8601("2024-01-01T00:00:00-05:00") == 1_704_085_200_000)
+        // Years outside 0000–9999 in ISO 8601's expanded form (the fuzzer found the old printer's
+        // "232061-03-29" unreadable); instants past 64-bit milliseconds are refused, not wrapped.
+        #expect(Timestamp.iso8601(7_260_978_307_200_000) == "+232061-03-29T18:40:00Z")
+        #expect(Timestamp.iso8601(-62_135_596_800_001) == "0000-12-31T23:59:59.999Z")
+        #expect(Timestamp.iso8601(-62_167_219_200_001) == "-0001-12-31T23:59:59.999Z")
+        #expect(Timestamp.parseISO8601("-0001-12-31T23:59:59.999Z") == -62_167_219_200_001)
+        #expect(Timestamp.iso8601(253_402_300_800_000) == "+10000-01-01T00:00:00Z")
+        #expect(Timestamp.parseISO8601("+10000-01-01") == 253_402_300_800_000)
+        #expect(Timestamp.parseISO8601("+2024-01-01") == 1_704_067_200_000)
+        #expect(Timestamp.parseISO8601("232061-03-29") == nil)
+        #expect(Timestamp.parseISO8601("+999999999-12-31") == nil)
+        #expect(Timestamp.parseISO8601("+123-01-01") == nil)
     }
 
     @Test func fieldsStaySorted() {

@@ -26,6 +26,8 @@ struct RoundTripTests {
         "ANY {'a','b'} IN tags", "%K BEGINSWITH %@", "x == %2$@", "opened < CAST(726000000.5, \"NSDate\")",
         "distanceToLocation:fromLocation:(location, location(48.8566, 2.3522)) < 2000",
         "ALL tokenize('wine terrace', 'Cdl') IN allTokens", "#in == 1 AND #contains == 2", "#2000 >= 1", "_x == 1",
+        // Found by PredicateFuzz: dates past year 9999 or before year 0 must print in a form that parses.
+        "od < CAST(7260000000000, \"NSDate\")", "od < CAST(-70000000000, \"NSDate\")", "od > date(\"+10000-01-01\")",
     ])
     func canonicalFixpoint(text: String) throws {
         let once = try PredicateParser.parse(text)

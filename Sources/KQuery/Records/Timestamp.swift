@@ -4,20 +4,32 @@ public enum Timestamp {
     /// Seconds from 1970-01-01 to 2001-01-01, the NSDate reference date.
     public static let referenceDateOffset: Int64 = 978_307_200
 
-    /// `2024-05-01T12:00:00Z`, with `.123` milliseconds when they are not zero.
+    /// `2024-05-01T12:00:00Z`, with `.123` milliseconds when they are not zero. Years outside
+    /// 0000–9999 take ISO 8601's expanded form, a sign and at least four digits (`+232061-03-29…`,
+    /// `-0001-12-31…`), which `parseISO8601` reads back.
     public static func iso8601(_ milliseconds: Int64) -> String {
         let (seconds, millis) = milliseconds.floorDivided(by: 1000)
         let (days, secondOfDay) = seconds.floorDivided(by: 86_400)
         let (year, month, day) = civil(fromDays: days)
-        var text = "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondOfDay / 3600, 2)):\(pad(secondOfDay / 60 % 60, 2)):\(pad(secondOfDay % 60, 2))"
+        let yearText = (0...9999).contains(year) ? pad(year, 4) : (year < 0 ? "" : "+") + pad(year, 4)
+        var text = "\(yearText)-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondOfDay / 3600, 2)):\(pad(secondOfDay / 60 % 60, 2)):\(pad(secondOfDay % 60, 2))"
         if millis != 0 { text += "." + pad(millis, 3) }
         return text + "Z"
     }
 
     /// Reads `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM[:SS[.fff]]` with `Z` or `±HH:MM` (or no zone: UTC).
+    /// The year may also be ISO 8601's expanded form: `+` or `-` and four to nine digits. Nil when
+    /// the text is not such a date or the instant does not fit in 64-bit milliseconds.
     public static func parseISO8601(_ text: String) -> Int64? {
         var scanner = _Scanner(Array(text.utf8))
-        guard let year = scanner.number(digits: 4), scanner.take(UInt8(ascii: "-")),
+        let yearSign = scanner.sign()
+        let year: Int64?
+        if let yearSign {
+            year = scanner.number(minimumDigits: 4, maximumDigits: 9).map { yearSign * $0 }
+        } else {
+            year = scanner.number(digits: 4)
+        }
+        guard let year, scanner.take(UInt8(ascii: "-")),
               let month = scanner.number(digits: 2), scanner.take(UInt8(ascii: "-")),
               let day = scanner.number(digits: 2),
               (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day)
@@ -53,7 +65,12 @@ public enum Timestamp {
             }
         }
         guard scanner.atEnd else { return nil }
-        return seconds * 1000 + millis
+        // Before 1970 the milliseconds are taken from the next second up, so Int64.min still fits.
+        let borrow = seconds < 0 && millis > 0
+        let (scaled, overflow) = (borrow ? seconds + 1 : seconds).multipliedReportingOverflow(by: 1000)
+        guard !overflow else { return nil }
+        let (total, carry) = scaled.addingReportingOverflow(borrow ? millis - 1000 : millis)
+        return carry ? nil : total
     }
 
     /// Days since 1970-01-01 of a civil date (Howard Hinnant's `days_from_civil`).
@@ -114,6 +131,15 @@ public enum Timestamp {
                 value = value * 10 + d
             }
             return value
+        }
+        mutating func number(minimumDigits: Int, maximumDigits: Int) -> Int64? {
+            var value: Int64 = 0
+            var count = 0
+            while count < maximumDigits, let d = digit() {
+                value = value * 10 + d
+                count += 1
+            }
+            return count >= minimumDigits ? value : nil
         }
         mutating func sign() -> Int64? {
             if take(UInt8(ascii: "+")) { return 1 }
