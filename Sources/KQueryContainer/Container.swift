@@ -164,8 +164,11 @@ public final class Container: Sendable {
     /// committed, holding the writer lock throughout (so the memory `committed` updates follows
     /// the commit order). What `body` changes in `state` is undone if the transaction does not commit.
     /// Returns once the write is durable: after the lock is released, so the next write runs
-    /// while this one waits for the disk, and writes waiting together share one sync.
+    /// while this one waits for the disk, and writes waiting together share one sync. With
+    /// `durably: false` it returns once committed, and the caller must `waitUntilDurable()` before
+    /// it acknowledges the write to anyone.
     func write<T: Sendable>(
+        durably: Bool = true,
         _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T, committed: (T) -> Void = { _ in }
     ) throws(ContainerError) -> T {
         let result = try writer.withLock { state throws(ContainerError) -> T in
@@ -180,8 +183,15 @@ public final class Container: Sendable {
             committed(result)
             return result
         }
-        try storage.waitUntilDurable()
+        if durably { try storage.waitUntilDurable() }
         return result
+    }
+
+    /// Returns once every write committed before the call is on stable storage (at once in memory).
+    /// Writes sync together: a call made while another's sync runs waits for the next one, which
+    /// covers every write committed meanwhile.
+    public func waitUntilDurable() throws(ContainerError) {
+        try storage.waitUntilDurable()
     }
 
     /// The database's subscriptions: those in memory, else those stored.

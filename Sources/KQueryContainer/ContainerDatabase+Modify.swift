@@ -23,9 +23,16 @@ extension ContainerDatabase {
     /// `device` names the device making the change (its `apnsToken`): the pushes it causes skip
     /// that device, as CloudKit's do (SPEC §10).
     ///
+    /// Returns once the changes are on stable storage. With `durably: false` it returns once they
+    /// are committed (visible to every reader, and kept through a kill -9, but not yet through a
+    /// power cut): call `container.waitUntilDurable()` before acknowledging them, as a server
+    /// committing modifies one after another and syncing them together does.
+    ///
     /// Whole-request errors (thrown): more than 200 operations (LIMIT_EXCEEDED), two operations on
     /// one record or an empty record name (BAD_REQUEST), a storage failure.
-    public func modify(_ operations: [RecordOperation], atomic: Bool = true, device: String? = nil) throws(ContainerError) -> ModifyResult {
+    public func modify(
+        _ operations: [RecordOperation], atomic: Bool = true, device: String? = nil, durably: Bool = true
+    ) throws(ContainerError) -> ModifyResult {
         let operations = operations.map { RecordOperation(kind: $0.kind, record: canonical($0.record)) }
         guard operations.count <= Self.maximumOperations else {
             throw ContainerError(.limitExceeded, "a modify takes at most \(Self.maximumOperations) operations, not \(operations.count)")
@@ -49,7 +56,7 @@ extension ContainerDatabase {
         }
         let now = container.clock()
         let user = actingUser
-        let (result, _) = try container.write { state, tx throws(ContainerError) -> (ModifyResult, [RecordChange]) in
+        let (result, _) = try container.write(durably: durably) { state, tx throws(ContainerError) -> (ModifyResult, [RecordChange]) in
             var outcomes = [RecordResult?](repeating: nil, count: operations.count)
             var applied: [(operation: Int, change: RecordChange)] = []
             let stored = try tx.database(key)

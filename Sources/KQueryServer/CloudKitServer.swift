@@ -21,6 +21,8 @@ public final class CloudKitServer: Sendable {
     let courier: WebCourier
     let deviceTokens: DeviceTokens
     let blockingWork: BlockingWork
+    /// Record modifies, committed in arrival order and answered once durable.
+    let commits = CommitQueue()
     /// Delivery to APNs, when configured.
     public let apns: APNsDelivery?
     /// The port the server listens on, once it does (the configured one may be 0).
@@ -178,6 +180,18 @@ public final class CloudKitServer: Sendable {
                 // A query on records in memory is brief CPU work: run here rather than hop to a
                 // blocking thread and back (two thread wakes, a fifth of a query's cost under load).
                 answer = try service.run(operation, json)
+            } else if operation == "records/modify" {
+                // Read here; committed in arrival order by the commit queue, answered once durable.
+                guard case .object = json else { throw ServerError.badRequest("the request body must be a JSON object") }
+                do throws(ContainerError) {
+                    let request = try service.prepareModify(json)
+                    let result = try await self.commits.run { () throws(ContainerError) in try service.commit(request, durably: false) } durable: {
+                        () throws(ContainerError) in try container.waitUntilDurable()
+                    }
+                    answer = service.answer(request, result)
+                } catch {
+                    throw ServerError(error)
+                }
             } else {
                 answer = try await self.blockingWork.run { () throws(ServerError) -> ServiceAnswer in try service.run(operation, json) }
             }

@@ -76,6 +76,21 @@ package struct DatabaseService: Sendable {
     /// An atomic failure answers HTTP 400 ATOMIC_ERROR, with every operation's result in
     /// `records` (the culprit's own code, its siblings ATOMIC_ERROR).
     func modify(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        let request = try prepareModify(body)
+        return answer(request, try commit(request))
+    }
+
+    /// A `records/modify` request read and checked against the schema, ready to commit.
+    package struct PreparedModify: Sendable {
+        var operations: [RecordOperation]
+        var atomic: Bool
+        var device: String?
+        var desiredKeys: [String]?
+    }
+
+    /// Reads a `records/modify` body and fits its records to the schema (no container access but
+    /// the learned schema's).
+    package func prepareModify(_ body: JSON) throws(ContainerError) -> PreparedModify {
         let request = try ModifyRequest(webServicesJSON: body)
         let desiredKeys: [String]?
         do throws(ServerError) { desiredKeys = try QueryRequest.desiredKeys(body["desiredKeys"]) } catch {
@@ -87,8 +102,17 @@ package struct DatabaseService: Sendable {
         } else if let learnedSchema {
             operations = try learnedSchema.conforming(operations)
         }
-        let result = try database.modify(operations, atomic: request.atomic, device: request.device)
-        let json = result.webServicesJSON(desiredKeys: desiredKeys)
+        return PreparedModify(operations: operations, atomic: request.atomic, device: request.device, desiredKeys: desiredKeys)
+    }
+
+    /// Applies a prepared modify; with `durably: false` the caller waits for durability itself.
+    package func commit(_ request: PreparedModify, durably: Bool = true) throws(ContainerError) -> ModifyResult {
+        try database.modify(request.operations, atomic: request.atomic, device: request.device, durably: durably)
+    }
+
+    /// The `records/modify` answer for a committed modify.
+    package func answer(_ request: PreparedModify, _ result: ModifyResult) -> ServiceAnswer {
+        let json = result.webServicesJSON(desiredKeys: request.desiredKeys)
         if request.atomic, result.results.contains(where: { $0.error?.code == .atomicError }) {
             var error = ServerError("ATOMIC_ERROR", "an operation of an atomic zone failed, so none of that zone's were applied", httpStatus: 400)
             error.extra["records"] = json["records"]
