@@ -37,9 +37,18 @@ public struct Query: Sendable {
     }
 
     /// Identifies the query's shape, so a cursor from another query is refused rather than misread.
+    /// Every part is spelled out (a zone or sort key interpolated as itself was printed by
+    /// reflection: 5% of a server's query time).
     package var fingerprint: UInt64 {
-        var text = "\(recordType)|\(predicate.condition)|\(zoneID.map { "\($0)" } ?? "")"
-        for descriptor in sortDescriptors { text += "|\(descriptor.key):\(descriptor.ascending)" }
+        var text = recordType + "|" + predicate.condition.description + "|"
+        if let zoneID { text += zoneID.zoneName + "\u{0}" + zoneID.ownerName }
+        for descriptor in sortDescriptors {
+            switch descriptor.key {
+            case .field(let field): text += "|field " + field.description
+            case .distance(let field, let from): text += "|distance " + field.description + " \(from.latitude) \(from.longitude)"
+            }
+            text += descriptor.ascending ? " ascending" : " descending"
+        }
         return text.utf8.reduce(14_695_981_039_346_656_037 as UInt64) { ($0 ^ UInt64($1)) &* 1_099_511_628_211 }
     }
 
