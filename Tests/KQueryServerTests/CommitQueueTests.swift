@@ -1,6 +1,6 @@
 import Foundation
+import KQuery
 import KQueryContainer
-import Synchronization
 import Testing
 @testable import KQueryServer
 
@@ -10,12 +10,12 @@ import Testing
 struct CommitQueueTests {
     @Test func commitsRunInArrivalOrderAndAnswerOnlyOnceDurable() async throws {
         let queue = CommitQueue()
-        let log = Shared<[String]>([])
-        let running = Shared(0)
+        let log = Locked<[String]>([])
+        let running = Locked(0)
         // Requests queued one after another (each waits until the previous is queued) commit in that order.
         var answers: [Task<Int, any Error>] = []
         for index in 0..<50 {
-            let queued = Shared(false)
+            let queued = Locked(false)
             answers.append(Task { @Sendable in
                 try await queue.run { () throws(ContainerError) -> Int in
                     queued.withLock { $0 = true }
@@ -57,11 +57,4 @@ struct CommitQueueTests {
         }
         #expect(try await queue.run { () throws(ContainerError) -> Int in 7 } durable: {} == 7)
     }
-}
-
-/// A value tasks and the queue's threads share.
-final class Shared<Value: Sendable>: Sendable {
-    private let mutex: Mutex<Value>
-    init(_ value: Value) { mutex = Mutex(value) }
-    func withLock<T>(_ body: (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
 }
