@@ -182,7 +182,7 @@ public final class CloudKitServer: Sendable {
                 answer = try service.run(operation, json)
             } else if operation == "records/modify" {
                 // Read here; committed in arrival order by the commit queue, answered once durable.
-                guard case .object = json else { throw ServerError.badRequest("the request body must be a JSON object") }
+                try DatabaseService.requireObject(json)
                 do throws(ContainerError) {
                     let request = try service.prepareModify(json)
                     let result = try await self.commits.run { () throws(ContainerError) in try service.commit(request, durably: false) } durable: {
@@ -212,7 +212,7 @@ public final class CloudKitServer: Sendable {
             let containerIdentifier = context.parameters.get("container") ?? ""
             _ = try self.containers.container(containerIdentifier)
             let json = try body.json()
-            guard case .object = json else { throw ServerError.badRequest("the request body must be a JSON object") }
+            try DatabaseService.requireObject(json)
             let apnsEnvironment = json["apnsEnvironment"]?.stringValue ?? environment.name
             guard ContainerEnvironment(name: apnsEnvironment) != nil else {
                 throw ServerError.badRequest("apnsEnvironment must be \"development\" or \"production\"")

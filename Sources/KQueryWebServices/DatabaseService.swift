@@ -32,11 +32,16 @@ package struct DatabaseService: Sendable {
         self.learnedSchema = learnedSchema
     }
 
+    /// Refuses a request body that is not a JSON object (every operation that takes a body).
+    package static func requireObject(_ body: JSON) throws(ServerError) {
+        guard case .object = body else { throw ServerError.badRequest("the request body must be a JSON object") }
+    }
+
     package func run(_ operation: String, _ body: JSON) throws(ServerError) -> ServiceAnswer {
         if operation.hasSuffix("/list") || operation == "users/current" {
             // GET operations take no body.
         } else {
-            guard case .object = body else { throw ServerError.badRequest("the request body must be a JSON object") }
+            try Self.requireObject(body)
         }
         if operation == "records/query" { return try query(body) }
         do throws(ContainerError) {

@@ -124,14 +124,7 @@ public enum Timestamp {
             position += 1
             return Int64(bytes[position - 1] - UInt8(ascii: "0"))
         }
-        mutating func number(digits: Int) -> Int64? {
-            var value: Int64 = 0
-            for _ in 0..<digits {
-                guard let d = digit() else { return nil }
-                value = value * 10 + d
-            }
-            return value
-        }
+        mutating func number(digits: Int) -> Int64? { number(minimumDigits: digits, maximumDigits: digits) }
         mutating func number(minimumDigits: Int, maximumDigits: Int) -> Int64? {
             var value: Int64 = 0
             var count = 0
