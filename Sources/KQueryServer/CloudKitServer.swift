@@ -350,14 +350,20 @@ public final class CloudKitServer: Sendable {
 
     static func response(_ answer: ServiceAnswer) -> Response {
         if answer.status == 204 { return Response(status: .noContent) }
-        return Response(status: .init(code: answer.status), headers: jsonHeaders, body: .init(byteBuffer: jsonBytes(answer.json)))
+        return Response(status: .init(code: answer.status), headers: jsonHeaders, body: .init(byteBuffer: body(answer.serializedBytes)))
     }
 
     static let jsonHeaders: HTTPFields = [.contentType: "application/json; charset=utf-8"]
 
     /// An answer's body: the JSON, then a newline.
-    static func jsonBytes(_ json: JSON) -> ByteBuffer {
-        ByteBuffer(bytes: json.serializedBytes + [UInt8(ascii: "\n")])
+    static func jsonBytes(_ json: JSON) -> ByteBuffer { body(json.serializedBytes) }
+
+    /// JSON text and a newline, copied once into a buffer of their size.
+    private static func body(_ bytes: [UInt8]) -> ByteBuffer {
+        var buffer = ByteBufferAllocator().buffer(capacity: bytes.count + 1)
+        buffer.writeBytes(bytes)
+        buffer.writeInteger(UInt8(ascii: "\n"))
+        return buffer
     }
 
     func authenticate(_ request: Request, _ context: ServerContext, body: [UInt8], scope: DatabaseScope?) throws(ServerError) -> String? {

@@ -5,14 +5,47 @@ import KQueryStore
 /// What a Web Services operation answers: the JSON body, its HTTP status, and how many pushes the
 /// operation queued (for the request log and the web courier).
 package struct ServiceAnswer: Sendable {
-    package var json: JSON
+    /// The answer as a JSON tree, or already serialized (a query's records are written straight
+    /// to bytes).
+    private var content: Content
     package var status: Int
     package var pushes: Int
 
+    private enum Content: Sendable {
+        case json(JSON)
+        case serialized([UInt8])
+    }
+
     package init(json: JSON, status: Int = 200, pushes: Int = 0) {
-        self.json = json
+        content = .json(json)
         self.status = status
         self.pushes = pushes
+    }
+
+    /// An answer whose JSON text is `bytes` (valid JSON, as `JSON.serializedBytes` writes it).
+    package init(serialized bytes: [UInt8], status: Int = 200, pushes: Int = 0) {
+        content = .serialized(bytes)
+        self.status = status
+        self.pushes = pushes
+    }
+
+    /// The answer's JSON (read back from its bytes when it was written as bytes).
+    package var json: JSON {
+        get {
+            switch content {
+            case .json(let json): return json
+            case .serialized(let bytes): return (try? bytes.withUnsafeBufferPointer { buffer throws(JSONError) in try JSON.parse(bytes: buffer) }) ?? .null
+            }
+        }
+        set { content = .json(newValue) }
+    }
+
+    /// The answer's JSON text as UTF-8.
+    package var serializedBytes: [UInt8] {
+        switch content {
+        case .json(let json): json.serializedBytes
+        case .serialized(let bytes): bytes
+        }
     }
 }
 
@@ -73,9 +106,21 @@ package struct DatabaseService: Sendable {
         try schema?.check(request.query)
         let result: QueryResult
         do throws(ContainerError) { result = try database.query(request.query, cursor: request.cursor) } catch { throw ServerError(error) }
-        var members: [(String, JSON)] = [("records", .array(result.records.map { $0.json(desiredKeys: request.query.desiredKeys) }))]
-        if let cursor = result.cursor { members.append(("continuationMarker", .string(cursor.token))) }
-        return ServiceAnswer(json: .object(members))
+        // `{"records":[...],"continuationMarker":"..."}`, the records written straight to bytes.
+        var out: [UInt8] = []
+        out.reserveCapacity(64 + 512 * result.records.count)
+        out.append(contentsOf: #"{"records":["#.utf8)
+        for (index, record) in result.records.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            record.writeJSON(desiredKeys: request.query.desiredKeys, to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+        if let cursor = result.cursor {
+            out.append(contentsOf: #","continuationMarker":"#.utf8)
+            JSON.string(cursor.token).write(to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return ServiceAnswer(serialized: out)
     }
 
     /// An atomic failure answers HTTP 400 ATOMIC_ERROR, with every operation's result in

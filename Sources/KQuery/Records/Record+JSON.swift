@@ -70,6 +70,68 @@ extension Record {
         return .object(members)
     }
 
+    /// Appends the bytes of `json(desiredKeys:).serializedBytes` to `out`, the same bytes, without
+    /// building the JSON tree first: a server writes its query results this way (building and
+    /// freeing the tree was about a tenth of a query's time).
+    public func writeJSON(desiredKeys: [String]? = nil, to out: inout [UInt8]) {
+        out.append(contentsOf: #"{"recordName":"#.utf8)
+        JSON.writeString(recordID.recordName, to: &out)
+        out.append(contentsOf: #","recordType":"#.utf8)
+        JSON.writeString(recordType, to: &out)
+        if recordID.zoneID != .default {
+            out.append(contentsOf: #","zoneID":"#.utf8)
+            recordID.zoneID.writeJSON(to: &out)
+        }
+        out.append(contentsOf: #","fields":{"#.utf8)
+        var first = true
+        func member(_ name: String, _ value: FieldValue) {
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            JSON.writeString(name, to: &out)
+            out.append(UInt8(ascii: ":"))
+            value.writeTypedJSON(to: &out)
+        }
+        if let desiredKeys {
+            for name in desiredKeys { if let value = fields[name] { member(name, value) } }
+        } else {
+            for (name, value) in fields.map({ ($0.key.name, $0.value) }).sorted(by: { $0.0 < $1.0 }) { member(name, value) }
+        }
+        out.append(UInt8(ascii: "}"))
+        Self.writeStamp("created", creationDate, creatorUserRecordName, to: &out)
+        Self.writeStamp("modified", modificationDate, lastModifiedUserRecordName, to: &out)
+        if let recordChangeTag {
+            out.append(contentsOf: #","recordChangeTag":"#.utf8)
+            JSON.writeString(recordChangeTag, to: &out)
+        }
+        if let parent {
+            out.append(contentsOf: #","parent":"#.utf8)
+            parent.systemJSON(of: recordID).write(to: &out)
+        }
+        if let share {
+            out.append(contentsOf: #","share":"#.utf8)
+            share.systemJSON(of: recordID).write(to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    /// `,"created":{...}` as `stampJSON` has it, or nothing when neither part is known.
+    private static func writeStamp(_ key: String, _ timestamp: Int64?, _ user: String?, to out: inout [UInt8]) {
+        guard timestamp != nil || user != nil else { return }
+        out.append(UInt8(ascii: ","))
+        JSON.writeString(key, to: &out)
+        out.append(contentsOf: ":{".utf8)
+        if let timestamp {
+            out.append(contentsOf: #""timestamp":"#.utf8)
+            JSON.writeInteger(timestamp, to: &out)
+        }
+        if let user {
+            if timestamp != nil { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #""userRecordName":"#.utf8)
+            JSON.writeString(user, to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
     /// `{"timestamp": ..., "userRecordName": ...}` with whichever of the two is known.
     private static func stampJSON(_ timestamp: Int64?, _ user: String?) -> JSON? {
         var members: [(String, JSON)] = []
@@ -106,6 +168,15 @@ extension ZoneID {
     }
 
     package var json: JSON { .object([("zoneName", .string(zoneName)), ("ownerRecordName", .string(ownerName))]) }
+
+    /// Appends `json`'s serialized bytes to `out`.
+    func writeJSON(to out: inout [UInt8]) {
+        out.append(contentsOf: #"{"zoneName":"#.utf8)
+        JSON.writeString(zoneName, to: &out)
+        out.append(contentsOf: #","ownerRecordName":"#.utf8)
+        JSON.writeString(ownerName, to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
 }
 
 extension FieldValue {
@@ -214,6 +285,21 @@ extension FieldValue {
 
     /// `{"value": ..., "type": "..."}`.
     public var typedJSON: JSON { .object([("value", valueJSON), ("type", .string(typeName))]) }
+
+    /// Appends `typedJSON`'s serialized bytes to `out`: strings and numbers written straight in,
+    /// the rarer kinds through their JSON.
+    func writeTypedJSON(to out: inout [UInt8]) {
+        out.append(contentsOf: #"{"value":"#.utf8)
+        switch self {
+        case .string(let s): JSON.writeString(s, to: &out)
+        case .int64(let i), .timestamp(let i): JSON.writeInteger(i, to: &out)
+        case .double(let d): out.append(contentsOf: JSON.format(d).utf8)
+        default: valueJSON.write(to: &out)
+        }
+        out.append(contentsOf: #","type":"#.utf8)
+        JSON.writeString(typeName, to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
 
     /// The bare JSON value, as the `value` member of the typed form.
     public var valueJSON: JSON {
