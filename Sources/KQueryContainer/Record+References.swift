@@ -4,6 +4,8 @@ extension Record {
     /// The references whose action the container enforces (DELETE_SELF and VALIDATE), from single
     /// fields and lists alike. NONE references are left alone: dangling ones are allowed.
     var trackedReferences: [Reference] {
+        // Most records hold none: found without building the list or copying a field out.
+        guard fields.containsValue(where: Self.mayHoldTrackedReference) else { return [] }
         var references: [Reference] = []
         for (_, value) in fields {
             switch value {
@@ -16,6 +18,15 @@ extension Record {
             }
         }
         return references
+    }
+
+    /// Whether a field value is a reference, or a list of them, that may have an enforced action.
+    private static func mayHoldTrackedReference(_ value: FieldValue) -> Bool {
+        switch value {
+        case .reference(let reference): reference.action != .none
+        case .list(.reference, _): true
+        default: false
+        }
     }
 
     /// Whether the record holds a reference with `action` to the record named `target` (in its zone).

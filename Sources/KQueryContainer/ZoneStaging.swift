@@ -38,6 +38,8 @@ struct ZoneStaging {
     /// Makes room for `count` operations' records and changes at once, rather than growing (and
     /// rehashing) through a 200-record modify.
     mutating func reserveCapacity(_ count: Int) {
+        // One operation's first insert sizes each table as well.
+        guard count > 1 else { return }
         staged.reserveCapacity(count)
         stored.reserveCapacity(count)
         saved.reserveCapacity(count)

@@ -27,6 +27,13 @@ public struct Fields: Hashable, Sendable, Sequence {
         for (name, value) in pairs { self[name] = value }
     }
 
+    /// Whether any field's value satisfies `predicate`, read in place (no entry copied out, as
+    /// iterating the fields does).
+    @inlinable
+    public func containsValue(where predicate: (FieldValue) throws -> Bool) rethrows -> Bool {
+        try _entries.contains { try predicate($0.value) }
+    }
+
     public var count: Int { _entries.count }
     public var isEmpty: Bool { _entries.isEmpty }
 
