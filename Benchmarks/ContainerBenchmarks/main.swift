@@ -125,6 +125,26 @@ func fileModify() throws {
     print("file-backed modify of 200 records (one transaction and its log sync, zone subscription): median \(Int(median(rates))) records/s (aim 50,000)")
 }
 
+/// A file-backed one-record modify, as `kquery serve` commits them: committed without waiting
+/// for the disk (the server's syncer waits for many at once), one matching query subscription, the
+/// push queued. BENCH_FILE_ONE_ROUNDS sets the rounds (2,000).
+func fileModifyOne() throws {
+    let path = temporaryPath("modify-one")
+    defer { removeFile(path) }
+    let container = try Container(containerIdentifier: "iCloud.bench", path: path)
+    let database = try container.database(.public)
+    _ = try database.importRecords((0..<10_000).map { item($0) })
+    try database.saveSubscription(try .query("cheap", recordType: "Item", predicate: "price < 100"))
+    var times: [Double] = []
+    for round in 0..<environmentInt("BENCH_FILE_ONE_ROUNDS", 2_000) {
+        var changed = item(round % 10_000)
+        changed["price"] = .int64(Int64(round % 100))
+        times.append(try seconds { _ = try database.modify([RecordOperation(kind: .forceReplace, record: changed)], durably: false) })
+    }
+    try container.waitUntilDurable()
+    print("file-backed one-record modify, committed without its sync (as the server commits): median \(microseconds(median(times)))")
+}
+
 // MARK: 3. Zone changes and database changes
 
 func changeFetches() throws {
@@ -216,5 +236,6 @@ func openLargeFile() throws {
 let only = ProcessInfo.processInfo.environment["BENCH_ONLY"]
 if only == nil || only == "modify" { try modifyVersusSave() }
 if only == nil || only == "file" { try fileModify() }
+if only == nil || only == "file-one" { try fileModifyOne() }
 if only == nil || only == "changes" { try changeFetches() }
 if only == nil || only == "open" { try openLargeFile() }

@@ -266,8 +266,13 @@ private struct SQLiteTransaction: StorageWriteTransaction {
 
     // MARK: Reading
 
+    /// Whether the write has written nothing yet, so the mirror (the file's committed state)
+    /// answers as the file would, without a statement.
+    private var mirrorIsCurrent: Bool { journal?.entries.isEmpty == true }
+
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
-        try sql {
+        if let mirror, mirrorIsCurrent { return try mirror.read { tx throws(ContainerError) in try tx.database(key) } }
+        return try sql {
             try Row.fetchOne(db, SQLRequest(sql: "SELECT id, sequence, horizon FROM databases WHERE environment = ? AND scope = ? AND userRecordName = ?",
                              arguments: [key.environment.rawValue, key.scope.rawValue, key.userRecordName], cached: true))
                 .map { StoredDatabase(id: $0[0], sequence: $0[1], horizon: $0[2]) }
@@ -275,7 +280,8 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     }
 
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
-        try sql {
+        if let mirror, mirrorIsCurrent { return try mirror.read { tx throws(ContainerError) in try tx.zone(zoneID, in: database) } }
+        return try sql {
             try Row.fetchOne(db, SQLRequest(sql: "SELECT createdSequence, changedSequence FROM zones WHERE databaseID = ? AND zoneName = ? AND ownerName = ?",
                              arguments: zoneArguments(database, zoneID), cached: true))
                 .map { StoredZone(zoneID: zoneID, createdSequence: $0[0], changedSequence: $0[1]) }
