@@ -67,15 +67,18 @@ struct PushPayloadTests {
         for value in values { #expect(value.serializedSize == value.serialized.utf8.count, "\(value.serialized)") }
     }
 
-    /// The byte writer the server answers with writes exactly what `serialized` does.
+    /// The serialized text, as bytes (what a server sends) and as a string.
     @Test(arguments: [
-        JSON.null, .bool(true), .bool(false), .int(0), .int(-42), .int(7), .int(.max), .int(.min), .double(2.5), .double(-0.0),
-        .string(""), .string("plain"), .string("quote \" back\\slash\n\r tab\t ctl\u{01}\u{1f} é ☃ 🎨"),
-        .array([]), .array([.int(1), .string("a"), .null]), .object([]),
-        .object([("k\"ey", .array([.object([("x", .double(1e300))])])), ("b", .bool(false))]),
+        (JSON.null, "null"), (.bool(true), "true"), (.bool(false), "false"), (.int(0), "0"), (.int(-42), "-42"), (.int(7), "7"),
+        (.int(.max), "9223372036854775807"), (.int(.min), "-9223372036854775808"), (.double(2.5), "2.5"), (.double(-0.0), "-0.0"),
+        (.double(.nan), "null"), (.string(""), #""""#), (.string("plain"), #""plain""#),
+        (.string("quote \" back\\slash\n\r tab\t ctl\u{01}\u{1f} é ☃ 🎨"), #""quote \" back\\slash\n\r tab\t ctl\u0001\u001f é ☃ 🎨""#),
+        (.array([]), "[]"), (.array([.int(1), .string("a"), .null]), #"[1,"a",null]"#), (.object([]), "{}"),
+        (.object([("k\"ey", .array([.object([("x", .double(1e300))])])), ("b", .bool(false))]), #"{"k\"ey":[{"x":1e+300}],"b":false}"#),
     ])
-    func serializedBytesAreTheSerializedText(value: JSON) {
-        #expect(value.serializedBytes == Array(value.serialized.utf8), "\(value.serialized)")
+    func serializedText(value: JSON, text: String) {
+        #expect(value.serialized == text)
+        #expect(value.serializedBytes == Array(text.utf8))
     }
 
     // MARK: The SPEC example

@@ -349,68 +349,15 @@ struct _JSONReader {
 
 extension JSON {
     /// Compact serialization (no spaces), members in their stored order.
-    public var serialized: String {
-        var out = ""
-        write(to: &out)
-        return out
-    }
+    public var serialized: String { String(decoding: serializedBytes, as: UTF8.self) }
 
-    public func write(to out: inout String) {
-        switch self {
-        case .null: out += "null"
-        case .bool(let b): out += b ? "true" : "false"
-        case .int(let i): out += String(i)
-        case .double(let d): out += JSON.format(d)
-        case .string(let s): JSON.writeString(s, to: &out)
-        case .array(let elements):
-            out += "["
-            for (i, element) in elements.enumerated() {
-                if i > 0 { out += "," }
-                element.write(to: &out)
-            }
-            out += "]"
-        case .object(let members):
-            out += "{"
-            for (i, (key, value)) in members.enumerated() {
-                if i > 0 { out += "," }
-                JSON.writeString(key, to: &out)
-                out += ":"
-                value.write(to: &out)
-            }
-            out += "}"
-        }
-    }
+    /// Appends `serialized` to `out`.
+    public func write(to out: inout String) { out += serialized }
 
     /// The shortest text that reads back as the same double; integral values keep a `.0`.
     static func format(_ d: Double) -> String {
         guard d.isFinite else { return "null" }
         return d.description
-    }
-
-    static func writeString(_ s: String, to out: inout String) {
-        out += "\""
-        // Most strings need no escape: appended whole, not scalar by scalar.
-        var bytes = s
-        guard bytes.withUTF8({ $0.contains(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 < 0x20 }) }) else {
-            out += s
-            out += "\""
-            return
-        }
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                out += "\\u00"
-                out += String(scalar.value >> 4, radix: 16)
-                out += String(scalar.value & 0xF, radix: 16)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        out += "\""
     }
 
     /// `serialized` as UTF-8 bytes, written straight into an array (what a server sends): no
