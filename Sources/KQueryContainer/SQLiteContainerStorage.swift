@@ -511,7 +511,13 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     }
 
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
-        try sql { try db.cachedStatement(sql: "UPDATE databases SET sequence = ? WHERE id = ?").execute(arguments: [sequence, database.id]) }
+        try sql {
+            let update = try db.cachedStatement(sql: "UPDATE databases SET sequence = ? WHERE id = ?")
+            var parameters = try StatementParameters(update, name: name)
+            try parameters.bind(sequence)
+            try parameters.bind(database.id)
+            try update.execute()
+        }
         journal?.add { tx throws(ContainerError) in try tx.setSequence(sequence, of: database) }
     }
 
@@ -677,11 +683,22 @@ private struct SQLiteTransaction: StorageWriteTransaction {
             return try notifications.map { new in
                 let key = new.database
                 let payload = new.payload
-                try insert.execute(arguments: [
-                    key.environment.rawValue, key.scope.rawValue, key.userRecordName, new.subscriptionID, new.owner,
-                    payload.json["ck"]?["nid"]?.stringValue ?? "", payload.json.serialized, payload.priority, payload.pushType, new.created,
-                    payload.collapseID, new.excludedDevice,
-                ])
+                // Bound through SQLite's C calls, the payload as its UTF-8 bytes (GRDB's boxed
+                // arguments and a String of the payload were most of a push's enqueueing).
+                var parameters = try StatementParameters(insert, name: name)
+                try parameters.bind(Int64(key.environment.rawValue))
+                try parameters.bind(Int64(key.scope.rawValue))
+                try parameters.bind(key.userRecordName)
+                try parameters.bind(new.subscriptionID)
+                try parameters.bind(new.owner)
+                try parameters.bind(payload.json["ck"]?["nid"]?.stringValue ?? "")
+                try parameters.bind(text: payload.json.serializedBytes)
+                try parameters.bind(Int64(payload.priority))
+                try parameters.bind(payload.pushType)
+                try parameters.bind(new.created)
+                try parameters.bind(payload.collapseID)
+                try parameters.bind(new.excludedDevice)
+                try insert.execute()
                 return OutboxNotification(id: db.lastInsertedRowID, database: key, subscriptionID: new.subscriptionID, owner: new.owner,
                                           payload: payload.json, priority: payload.priority, pushType: payload.pushType, created: new.created,
                                           collapseID: payload.collapseID, excludedDevice: new.excludedDevice)

@@ -35,6 +35,22 @@ struct StatementParameters {
         try check(code)
     }
 
+    /// A string, or NULL.
+    mutating func bind(_ value: String?) throws(ContainerError) {
+        guard let value else { return try check(sqlite3_bind_null(statement, index)) }
+        try bind(value)
+    }
+
+    /// UTF-8 bytes bound as TEXT (what a String column holds), without making a String first.
+    mutating func bind(text bytes: [UInt8]) throws(ContainerError) {
+        let code = bytes.withUnsafeBufferPointer { buffer in
+            // An empty buffer has no address, which SQLite would bind as NULL: bound as "".
+            buffer.isEmpty ? sqlite3_bind_text(statement, index, "", 0, Self.transient)
+                : sqlite3_bind_text(statement, index, UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self), CInt(buffer.count), Self.transient)
+        }
+        try check(code)
+    }
+
     mutating func bind(_ bytes: [UInt8]) throws(ContainerError) {
         let code = bytes.withUnsafeBytes { buffer in
             // An empty buffer has no address, which SQLite would bind as NULL.
