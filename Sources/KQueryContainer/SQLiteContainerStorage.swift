@@ -162,7 +162,9 @@ final class SQLiteContainerStorage: ContainerStorage {
         let journal = Journal()
         let result: T
         do {
-            result = try writer.write { db in try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
+            result = try writer.writeWithoutTransaction { db in
+                try Self.transaction(db) { try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
+            }
             groupCommit?.committed()
         } catch {
             throw Self.storageError(error, name: name)
@@ -185,6 +187,22 @@ final class SQLiteContainerStorage: ContainerStorage {
 
     func waitUntilDurable() throws(ContainerError) {
         try groupCommit?.waitUntilDurable()
+    }
+
+    /// Runs `body` in one transaction, committed when it returns and rolled back when it throws.
+    /// BEGIN and COMMIT are prepared once per connection: GRDB's `write` parsed both anew for
+    /// every write (7% of a one-record modify).
+    private static func transaction<T>(_ db: GRDB.Database, _ body: () throws -> T) throws -> T {
+        try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+        do {
+            let result = try body()
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            return result
+        } catch {
+            // A failed COMMIT may leave the transaction open; some errors end it themselves.
+            if db.isInsideTransaction { try? db.execute(sql: "ROLLBACK TRANSACTION") }
+            throw error
+        }
     }
 
     static func storageError(_ error: any Error, name: String) -> ContainerError {
