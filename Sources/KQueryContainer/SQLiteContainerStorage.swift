@@ -47,6 +47,8 @@ final class SQLiteContainerStorage: ContainerStorage {
     private let name: String
     /// Syncs the write-ahead log for the writes waiting to be acknowledged (nil in memory).
     private let groupCommit: GroupCommit?
+    /// Checkpoints the log (nil in memory).
+    private let checkpointer: Checkpointer?
     /// The committed state, in memory.
     private let mirror = MemoryContainerStorage()
 
@@ -58,8 +60,14 @@ final class SQLiteContainerStorage: ContainerStorage {
         // opened a temporary file for each statement that needed one.
         // synchronous = NORMAL: commits do not wait for the disk; `waitUntilDurable` syncs the log
         // for every write before it is acknowledged (group commit).
-        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY") }
+        // wal_autocheckpoint = 0: the log is checkpointed mostly beside the writes (`Checkpointer`),
+        // not by the commit that fills it.
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY")
+            if path != nil { try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
+        }
         groupCommit = path.map { GroupCommit(walPath: $0 + "-wal") }
+        checkpointer = path.map { Checkpointer(path: $0) }
         // Another process with the file open (`kquery notifications --ack` beside a running server,
         // a server closing as the next one opens) makes SQLite wait rather than fail at once.
         configuration.busyMode = .timeout(10)
@@ -163,7 +171,9 @@ final class SQLiteContainerStorage: ContainerStorage {
         let result: T
         do {
             result = try writer.writeWithoutTransaction { db in
-                try Self.transaction(db) { try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
+                let result = try Self.transaction(db) { try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
+                if checkpointer?.committed() == true { Checkpointer.writerPass(db) }
+                return result
             }
             groupCommit?.committed()
         } catch {

@@ -1,0 +1,42 @@
+import Foundation
+import KQuery
+import Testing
+@testable import KQueryContainer
+
+/// A container file's write-ahead log is checkpointed beside the writes (`Checkpointer`), the
+/// writer's own automatic checkpoint being off: the log must still be copied into the database
+/// and started over, so it stays bounded however many commits there are, and nothing is lost.
+@Suite("Container file checkpoints")
+struct ContainerCheckpointTests {
+    @Test func theLogStaysBoundedAndEveryCommitIsKept() throws {
+        let path = ContainerFixture.temporaryPath()
+        defer { ContainerFixture.remove(path) }
+        let rounds = 3_000
+        let text = String(repeating: "x", count: 2_000)
+        var largest: UInt64 = 0
+        do {
+            let container = try Container(containerIdentifier: ContainerFixture.identifier, path: path)
+            let database = try container.database(.public)
+            for round in 0..<rounds {
+                // Each commit writes at least three pages (the record's, its change index's, the
+                // database's sequence): 3,000 commits are over 36 MB of log frames, which the log
+                // would hold if it were never started over.
+                let record = ContainerFixture.record("r\(round % 500)", ["text": .string(text), "round": .int64(Int64(round))])
+                _ = try database.modify([RecordOperation(kind: .forceReplace, record: record)], durably: false)
+                if round % 100 == 99 {
+                    let size = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? UInt64) ?? 0
+                    largest = max(largest, size)
+                }
+            }
+            try container.waitUntilDurable()
+        }
+        #expect(largest > 0, "no log was seen")
+        #expect(largest < 18_000_000, "the log reached \(largest) bytes: it was not started over")
+        let reopened = try Container(containerIdentifier: ContainerFixture.identifier, path: path)
+        let database = try reopened.database(.public)
+        for name in 0..<500 {
+            let record = try database.record(RecordID(recordName: "r\(name)"))
+            #expect(record?["round"] == .int64(Int64(rounds - 500 + name)))
+        }
+    }
+}
