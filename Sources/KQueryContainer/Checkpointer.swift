@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 import Dispatch
 import GRDB
 import KQuery
@@ -52,6 +58,9 @@ final class Checkpointer: Sendable {
         let passed = connection.withLock { connection -> Bool in
             do {
                 if connection == nil {
+                    // Opening creates a missing file: a container closed and removed while this
+                    // pass waited to run must not be made again, empty.
+                    guard access(path, F_OK) == 0 else { return false }
                     var configuration = Configuration()
                     configuration.busyMode = .timeout(10)
                     connection = try DatabaseQueue(path: path, configuration: configuration)
