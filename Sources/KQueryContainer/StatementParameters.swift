@@ -43,10 +43,12 @@ struct StatementParameters {
 
     /// UTF-8 bytes bound as TEXT (what a String column holds), without making a String first.
     mutating func bind(text bytes: [UInt8]) throws(ContainerError) {
-        let code = bytes.withUnsafeBufferPointer { buffer in
+        let code = bytes.withUnsafeBytes { buffer in
             // An empty buffer has no address, which SQLite would bind as NULL: bound as "".
-            buffer.isEmpty ? sqlite3_bind_text(statement, index, "", 0, Self.transient)
-                : sqlite3_bind_text(statement, index, UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self), CInt(buffer.count), Self.transient)
+            guard let text = buffer.baseAddress?.assumingMemoryBound(to: CChar.self) else {
+                return sqlite3_bind_text(statement, index, "", 0, Self.transient)
+            }
+            return sqlite3_bind_text(statement, index, text, CInt(buffer.count), Self.transient)
         }
         try check(code)
     }

@@ -31,13 +31,10 @@ package struct ServiceAnswer: Sendable {
 
     /// The answer's JSON (read back from its bytes when it was written as bytes).
     package var json: JSON {
-        get {
-            switch content {
-            case .json(let json): return json
-            case .serialized(let bytes): return (try? bytes.withUnsafeBufferPointer { buffer throws(JSONError) in try JSON.parse(bytes: buffer) }) ?? .null
-            }
+        switch content {
+        case .json(let json): json
+        case .serialized(let bytes): (try? bytes.withUnsafeBufferPointer { buffer throws(JSONError) in try JSON.parse(bytes: buffer) }) ?? .null
         }
-        set { content = .json(newValue) }
     }
 
     /// The answer's JSON text as UTF-8.
