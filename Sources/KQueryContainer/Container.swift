@@ -86,6 +86,13 @@ public final class Container: Sendable {
             }
             changed.removeAll(keepingCapacity: true)
         }
+
+        /// Forgets every set (a batch of writes did not commit): each is read again from storage
+        /// when next needed.
+        mutating func forgetAll() {
+            subscriptionSets.removeAll()
+            changed.removeAll()
+        }
     }
 
     /// Opens the container kept in the SQLite file at `path` (created if missing), or a new one in
@@ -167,24 +174,86 @@ public final class Container: Sendable {
     /// while this one waits for the disk, and writes waiting together share one sync. With
     /// `durably: false` it returns once committed, and the caller must `waitUntilDurable()` before
     /// it acknowledges the write to anyone.
+    ///
+    /// Inside `batchingWrites` on this container, the write joins the batch: it returns once
+    /// applied in the batch's transaction (whatever `durably` says), and `committed` runs when the
+    /// batch commits.
     func write<T: Sendable>(
         durably: Bool = true,
-        _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T, committed: (T) -> Void = { _ in }
+        _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T, committed: @escaping (T) -> Void = { _ in }
     ) throws(ContainerError) -> T {
+        if let batch = Self.currentBatch, batch.container == ObjectIdentifier(self) {
+            let state = batch.state
+            let result = try Self.write(&state.pointee, storage, body)
+            batch.committed.append { committed(result) }
+            return result
+        }
         let result = try writer.withLock { state throws(ContainerError) -> T in
-            let result: T
-            do throws(ContainerError) {
-                result = try storage.write { tx throws(ContainerError) -> T in try body(&state, tx) }
-            } catch {
-                state.end(rollingBack: true)
-                throw error
-            }
-            state.end(rollingBack: false)
+            let result = try Self.write(&state, storage, body)
             committed(result)
             return result
         }
         if durably { try storage.waitUntilDurable() }
         return result
+    }
+
+    /// One write on the storage, holding the writer lock: `state` keeps what it changed only if it
+    /// applied.
+    private static func write<T>(
+        _ state: inout WriterState, _ storage: any ContainerStorage, _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T
+    ) throws(ContainerError) -> T {
+        let result: T
+        do throws(ContainerError) {
+            result = try storage.write { tx throws(ContainerError) -> T in try body(&state, tx) }
+        } catch {
+            state.end(rollingBack: true)
+            throw error
+        }
+        state.end(rollingBack: false)
+        return result
+    }
+
+    /// Runs `body`, whose writes to this container (on the calling thread) share one storage
+    /// transaction: each write applies whole or not at all as ever, and sees the ones before it;
+    /// all commit together when `body` returns, in one commit that writes each changed page once,
+    /// and readers see them from then on. Other threads' writes wait for the batch.
+    ///
+    /// A write in the batch returns before the batch commits: its result may be acknowledged only
+    /// once this returns without throwing and `waitUntilDurable()` has returned. When the commit
+    /// fails this throws, and none of the batch's writes happened.
+    package func batchingWrites<T>(_ body: () -> T) throws(ContainerError) -> T {
+        try writer.withLock { state throws(ContainerError) -> T in
+            try withUnsafeMutablePointer(to: &state) { pointer throws(ContainerError) -> T in
+                let batch = WriteBatch(container: ObjectIdentifier(self), state: pointer)
+                let result: T
+                do throws(ContainerError) {
+                    result = try storage.batch { () throws(ContainerError) -> T in Self.$currentBatch.withValue(batch) { body() } }
+                } catch {
+                    // The writes' subscription changes went with the transaction: read them again.
+                    pointer.pointee.forgetAll()
+                    throw error
+                }
+                for committed in batch.committed { committed() }
+                return result
+            }
+        }
+    }
+
+    /// The batch the current thread is running (`batchingWrites`).
+    @TaskLocal static var currentBatch: WriteBatch?
+
+    /// A batch of writes in progress, used only by the thread running it (which holds the writer
+    /// lock, whose state `state` points to, for the batch's duration).
+    final class WriteBatch: @unchecked Sendable {
+        let container: ObjectIdentifier
+        let state: UnsafeMutablePointer<WriterState>
+        /// The writes' `committed` actions, in order, run once the batch has committed.
+        var committed: [() -> Void] = []
+
+        init(container: ObjectIdentifier, state: UnsafeMutablePointer<WriterState>) {
+            self.container = container
+            self.state = state
+        }
     }
 
     /// Returns once every write committed before the call is on stable storage (at once in memory).

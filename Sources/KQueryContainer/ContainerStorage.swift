@@ -17,11 +17,19 @@ protocol ContainerStorage: Sendable {
     /// as soon as its transaction is visible to readers (a file storage then shares one disk sync
     /// among the writes that wait here together); a write is acknowledged only after this.
     func waitUntilDurable() throws(ContainerError)
+    /// Runs `body`, whose writes (on the calling thread) may share one transaction: each write
+    /// still applies whole or not at all, and sees the ones before it; they commit together when
+    /// `body` returns, and become visible to readers then. Throws when that commit fails: none of
+    /// the writes happened.
+    func batch<T>(_ body: () throws(ContainerError) -> T) throws(ContainerError) -> T
 }
 
 extension ContainerStorage {
     /// Storages whose writes are durable when `write` returns (or never, in memory) have nothing to wait for.
     func waitUntilDurable() throws(ContainerError) {}
+
+    /// Storages whose commits cost nothing to share commit each write by itself.
+    func batch<T>(_ body: () throws(ContainerError) -> T) throws(ContainerError) -> T { try body() }
 }
 
 /// A database's change bookkeeping, as stored.

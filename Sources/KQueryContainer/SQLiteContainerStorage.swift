@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 import GRDB
 import KQuery
 import KQueryStore
@@ -51,6 +57,8 @@ final class SQLiteContainerStorage: ContainerStorage {
     private let checkpointer: Checkpointer?
     /// The committed state, in memory.
     private let mirror = MemoryContainerStorage()
+    /// The batch of writes in progress (`batch`), joined by the writes its thread makes.
+    private let openBatch = Locked<OpenBatch?>(nil)
 
     /// Opens (creating if needed) the container file at `path`, or an in-memory one for nil.
     init(path: String?) throws(ContainerError) {
@@ -167,6 +175,9 @@ final class SQLiteContainerStorage: ContainerStorage {
     }
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        if let batch = openBatch.withLock({ $0 }), pthread_equal(batch.thread, pthread_self()) != 0 {
+            return try batch.write(body, name: name, mirror: mirror)
+        }
         let journal = Journal()
         let result: T
         do {
@@ -179,6 +190,43 @@ final class SQLiteContainerStorage: ContainerStorage {
         } catch {
             throw Self.storageError(error, name: name)
         }
+        try replay(journal)
+        return result
+    }
+
+    /// Runs `body`, whose writes on this thread join one transaction, each in a savepoint of its
+    /// own: a write that throws leaves nothing, the others see what it left, and the transaction
+    /// commits when `body` returns (one commit and one copy of each page changed for all of them).
+    /// The mirror, which readers see, takes the writes only once they have committed. Throws when
+    /// the transaction could not commit: then none of its writes happened.
+    func batch<T>(_ body: () throws(ContainerError) -> T) throws(ContainerError) -> T {
+        var committed: OpenBatch?
+        let result: T
+        do {
+            result = try writer.writeWithoutTransaction { db in
+                let result = try Self.transaction(db) {
+                    let batch = OpenBatch(db: db)
+                    openBatch.withLock { $0 = batch }
+                    defer { openBatch.withLock { $0 = nil } }
+                    let result = try body()
+                    if let failure = batch.failure { throw failure }
+                    committed = batch
+                    return result
+                }
+                if checkpointer?.committed() == true { Checkpointer.writerPass(db) }
+                return result
+            }
+            groupCommit?.committed()
+        } catch {
+            throw Self.storageError(error, name: name)
+        }
+        if let journal = committed?.released { try replay(journal) }
+        return result
+    }
+
+    /// Applies what a committed write changed to the mirror.
+    private func replay(_ journal: Journal) throws(ContainerError) {
+        guard !journal.entries.isEmpty else { return }
         do throws(ContainerError) {
             try mirror.withTransaction(undoable: false) { tx throws(ContainerError) in
                 for entry in journal.entries { try entry(tx) }
@@ -192,7 +240,6 @@ final class SQLiteContainerStorage: ContainerStorage {
                 throw Self.storageError(error, name: name)
             }
         }
-        return result
     }
 
     func waitUntilDurable() throws(ContainerError) {
@@ -250,6 +297,51 @@ private struct MirrorReadTransaction: StorageTransaction {
     }
 }
 
+/// A transaction that several writes share (`SQLiteContainerStorage.batch`), on the thread that
+/// opened it.
+private final class OpenBatch {
+    let db: GRDB.Database
+    let thread = pthread_self()
+    /// What the writes released so far changed, in order: the mirror takes it once committed.
+    let released = Journal()
+    /// Why the transaction cannot commit, if a savepoint could not be undone.
+    var failure: ContainerError?
+
+    init(db: GRDB.Database) {
+        self.db = db
+    }
+
+    /// Runs one write in a savepoint; rolls it back if `body` throws.
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T, name: String, mirror: MemoryContainerStorage)
+        throws(ContainerError) -> T {
+        if let failure { throw failure }
+        let journal = Journal()
+        do {
+            try db.cachedStatement(sql: "SAVEPOINT kquery_write").execute()
+        } catch {
+            throw SQLiteContainerStorage.storageError(error, name: name)
+        }
+        do throws(ContainerError) {
+            let result = try body(SQLiteTransaction(db: db, name: name, journal: journal, prior: released, mirror: mirror))
+            do {
+                try db.cachedStatement(sql: "RELEASE kquery_write").execute()
+            } catch {
+                throw SQLiteContainerStorage.storageError(error, name: name)
+            }
+            released.absorb(journal)
+            return result
+        } catch {
+            do {
+                try db.cachedStatement(sql: "ROLLBACK TO kquery_write").execute()
+                try db.cachedStatement(sql: "RELEASE kquery_write").execute()
+            } catch let undoing {
+                failure = SQLiteContainerStorage.storageError(undoing, name: name)
+            }
+            throw error
+        }
+    }
+}
+
 /// What a write changed, to replay on the mirror once the file has committed it.
 private final class Journal {
     var entries: [(MemoryTransaction) throws(ContainerError) -> Void] = []
@@ -263,6 +355,18 @@ private final class Journal {
     var changedSubscriptions = false
 
     func add(_ entry: @escaping (MemoryTransaction) throws(ContainerError) -> Void) { entries.append(entry) }
+
+    /// Whether the write saved or deleted the record, or deleted its zone.
+    func touches(_ id: RecordID) -> Bool { touched.contains(id) || deletedZones.contains(id.zoneID) }
+
+    /// Appends what a later write of the same transaction changed.
+    func absorb(_ later: Journal) {
+        entries += later.entries
+        changedRecords = changedRecords || later.changedRecords
+        touched.formUnion(later.touched)
+        deletedZones.formUnion(later.deletedZones)
+        changedSubscriptions = changedSubscriptions || later.changedSubscriptions
+    }
 }
 
 /// One transaction on the container file.
@@ -271,6 +375,8 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     let name: String
     /// For writes: where changes are journaled, and the mirror of the committed state.
     var journal: Journal? = nil
+    /// In a batch, what the writes before this one changed (not in the mirror until the batch commits).
+    var prior: Journal? = nil
     var mirror: MemoryContainerStorage? = nil
 
     /// Runs GRDB calls, turning their errors into the container's.
@@ -296,7 +402,17 @@ private struct SQLiteTransaction: StorageWriteTransaction {
 
     /// Whether the write has written nothing yet, so the mirror (the file's committed state)
     /// answers as the file would, without a statement.
-    private var mirrorIsCurrent: Bool { journal?.entries.isEmpty == true }
+    private var mirrorIsCurrent: Bool { journal?.entries.isEmpty == true && prior?.entries.isEmpty != false }
+
+    /// Whether the mirror holds what the file holds for the record: neither this write nor an
+    /// earlier one of its batch has saved or deleted it or deleted its zone.
+    private func mirrorHolds(_ id: RecordID) -> Bool {
+        guard let journal else { return false }
+        return !journal.touches(id) && prior?.touches(id) != true
+    }
+
+    /// Whether no record has changed in this write or its batch so far.
+    private var recordsUnchanged: Bool { journal?.changedRecords == false && prior?.changedRecords != true }
 
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
         if let mirror, mirrorIsCurrent { return try mirror.read { tx throws(ContainerError) in try tx.database(key) } }
@@ -325,7 +441,7 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     }
 
     func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> KQuery.Record? {
-        if let mirror, journal?.changedRecords == false { return try mirror.read { tx throws(ContainerError) in try tx.record(id, in: database) } }
+        if let mirror, mirrorHolds(id) { return try mirror.read { tx throws(ContainerError) in try tx.record(id, in: database) } }
         return try sql {
             var arguments = zoneArguments(database, id.zoneID)
             arguments += [id.recordName]
@@ -345,7 +461,7 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     }
 
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {
-        if let mirror, journal?.changedRecords == false {
+        if let mirror, recordsUnchanged {
             return try mirror.read { tx throws(ContainerError) in try tx.referrers(to: target, action: action, in: database) }
         }
         return try sql {
@@ -425,7 +541,7 @@ private struct SQLiteTransaction: StorageWriteTransaction {
 
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {
         // Until the write changes subscriptions the mirror's are the file's, already parsed.
-        if let mirror, journal?.changedSubscriptions == false {
+        if let mirror, journal?.changedSubscriptions == false, prior?.changedSubscriptions != true {
             return try mirror.read { tx throws(ContainerError) in try tx.subscriptions(in: database) }
         }
         let bodies = try sql { try String.fetchAll(db, SQLRequest(sql: "SELECT body FROM subscriptions WHERE databaseID = ? ORDER BY rowid", arguments: [database.id], cached: true)) }
@@ -588,11 +704,11 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         // What the file holds for a record this write has not touched is what the mirror holds:
         // the statements that would delete nothing are skipped (two of the four a record took).
         var leftovers = [(tombstone: Bool, references: Bool)](repeating: (true, true), count: records.count)
-        if let journal, let mirror {
+        if let mirror, journal != nil {
             mirror.inspect { tx in
                 for (position, (record, _)) in records.enumerated() {
                     let id = record.recordID
-                    guard !journal.touched.contains(id), !journal.deletedZones.contains(id.zoneID) else { continue }
+                    guard mirrorHolds(id) else { continue }
                     leftovers[position] = tx.leftovers(of: id, in: database)
                 }
             }

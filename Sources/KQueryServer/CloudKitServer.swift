@@ -185,7 +185,9 @@ public final class CloudKitServer: Sendable {
                 try DatabaseService.requireObject(json)
                 do throws(ContainerError) {
                     let request = try service.prepareModify(json)
-                    let result = try await self.commits.run { () throws(ContainerError) in try service.commit(request, durably: false) } durable: {
+                    let result = try await self.commits.run(in: container) { () throws(ContainerError) in
+                        try service.commit(request, durably: false)
+                    } durable: {
                         () throws(ContainerError) in try container.waitUntilDurable()
                     }
                     answer = service.answer(request, result)

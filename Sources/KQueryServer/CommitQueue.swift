@@ -18,10 +18,22 @@ import KQueryContainer
 /// queue in order, each commit without waiting for the disk, and passes each to the syncer, which
 /// waits until the commit is durable (one `fdatasync` covers every commit made before it starts:
 /// group commit) and resumes its request. The committer goes on committing meanwhile.
+///
+/// The commits queued for one container are run as a batch (`Container.batchingWrites`): one
+/// transaction, each modify in a savepoint of its own, one commit for all. Each page they change
+/// (the outbox's last, the change index's last, the database's row) is then written to the log
+/// once for the batch rather than once per modify, which was most of the log's bytes, of the
+/// commit's system calls and of the sync's work. A batch that cannot commit fails all its modifies.
 final class CommitQueue: Sendable {
-    /// A commit, run on the committer: nil when it failed (its request already resumed), else how
-    /// to wait for its durability and resume its request.
-    typealias Commit = @Sendable () -> Settlement?
+    /// A commit, run on the committer in its container's batch: nil when it failed (its request
+    /// already resumed), else how to wait for its durability and resume its request.
+    struct Commit: Sendable {
+        var container: Container
+        var run: @Sendable () -> Settlement?
+    }
+
+    /// The most commits one batch takes: the first of a batch waits for all of them.
+    static let largestBatch = 128
 
     struct Settlement: Sendable {
         /// Returns once the commit is on stable storage.
@@ -36,9 +48,15 @@ final class CommitQueue: Sendable {
     init() {
         let (commits, settlements) = (commits, settlements)
         Thread.detachNewThread {
-            while let batch = commits.takeAll() {
-                for commit in batch {
-                    if let settlement = commit() { settlements.append(settlement) }
+            while let taken = commits.takeAll() {
+                // Runs of commits to one container, in arrival order.
+                var start = 0
+                while start < taken.count {
+                    let container = taken[start].container
+                    var end = start + 1
+                    while end < taken.count, end - start < Self.largestBatch, taken[end].container === container { end += 1 }
+                    Self.commit(taken[start..<end], to: container, settlements: settlements)
+                    start = end
                 }
             }
             settlements.close()
@@ -57,18 +75,37 @@ final class CommitQueue: Sendable {
         }
     }
 
+    /// Runs `batch` in one transaction of `container`; passes the settlements of its commits to
+    /// the syncer once it has committed, or fails them all when it could not.
+    private static func commit(_ batch: ArraySlice<Commit>, to container: Container, settlements: BlockingQueue<Settlement>) {
+        var settled: [Settlement] = []
+        settled.reserveCapacity(batch.count)
+        do throws(ContainerError) {
+            try container.batchingWrites {
+                for commit in batch {
+                    if let settlement = commit.run() { settled.append(settlement) }
+                }
+            }
+        } catch {
+            for settlement in settled { settlement.resume(error) }
+            return
+        }
+        for settlement in settled { settlements.append(settlement) }
+    }
+
     deinit {
         // The committer drains what is queued, then closes the syncer's queue.
         commits.close()
     }
 
-    /// Runs `commit` on the committer, in arrival order, then returns its value once `durable`
-    /// (called on the syncer) has returned.
+    /// Runs `commit` (writes to `container`) on the committer, in arrival order, then returns its
+    /// value once `durable` (called on the syncer) has returned.
     func run<T: Sendable>(
-        _ commit: @escaping @Sendable () throws(ContainerError) -> T, durable: @escaping @Sendable () throws(ContainerError) -> Void
+        in container: Container, _ commit: @escaping @Sendable () throws(ContainerError) -> T,
+        durable: @escaping @Sendable () throws(ContainerError) -> Void
     ) async throws(ContainerError) -> T {
         let outcome: Result<T, ContainerError> = await withCheckedContinuation { continuation in
-            let queued = commits.append { () -> Settlement? in
+            let queued = commits.append(Commit(container: container) { () -> Settlement? in
                 let value: T
                 do throws(ContainerError) { value = try commit() } catch {
                     continuation.resume(returning: .failure(error))
@@ -77,7 +114,7 @@ final class CommitQueue: Sendable {
                 return Settlement(waitUntilDurable: durable) { error in
                     continuation.resume(returning: error.map { .failure($0) } ?? .success(value))
                 }
-            }
+            })
             if !queued { continuation.resume(returning: .failure(ContainerError(.internalError, "the server is stopping: the modify was not applied"))) }
         }
         return try outcome.get()

@@ -10,6 +10,7 @@ import Testing
 struct CommitQueueTests {
     @Test func commitsRunInArrivalOrderAndAnswerOnlyOnceDurable() async throws {
         let queue = CommitQueue()
+        let container = try Container(containerIdentifier: "iCloud.test")
         let log = Locked<[String]>([])
         let running = Locked(0)
         // Requests queued one after another (each waits until the previous is queued) commit in that order.
@@ -17,7 +18,7 @@ struct CommitQueueTests {
         for index in 0..<50 {
             let queued = Locked(false)
             answers.append(Task { @Sendable in
-                try await queue.run { () throws(ContainerError) -> Int in
+                try await queue.run(in: container) { () throws(ContainerError) -> Int in
                     queued.withLock { $0 = true }
                     let overlapping = running.withLock { count in count += 1; return count }
                     #expect(overlapping == 1, "two commits ran at once")
@@ -43,11 +44,12 @@ struct CommitQueueTests {
 
     @Test func aFailedCommitOrSyncFailsOnlyItsRequest() async throws {
         let queue = CommitQueue()
+        let container = try Container(containerIdentifier: "iCloud.test")
         await #expect(throws: ContainerError.self) {
-            try await queue.run { () throws(ContainerError) -> Int in throw ContainerError(.conflict, "refused") } durable: {}
+            try await queue.run(in: container) { () throws(ContainerError) -> Int in throw ContainerError(.conflict, "refused") } durable: {}
         }
         do {
-            _ = try await queue.run { () throws(ContainerError) -> Int in 1 } durable: { () throws(ContainerError) in
+            _ = try await queue.run(in: container) { () throws(ContainerError) -> Int in 1 } durable: { () throws(ContainerError) in
                 throw ContainerError(.internalError, "the disk is gone")
             }
             Issue.record("a failed sync answered success")
@@ -55,6 +57,42 @@ struct CommitQueueTests {
             #expect(error.code == .internalError)
             #expect(error.reason.contains("the disk is gone"))
         }
-        #expect(try await queue.run { () throws(ContainerError) -> Int in 7 } durable: {} == 7)
+        #expect(try await queue.run(in: container) { () throws(ContainerError) -> Int in 7 } durable: {} == 7)
+    }
+
+    /// Modifies queued together to two container files, interleaved, are committed in batches per
+    /// container: every one lands with its own result, one failing modify fails alone, and all
+    /// are there after reopening.
+    @Test func concurrentModifiesToTwoContainerFilesAllLand() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-commit-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let paths = ["a", "b"].map { directory.appendingPathComponent("\($0).sqlite").path }
+        let queue = CommitQueue()
+        do {
+            let containers = try paths.map { path throws(ContainerError) in try Container(containerIdentifier: "iCloud.test", path: path) }
+            let databases = try containers.map { container throws(ContainerError) in try container.database(.public) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<200 {
+                    let side = index % 2
+                    let (container, database) = (containers[side], databases[side])
+                    group.addTask {
+                        // Record 77 is created twice on side 1 (index 77 and 277 do not exist: 153 does): the second fails alone.
+                        let name = index == 153 ? "r77" : "r\(index)"
+                        let record = Record(recordType: "Item", recordID: RecordID(recordName: name), fields: Fields([("i", .int64(Int64(index)))]))
+                        let result = try await queue.run(in: container) { () throws(ContainerError) in
+                            try database.modify([RecordOperation(kind: .create, record: record)], durably: false)
+                        } durable: { () throws(ContainerError) in try container.waitUntilDurable() }
+                        #expect((result.results.first?.error == nil) == (index != 153), "modify \(index): \(result.results)")
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        let reopened = try paths.map { path throws(ContainerError) in try Container(containerIdentifier: "iCloud.test", path: path).database(.public) }
+        for index in 0..<200 where index != 153 {
+            let record = try reopened[index % 2].record(RecordID(recordName: "r\(index)"))
+            #expect(record?["i"] == .int64(Int64(index)), "record \(index)")
+        }
     }
 }

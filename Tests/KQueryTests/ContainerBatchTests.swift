@@ -1,0 +1,186 @@
+import Foundation
+import KQuery
+import PropertyBased
+import Testing
+@testable import KQueryContainer
+
+/// Writes batched into one transaction (`Container.batchingWrites`, what the server's committer
+/// does with the modifies queued together) behave exactly as the same writes made one by one:
+/// each applies whole or not at all, sees the ones before it, and nothing is visible or kept
+/// unless the batch commits.
+@Suite struct ContainerBatchTests {
+    typealias F = ContainerFixture
+    static let zones = ContainerModifyPropertyTests.zones
+    static let names = ContainerModifyPropertyTests.names
+
+    /// A write that changes the database and then fails: a batch must keep none of it.
+    static func failingWrite(_ container: Container, _ database: ContainerDatabase) -> ContainerError? {
+        containerError {
+            _ = try container.write { state, tx throws(ContainerError) -> Int in
+                let stored = try tx.existingOrNewDatabase(database.key)
+                try tx.saveRecord(F.record("phantom", type: "Item", zone: F.zone, ["v": .int64(99)]), sequence: stored.sequence + 1, in: stored)
+                try tx.setSequence(stored.sequence + 1, of: stored)
+                _ = try container.changeSubscriptionSet(database.key, &state, tx) { set throws(ContainerError) in
+                    do throws(SubscriptionError) {
+                        try set.save(Subscription(subscriptionID: "phantom", kind: .recordZone(zoneID: F.zone, recordType: nil)))
+                    } catch {
+                        throw ContainerError(.internalError, error.message)
+                    }
+                }
+                throw ContainerError(.internalError, "injected failure")
+            }
+        }
+    }
+
+    /// What a client can observe of a database: its records by zone, each zone's change feed from
+    /// the start (names, tags, deletions), and the pending pushes by subscription and record.
+    static func observed(_ container: Container, _ database: ContainerDatabase) throws -> String {
+        var lines: [String] = []
+        for zone in zones {
+            let records = try ContainerModifyPropertyTests.records(database, zone)
+            for name in records.keys.sorted() {
+                let record = records[name]!
+                lines.append("\(zone.zoneName)/\(name) \(record.recordChangeTag ?? "-") \(record.fields)")
+            }
+            guard !zone.isDefaultZone else { continue }
+            let changes = try database.zoneChanges(zone, since: nil)
+            for change in changes.changes {
+                switch change {
+                case .changed(let record): lines.append("change \(zone.zoneName)/\(record.recordID.recordName) \(record.recordChangeTag ?? "-")")
+                case .deleted(let id, let type): lines.append("delete \(zone.zoneName)/\(id.recordName) \(type)")
+                }
+            }
+        }
+        for push in try container.pendingNotifications(limit: 10_000) {
+            lines.append("push \(push.subscriptionID) \(push.payload["ck"]?["qry"]?["rid"]?.stringValue ?? "-")")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// Random modifies, in random groups with failing writes among them: a file container
+    /// committing each group as a batch ends where a memory container applying them one by one
+    /// does, with the same result for every modify, and holds the same after reopening its file.
+    @Test func batchedWritesEqualWritesOneByOne() async {
+        await propertyCheck(count: 8, input: Gen.uint64()) { seed in
+            var rng = SplitMix(seed: seed)
+            let path = F.temporaryPath()
+            defer { F.remove(path) }
+            do {
+                let reference = try F.container(.memory)
+                var batched = try F.container(path: path)
+                var databases: [ContainerDatabase] = []
+                for container in [reference, batched] {
+                    let database = try container.database(.private, user: "_u1")
+                    for zone in Self.zones where !zone.isDefaultZone { try database.createZone(zone) }
+                    try database.saveSubscription(Subscription(subscriptionID: "fives", kind: .query(
+                        recordType: "Item", condition: try ValidatedPredicate("v == 5").condition, zoneID: nil), options: [.firesOnRecordCreation, .firesOnRecordUpdate]))
+                    try database.saveSubscription(Subscription(subscriptionID: "zoneA", kind: .recordZone(zoneID: Self.zones[0], recordType: nil)))
+                    databases.append(database)
+                }
+                for group in 0..<12 {
+                    var current: [ZoneID: [String: Record]] = [:]
+                    for zone in Self.zones { current[zone] = try ContainerModifyPropertyTests.records(databases[0], zone) }
+                    // A group: modifies (each from the state before the group: stale tags are part of the test) and failing writes.
+                    var items: [(operations: [RecordOperation], atomic: Bool)?] = []
+                    for _ in 0..<Int.random(in: 1...6, using: &rng) {
+                        items.append(Int.random(in: 0..<5, using: &rng) == 0 ? nil
+                            : (ContainerModifyPropertyTests.randomOperations(&rng, current), Bool.random(using: &rng)))
+                    }
+                    var expected: [String] = []
+                    for case let item? in items {
+                        let result = try databases[0].modify(item.operations, atomic: item.atomic)
+                        expected.append("\(result.results) \(result.notifications.map(\.subscriptionID))")
+                    }
+                    var got: [String] = []
+                    var failures: [ContainerError?] = []
+                    try batched.batchingWrites {
+                        for item in items {
+                            guard let item else {
+                                failures.append(Self.failingWrite(batched, databases[1]))
+                                continue
+                            }
+                            do {
+                                let result = try databases[1].modify(item.operations, atomic: item.atomic, durably: false)
+                                got.append("\(result.results) \(result.notifications.map(\.subscriptionID))")
+                            } catch {
+                                got.append("threw \(error)")
+                            }
+                        }
+                    }
+                    try batched.waitUntilDurable()
+                    #expect(failures.allSatisfy { $0?.reason == "injected failure" }, "seed \(seed) group \(group)")
+                    #expect(got == expected, "seed \(seed) group \(group)")
+                    #expect(try Self.observed(batched, databases[1]) == Self.observed(reference, databases[0]), "seed \(seed) group \(group)")
+                }
+                let expected = try Self.observed(reference, databases[0])
+                batched = try F.container(path: path)
+                #expect(try Self.observed(batched, try batched.database(.private, user: "_u1")) == expected, "seed \(seed): the file differs from the mirror")
+            } catch {
+                Issue.record("seed \(seed): \(error)")
+            }
+        }
+    }
+
+    /// A batch's writes are seen by the writes after them in the batch, and by readers only once
+    /// the batch has committed.
+    @Test func readersSeeABatchOnceItCommits() throws {
+        let path = F.temporaryPath()
+        defer { F.remove(path) }
+        let container = try F.container(path: path)
+        let database = try F.privateDatabase(container)
+        let id = RecordID(recordName: "n1", zoneID: F.zone)
+        var secondCreate: RecordResult?
+        var seenInside: Record?? = nil
+        try container.batchingWrites {
+            _ = try? database.modify([F.operation(.create, F.record("n1", zone: F.zone, ["v": .int64(1)]))], durably: false)
+            secondCreate = try? database.modify([F.operation(.create, F.record("n1", zone: F.zone, ["v": .int64(2)]))], durably: false).results.first
+            seenInside = try? database.record(id)
+        }
+        #expect(secondCreate?.error?.code == .exists)
+        #expect(seenInside == .some(nil), "a reader saw the batch before it committed")
+        #expect(try database.record(id)?["v"] == .int64(1))
+    }
+
+    /// A batch that cannot commit leaves nothing: no record, no change, no push, no subscription
+    /// saved in it, and the container goes on working.
+    @Test func aBatchThatCannotCommitLeavesNothing() throws {
+        let container = try Container(containerIdentifier: F.identifier, storage: FailingCommitStorage(try SQLiteContainerStorage(path: nil)),
+                                      clock: { 1_700_000_000_000 })
+        let database = try F.privateDatabase(container)
+        try database.saveSubscription(Subscription(subscriptionID: "zone", kind: .recordZone(zoneID: F.zone, recordType: nil)))
+        let failed = containerError {
+            try container.batchingWrites {
+                _ = try? database.saveSubscription(Subscription(subscriptionID: "other", kind: .recordZone(zoneID: F.otherZone, recordType: nil)))
+                _ = try? database.modify([F.operation(.create, F.record("lost", zone: F.zone))], durably: false)
+            }
+        }
+        #expect(failed?.reason == "injected commit failure")
+        #expect(try database.record(RecordID(recordName: "lost", zoneID: F.zone)) == nil)
+        #expect(try database.zoneChanges(F.zone, since: nil).changes.isEmpty)
+        #expect(try container.pendingNotifications().isEmpty)
+        #expect(try database.subscriptions().map(\.subscriptionID) == ["zone"])
+        // The subscription set was read again: a save to the other zone notifies nobody.
+        let result = try database.modify([F.operation(.create, F.record("kept", zone: F.otherZone))])
+        #expect(result.notifications.isEmpty)
+        let query = Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"), zoneID: F.otherZone)
+        #expect(try database.query(query).records.map(\.recordID.recordName) == ["kept"])
+    }
+}
+
+/// A storage whose batches never commit (a disk that fails at the commit): the batch runs, then
+/// its transaction is rolled back.
+private struct FailingCommitStorage: ContainerStorage {
+    let inner: SQLiteContainerStorage
+    init(_ inner: SQLiteContainerStorage) { self.inner = inner }
+
+    var secret: (UInt64, UInt64) { inner.secret }
+    func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.read(body) }
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.write(body) }
+    func waitUntilDurable() throws(ContainerError) { try inner.waitUntilDurable() }
+    func batch<T>(_ body: () throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try inner.batch { () throws(ContainerError) -> T in
+            _ = try body()
+            throw ContainerError(.internalError, "injected commit failure")
+        }
+    }
+}
