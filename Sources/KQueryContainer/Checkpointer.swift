@@ -6,6 +6,7 @@ import Darwin
 
 import Dispatch
 import GRDB
+import GRDBSQLite
 import KQuery
 
 /// Checkpoints a container file's write-ahead log mostly away from the writes.
@@ -13,24 +14,27 @@ import KQuery
 /// By default SQLite checkpoints from the committing connection once the log passes 1,000 pages:
 /// that commit copies the log into the database and syncs the database, tens of milliseconds
 /// during which the server's committer, and every modify queued behind it, waits. Under a modify
-/// load those stalls were the p99. Here the writer's automatic checkpoint is off. Every
-/// `interval` commits a PASSIVE checkpoint runs on a connection and a thread of its own (it never
-/// blocks a writer), copying and syncing the bulk of the log. Writes go on meanwhile, so it never
+/// load those stalls were the p99. Here the writer's automatic checkpoint is off. Each time the
+/// log has grown by `interval` pages (frames, counted by SQLite's WAL hook on the writer's
+/// connection), a PASSIVE checkpoint runs on a connection and a thread of its own (it never
+/// blocks a writer), copying and syncing the bulk of the log. Counted in pages, not commits: a
+/// commit of a batch of modifies writes many pages, and a pass that copies more syncs more at
+/// once, which the syncs of the writes waiting to be acknowledged then queue behind. Writes go on meanwhile, so it never
 /// copies quite all of it, and SQLite starts a log over only once all of it is copied: after each
 /// background pass the writer makes a pass of its own, which copies the few pages written during
 /// the background one, so that its next write starts the log over. A failed checkpoint is tried
 /// again after the next interval (the log only grows meanwhile); SQLite checkpoints the rest when
 /// the last connection closes.
 final class Checkpointer: Sendable {
-    /// Commits between background passes: a one-record modify appends a few pages, so about
-    /// SQLite's own 1,000-page interval.
-    static let interval = 200
+    /// Pages the log gains between background passes: SQLite's own automatic interval.
+    static let interval = 1_000
 
     private let path: String
     private let queue = DispatchQueue(label: "kquery.checkpoint", qos: .utility)
-    /// Commits since the last background pass was scheduled, whether one is scheduled or running,
-    /// and whether the writer should make its pass.
-    private let state = Locked((commits: 0, scheduled: false, writerPass: false))
+    /// The log's pages when the last background pass was scheduled, its pages after the last
+    /// commit (from the WAL hook), whether a pass is scheduled or running, and whether the writer
+    /// should make its pass.
+    private let state = Locked((passFrames: 0, frames: 0, scheduled: false, writerPass: false))
     /// The background pass's connection, opened at the first pass.
     private let connection = Locked<DatabaseQueue?>(nil)
 
@@ -38,15 +42,32 @@ final class Checkpointer: Sendable {
         self.path = path
     }
 
-    /// Counts a commit; schedules a background pass every `interval` commits (one at a time).
-    /// Returns whether the writer should checkpoint now (a background pass has just ended).
+    /// Counts the log's pages after each commit on the writer's connection `db` (SQLite calls
+    /// the hook; setting it ends SQLite's automatic checkpoint on that connection).
+    func watch(_ db: GRDB.Database) {
+        sqlite3_wal_hook(db.sqliteConnection, { context, _, _, frames in
+            guard let context else { return SQLITE_OK }
+            Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue().state.withLock { $0.frames = Int(frames) }
+            return SQLITE_OK
+        }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Stops counting (before the checkpointer goes away while the connection stays).
+    static func unwatch(_ db: GRDB.Database) {
+        sqlite3_wal_hook(db.sqliteConnection, nil, nil)
+    }
+
+    /// Called after a commit; schedules a background pass once the log has grown by `interval`
+    /// pages since the last (one at a time). Returns whether the writer should checkpoint now (a
+    /// background pass has just ended).
     func committed() -> Bool {
         let (schedule, writerPass) = state.withLock { state in
-            state.commits += 1
             let writerPass = state.writerPass
             state.writerPass = false
-            guard state.commits >= Self.interval, !state.scheduled else { return (false, writerPass) }
-            state.commits = 0
+            // The log started over since the last pass: count from its start.
+            if state.frames < state.passFrames { state.passFrames = 0 }
+            guard state.frames - state.passFrames >= Self.interval, !state.scheduled else { return (false, writerPass) }
+            state.passFrames = state.frames
             state.scheduled = true
             return (true, writerPass)
         }

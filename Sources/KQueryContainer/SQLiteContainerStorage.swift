@@ -86,12 +86,18 @@ final class SQLiteContainerStorage: ContainerStorage {
                 writer = try DatabaseQueue(configuration: configuration)
             }
             secret = try writer.write { db in try Self.prepare(db, name: path ?? ":memory:") }
+            if let checkpointer { writer.writeWithoutTransaction { db in checkpointer.watch(db) } }
             mirror.replaceState(try writer.read { db in try SQLiteTransaction(db: db, name: path ?? ":memory:").load() })
         } catch let error as ContainerError {
             throw error
         } catch {
             throw Self.storageError(error, name: path ?? ":memory:")
         }
+    }
+
+    deinit {
+        // The hook refers to the checkpointer, which may go before the writer's connection.
+        if checkpointer != nil { writer.writeWithoutTransaction { db in Checkpointer.unwatch(db) } }
     }
 
     /// Creates the tables of a new file, checks the format of an existing one; returns the secret.
