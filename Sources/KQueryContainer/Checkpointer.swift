@@ -19,12 +19,12 @@ import KQuery
 /// connection), a PASSIVE checkpoint runs on a connection and a thread of its own (it never
 /// blocks a writer), copying and syncing the bulk of the log. Counted in pages, not commits: a
 /// commit of a batch of modifies writes many pages, and a pass that copies more syncs more at
-/// once, which the syncs of the writes waiting to be acknowledged then queue behind. Writes go on meanwhile, so it never
-/// copies quite all of it, and SQLite starts a log over only once all of it is copied: after each
-/// background pass the writer makes a pass of its own, which copies the few pages written during
-/// the background one, so that its next write starts the log over. A failed checkpoint is tried
-/// again after the next interval (the log only grows meanwhile); SQLite checkpoints the rest when
-/// the last connection closes.
+/// once, which the syncs of the writes waiting to be acknowledged then queue behind. Writes go on
+/// meanwhile, so it never copies quite all of it, and SQLite starts a log over only once all of it
+/// is copied: after each background pass the writer makes a pass of its own, which copies the few
+/// pages written during the background one, so that its next write starts the log over. A failed
+/// checkpoint is tried again after the next interval (the log only grows meanwhile); SQLite
+/// checkpoints the rest when the last connection closes.
 final class Checkpointer: Sendable {
     /// Pages the log gains between background passes: SQLite's own automatic interval.
     static let interval = 1_000

@@ -214,9 +214,10 @@ public final class Container: Sendable {
     }
 
     /// Runs `body`, whose writes to this container (on the calling thread) share one storage
-    /// transaction: each write applies whole or not at all as ever, and sees the ones before it;
-    /// all commit together when `body` returns, in one commit that writes each changed page once,
-    /// and readers see them from then on. Other threads' writes wait for the batch.
+    /// transaction on a file (in memory each commits by itself): each write applies whole or not
+    /// at all as ever, and sees the ones before it; all commit together when `body` returns, in
+    /// one commit that writes each changed page once, and readers see them from then on. Other
+    /// threads' writes wait for the batch.
     ///
     /// A write in the batch returns before the batch commits: its result may be acknowledged only
     /// once this returns without throwing and `waitUntilDurable()` has returned. When the commit
