@@ -185,17 +185,7 @@ final class SQLiteContainerStorage: ContainerStorage {
             return try batch.write(body, name: name, mirror: mirror)
         }
         let journal = Journal()
-        let result: T
-        do {
-            result = try writer.writeWithoutTransaction { db in
-                let result = try Self.transaction(db) { try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
-                if checkpointer?.committed() == true { Checkpointer.writerPass(db) }
-                return result
-            }
-            groupCommit?.committed()
-        } catch {
-            throw Self.storageError(error, name: name)
-        }
+        let result = try commit { db in try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
         try replay(journal)
         return result
     }
@@ -207,27 +197,33 @@ final class SQLiteContainerStorage: ContainerStorage {
     /// the transaction could not commit: then none of its writes happened.
     func batch<T>(_ body: () throws(ContainerError) -> T) throws(ContainerError) -> T {
         var committed: OpenBatch?
-        let result: T
+        let result = try commit { db in
+            let batch = OpenBatch(db: db)
+            openBatch.withLock { $0 = batch }
+            defer { openBatch.withLock { $0 = nil } }
+            let result = try body()
+            if let failure = batch.failure { throw failure }
+            committed = batch
+            return result
+        }
+        if let journal = committed?.released { try replay(journal) }
+        return result
+    }
+
+    /// Runs `body` in one transaction on the writer's connection and commits it, counting the
+    /// commit for the checkpointer (making the writer's pass when one is due) and for group commit.
+    private func commit<T>(_ body: (GRDB.Database) throws -> T) throws(ContainerError) -> T {
         do {
-            result = try writer.writeWithoutTransaction { db in
-                let result = try Self.transaction(db) {
-                    let batch = OpenBatch(db: db)
-                    openBatch.withLock { $0 = batch }
-                    defer { openBatch.withLock { $0 = nil } }
-                    let result = try body()
-                    if let failure = batch.failure { throw failure }
-                    committed = batch
-                    return result
-                }
+            let result = try writer.writeWithoutTransaction { db in
+                let result = try Self.transaction(db) { try body(db) }
                 if checkpointer?.committed() == true { Checkpointer.writerPass(db) }
                 return result
             }
             groupCommit?.committed()
+            return result
         } catch {
             throw Self.storageError(error, name: name)
         }
-        if let journal = committed?.released { try replay(journal) }
-        return result
     }
 
     /// Applies what a committed write changed to the mirror.
