@@ -21,3 +21,15 @@ request = function()
     os.time(), id, counter, k, k % 100)
   return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, body)
 end
+
+-- With RATE set (requests/s over all CONNECTIONS), each connection waits a random time between a
+-- response and its next request (exponentially distributed, so the requests arrive as a Poisson
+-- stream would): the load offered at that rate rather than as fast as the server answers.
+local rate = tonumber(os.getenv("RATE") or "")
+local connections = tonumber(os.getenv("CONNECTIONS") or "64")
+if rate then
+  local mean = 1000 * connections / rate
+  delay = function()
+    return math.floor(-mean * math.log(1 - math.random()))
+  end
+end
