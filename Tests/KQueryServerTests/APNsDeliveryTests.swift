@@ -56,11 +56,11 @@ import Foundation
         try #require(c.server).containers.container(c.container)
     }
 
-    /// Waits until the container has nothing left for APNs.
-    static func waitForAcknowledgement(_ c: ServerClient) async throws {
+    /// Waits until the container has nothing left for `channels` (APNs by default).
+    static func waitForAcknowledgement(_ c: ServerClient, on channels: DeliveryChannel = .apns) async throws {
         let container = try Self.container(c)
         let deadline = ContinuousClock.now + .seconds(15)
-        while try !container.pendingNotifications(for: .apns).isEmpty, ContinuousClock.now < deadline {
+        while try !container.pendingNotifications(for: channels).isEmpty, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(20))
         }
     }
@@ -121,6 +121,8 @@ import Foundation
             answer = try await c.send(.get, try ServerCourierTests.pathAndQuery(url), apiToken: nil)
             #expect(answer.status == 200)
             #expect(answer.json["ck"]?["nid"] == .string(nid))
+            // Acknowledged once the answer is written, which may be just after the client read it.
+            try await Self.waitForAcknowledgement(c, on: .all)
             #expect(try Self.container(c).pendingNotifications().isEmpty)
         }
         #expect(logs.withLock { $0 }.isEmpty)
