@@ -184,12 +184,12 @@ public final class Container: Sendable {
     ) throws(ContainerError) -> T {
         if let batch = Self.currentBatch, batch.container == ObjectIdentifier(self) {
             let state = batch.state
-            let result = try Self.write(&state.pointee, storage, body)
+            let result = try Self.write(&state.pointee, storage, batch.writer, body)
             batch.committed.append { committed(result) }
             return result
         }
         let result = try writer.withLock { state throws(ContainerError) -> T in
-            let result = try Self.write(&state, storage, body)
+            let result = try Self.write(&state, storage, nil, body)
             committed(result)
             return result
         }
@@ -197,14 +197,19 @@ public final class Container: Sendable {
         return result
     }
 
-    /// One write on the storage, holding the writer lock: `state` keeps what it changed only if it
-    /// applied.
+    /// One write on the storage (through `batch` when it is one of a storage batch's), holding the
+    /// writer lock: `state` keeps what it changed only if it applied.
     private static func write<T>(
-        _ state: inout WriterState, _ storage: any ContainerStorage, _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T
+        _ state: inout WriterState, _ storage: any ContainerStorage, _ batch: (any StorageBatchWriter)?,
+        _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T
     ) throws(ContainerError) -> T {
         let result: T
         do throws(ContainerError) {
-            result = try storage.write { tx throws(ContainerError) -> T in try body(&state, tx) }
+            if let batch {
+                result = try batch.write { tx throws(ContainerError) -> T in try body(&state, tx) }
+            } else {
+                result = try storage.write { tx throws(ContainerError) -> T in try body(&state, tx) }
+            }
         } catch {
             state.end(rollingBack: true)
             throw error
@@ -225,16 +230,21 @@ public final class Container: Sendable {
     package func batchingWrites<T>(_ body: () -> T) throws(ContainerError) -> T {
         try writer.withLock { state throws(ContainerError) -> T in
             try withUnsafeMutablePointer(to: &state) { pointer throws(ContainerError) -> T in
-                let batch = WriteBatch(container: ObjectIdentifier(self), state: pointer)
+                var committed: [() -> Void] = []
                 let result: T
                 do throws(ContainerError) {
-                    result = try storage.batch { () throws(ContainerError) -> T in Self.$currentBatch.withValue(batch) { body() } }
+                    result = try storage.batch { writer throws(ContainerError) -> T in
+                        let batch = WriteBatch(container: ObjectIdentifier(self), state: pointer, writer: writer)
+                        let result = Self.$currentBatch.withValue(batch) { body() }
+                        committed = batch.committed
+                        return result
+                    }
                 } catch {
                     // The writes' subscription changes went with the transaction: read them again.
                     pointer.pointee.forgetAll()
                     throw error
                 }
-                for committed in batch.committed { committed() }
+                for action in committed { action() }
                 return result
             }
         }
@@ -248,12 +258,15 @@ public final class Container: Sendable {
     final class WriteBatch: @unchecked Sendable {
         let container: ObjectIdentifier
         let state: UnsafeMutablePointer<WriterState>
+        /// The storage's batch the writes join (nil: each commits by itself).
+        let writer: (any StorageBatchWriter)?
         /// The writes' `committed` actions, in order, run once the batch has committed.
         var committed: [() -> Void] = []
 
-        init(container: ObjectIdentifier, state: UnsafeMutablePointer<WriterState>) {
+        init(container: ObjectIdentifier, state: UnsafeMutablePointer<WriterState>, writer: (any StorageBatchWriter)?) {
             self.container = container
             self.state = state
+            self.writer = writer
         }
     }
 

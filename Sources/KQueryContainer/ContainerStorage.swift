@@ -17,11 +17,17 @@ protocol ContainerStorage: Sendable {
     /// as soon as its transaction is visible to readers (a file storage then shares one disk sync
     /// among the writes that wait here together); a write is acknowledged only after this.
     func waitUntilDurable() throws(ContainerError)
-    /// Runs `body`, whose writes (on the calling thread) may share one transaction: each write
-    /// still applies whole or not at all, and sees the ones before it; they commit together when
-    /// `body` returns, and become visible to readers then. Throws when that commit fails: none of
-    /// the writes happened.
-    func batch<T>(_ body: () throws(ContainerError) -> T) throws(ContainerError) -> T
+    /// Runs `body` with a writer whose writes share one transaction: each write still applies
+    /// whole or not at all, and sees the ones before it; they commit together when `body`
+    /// returns, and become visible to readers then. Throws when that commit fails: none of the
+    /// writes happened. A nil writer: the storage commits each write (`write`) by itself.
+    func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T
+}
+
+/// The writes of a batch in progress (`ContainerStorage.batch`), valid only inside its body.
+protocol StorageBatchWriter: AnyObject {
+    /// One write of the batch, in a transaction of its own within the batch's.
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T
 }
 
 extension ContainerStorage {
@@ -29,7 +35,7 @@ extension ContainerStorage {
     func waitUntilDurable() throws(ContainerError) {}
 
     /// Storages whose commits cost nothing to share commit each write by itself.
-    func batch<T>(_ body: () throws(ContainerError) -> T) throws(ContainerError) -> T { try body() }
+    func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T { try body(nil) }
 }
 
 /// A database's change bookkeeping, as stored.

@@ -1,9 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 import GRDB
 import KQuery
 import KQueryStore
@@ -57,8 +51,6 @@ final class SQLiteContainerStorage: ContainerStorage {
     private let checkpointer: Checkpointer?
     /// The committed state, in memory.
     private let mirror = MemoryContainerStorage()
-    /// The batch of writes in progress (`batch`), joined by the writes its thread makes.
-    private let openBatch = Locked<OpenBatch?>(nil)
 
     /// Opens (creating if needed) the container file at `path`, or an in-memory one for nil.
     init(path: String?) throws(ContainerError) {
@@ -181,27 +173,22 @@ final class SQLiteContainerStorage: ContainerStorage {
     }
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        if let batch = openBatch.withLock({ $0 }), pthread_equal(batch.thread, pthread_self()) != 0 {
-            return try batch.write(body, name: name, mirror: mirror)
-        }
         let journal = Journal()
         let result = try commit { db in try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
         try replay(journal)
         return result
     }
 
-    /// Runs `body`, whose writes on this thread join one transaction, each in a savepoint of its
+    /// Runs `body` with a writer whose writes join one transaction, each in a savepoint of its
     /// own: a write that throws leaves nothing, the others see what it left, and the transaction
     /// commits when `body` returns (one commit and one copy of each page changed for all of them).
     /// The mirror, which readers see, takes the writes only once they have committed. Throws when
     /// the transaction could not commit: then none of its writes happened.
-    func batch<T>(_ body: () throws(ContainerError) -> T) throws(ContainerError) -> T {
+    func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
         var committed: OpenBatch?
         let result = try commit { db in
-            let batch = OpenBatch(db: db)
-            openBatch.withLock { $0 = batch }
-            defer { openBatch.withLock { $0 = nil } }
-            let result = try body()
+            let batch = OpenBatch(db: db, name: name, mirror: mirror)
+            let result = try body(batch)
             if let failure = batch.failure { throw failure }
             committed = batch
             return result
@@ -299,23 +286,25 @@ private struct MirrorReadTransaction: StorageTransaction {
     }
 }
 
-/// A transaction that several writes share (`SQLiteContainerStorage.batch`), on the thread that
-/// opened it.
-private final class OpenBatch {
+/// A transaction that several writes share (`SQLiteContainerStorage.batch`), used inside the
+/// batch's body only.
+private final class OpenBatch: StorageBatchWriter {
     let db: GRDB.Database
-    let thread = pthread_self()
+    let name: String
+    let mirror: MemoryContainerStorage
     /// What the writes released so far changed, in order: the mirror takes it once committed.
     let released = Journal()
     /// Why the transaction cannot commit, if a savepoint could not be undone.
     var failure: ContainerError?
 
-    init(db: GRDB.Database) {
+    init(db: GRDB.Database, name: String, mirror: MemoryContainerStorage) {
         self.db = db
+        self.name = name
+        self.mirror = mirror
     }
 
     /// Runs one write in a savepoint; rolls it back if `body` throws.
-    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T, name: String, mirror: MemoryContainerStorage)
-        throws(ContainerError) -> T {
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         if let failure { throw failure }
         let journal = Journal()
         do {

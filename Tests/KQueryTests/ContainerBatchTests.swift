@@ -177,9 +177,9 @@ private struct FailingCommitStorage: ContainerStorage {
     func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.read(body) }
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.write(body) }
     func waitUntilDurable() throws(ContainerError) { try inner.waitUntilDurable() }
-    func batch<T>(_ body: () throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try inner.batch { () throws(ContainerError) -> T in
-            _ = try body()
+    func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try inner.batch { writer throws(ContainerError) -> T in
+            _ = try body(writer)
             throw ContainerError(.internalError, "injected commit failure")
         }
     }
