@@ -20,6 +20,27 @@ let subscriptionCount = Int(getenv("BENCH_SUBSCRIPTIONS").flatMap { String(valid
 /// Keeps results alive so the optimizer cannot drop the measured work.
 @inline(never) func consume<T>(_ value: T) { withExtendedLifetime(value) {} }
 
+/// BENCH_OPEN=FILE only times opening that database file (its declared indexes built), five times,
+/// and prints each time and the median: for comparing builds on one file, run by turns (A B A B).
+/// BENCH_OPEN_RUNS sets the count.
+if let path = getenv("BENCH_OPEN").flatMap({ String(validatingCString: $0) }) {
+    let runs = Int(getenv("BENCH_OPEN_RUNS").flatMap { String(validatingCString: $0) } ?? "") ?? 5
+    var times: [Double] = []
+    for _ in 0..<runs {
+        let heap = heapBytes()
+        let clock = ContinuousClock()
+        var opened: KQueryStore.Database?
+        let elapsed = try clock.measure { opened = try KQueryStore.Database(path: path) }
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let records = opened?.recordCount ?? 0
+        print(String(format: "open %@: %.3f s, %d records, heap %d bytes per record", path, seconds, records, (heapBytes() - heap) / max(records, 1)))
+        times.append(seconds)
+        opened = nil
+    }
+    print(String(format: "open median: %.3f s", times.sorted()[times.count / 2]))
+    exit(0)
+}
+
 /// Bytes allocated on the heap and not yet freed. Memory figures are differences of this across one
 /// step: the resident set, used before, also moves when the allocator hands freed pages back to the
 /// system (the subscription figure came out negative after the file benchmarks freed a million
