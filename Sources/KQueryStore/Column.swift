@@ -44,6 +44,30 @@ struct Column: Sendable {
         present.withUnsafeBufferPointer { Self.isSet($0, position) }
     }
 
+    /// Calls `body` with each present string's position and UTF-8 bytes, in position order (a
+    /// `.string` column; nothing otherwise).
+    func forEachString(_ body: (Int, UnsafeBufferPointer<UInt8>) -> Void) {
+        guard kind == .string else { return }
+        present.withUnsafeBufferPointer { present in
+            strings.withArrays { starts, lengths, bytes in
+                for position in 0..<count where Self.isSet(present, position) {
+                    body(position, UnsafeBufferPointer(rebasing: bytes[starts[position]..<starts[position] + Int(lengths[position])]))
+                }
+            }
+        }
+    }
+
+    /// Calls `body` with each present integer's position and value, in position order (an INT64
+    /// or TIMESTAMP column; nothing otherwise).
+    func forEachInteger(_ body: (Int, Int64) -> Void) {
+        guard kind == .int64 || kind == .timestamp else { return }
+        present.withUnsafeBufferPointer { present in
+            integers.withUnsafeBufferPointer { integers in
+                for position in 0..<count where Self.isSet(present, position) { body(position, integers[position]) }
+            }
+        }
+    }
+
     static func kind(of value: FieldValue) -> Kind {
         switch value {
         case .int64: .int64
@@ -199,6 +223,16 @@ struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
     func withValues<T>(at position: Int, _ body: (UnsafeBufferPointer<Element>) -> T) -> T {
         elements.withUnsafeBufferPointer { all in
             body(UnsafeBufferPointer(rebasing: all[starts[position]..<starts[position] + Int(lengths[position])]))
+        }
+    }
+
+    /// Calls `body` with the arena's arrays in place: each position's start and length, and the
+    /// elements (for a loop over many positions without reaching the arrays once per position).
+    func withArrays<T>(_ body: (UnsafeBufferPointer<Int>, UnsafeBufferPointer<UInt32>, UnsafeBufferPointer<Element>) -> T) -> T {
+        starts.withUnsafeBufferPointer { starts in
+            lengths.withUnsafeBufferPointer { lengths in
+                elements.withUnsafeBufferPointer { body(starts, lengths, $0) }
+            }
         }
     }
 

@@ -53,6 +53,11 @@ struct ByteString: Hashable, Sendable {
 struct Postings: Sendable {
     private(set) var rows: [RowID] = []
 
+    init() {}
+
+    /// Rows already ascending with no repeats.
+    init(sortedRows: [RowID]) { rows = sortedRows }
+
     var count: Int { rows.count }
     var isEmpty: Bool { rows.isEmpty }
 

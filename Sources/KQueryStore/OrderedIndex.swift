@@ -81,7 +81,11 @@ struct SortedEntries: Sendable {
 
     /// Builds from unsorted entries in one sort (faster than inserting one by one).
     init(bulk entries: [Entry] = []) {
-        let sorted = entries.sorted { Entry.order($0, $1) < 0 }
+        self.init(sorted: entries.sorted { Entry.order($0, $1) < 0 })
+    }
+
+    /// Builds from entries already in entry order.
+    init(sorted: [Entry]) {
         var start = 0
         while start < sorted.count {
             let end = min(start + Self.chunkCapacity / 2, sorted.count)

@@ -185,6 +185,10 @@ struct RecordTable: Sendable {
 
     mutating func buildOrderedIndex(on field: FieldReference) {
         guard orderedIndexes[field] == nil else { return }
+        if let index = orderedIndexFromIntegerColumn(field) {
+            orderedIndexes[field] = index
+            return
+        }
         var scalars: [SortedEntries.Entry] = []
         var index = OrderedIndex()
         for (position, record) in records.enumerated() {
@@ -199,6 +203,26 @@ struct RecordTable: Sendable {
         orderedIndexes[field] = index
     }
 
+    /// The range index of an INT64 or TIMESTAMP column, sorted as (integer, row) pairs rather than
+    /// as field values compared through their sort order (the same order: one kind, numbers).
+    private func orderedIndexFromIntegerColumn(_ field: FieldReference) -> OrderedIndex? {
+        guard case .user(let key) = field, let index = columns.index(of: key) else { return nil }
+        let column = columns.columns[index]
+        let make: (Int64) -> FieldValue
+        switch column.kind {
+        case .int64: make = { .int64($0) }
+        case .timestamp: make = { .timestamp($0) }
+        case .empty, .double, .string, .location, .mixed: return nil
+        }
+        var pairs: [(value: Int64, row: RowID)] = []
+        pairs.reserveCapacity(count)
+        column.forEachInteger { position, value in pairs.append((value, rowIDs[position])) }
+        pairs.sort { $0.value != $1.value ? $0.value < $1.value : $0.row < $1.row }
+        var ordered = OrderedIndex()
+        ordered.setScalars(SortedEntries(sorted: pairs.map { SortedEntries.Entry(value: make($0.value), row: $0.row) }))
+        return ordered
+    }
+
     mutating func buildSpatialIndex(on field: FieldReference) {
         guard spatialIndexes[field] == nil else { return }
         var index = SpatialIndex()
@@ -208,13 +232,41 @@ struct RecordTable: Sendable {
         spatialIndexes[field] = index
     }
 
+    /// Builds the token index a column at a time: a string column's texts are tokenized in place
+    /// from its arena (no `String` per text, no token `Set` per record), each token filed under its
+    /// row with one hash. Only a mixed column's values are read from the records. At a million
+    /// records this was the largest part of opening a file with a SEARCHABLE index.
     mutating func buildTokenIndex() {
         guard tokenIndex == nil else { return }
-        var index = TokenIndex()
-        for (position, record) in records.enumerated() {
-            index.insert(record.searchTokens(in: searchableFields), row: rowIDs[position])
+        var rowsByToken: [String: [RowID]] = [:]
+        var textColumns = 0
+        for index in columns.columns.indices {
+            let key = columns.keys[index]
+            if let searchableFields, !searchableFields.contains(key) { continue }
+            let column = columns.columns[index]
+            switch column.kind {
+            case .string:
+                textColumns += 1
+                column.forEachString { position, bytes in
+                    let row = rowIDs[position]
+                    Tokenizer.forEachToken(inUTF8: bytes) { rowsByToken[$0, default: []].appendUnlessLast(row) }
+                }
+            case .mixed:
+                textColumns += 1
+                for position in records.indices {
+                    let row = rowIDs[position]
+                    records[position].fields[key]?.forEachSearchableText { text in
+                        Tokenizer.forEachToken(in: text) { rowsByToken[$0, default: []].appendUnlessLast(row) }
+                    }
+                }
+            case .empty, .int64, .double, .timestamp, .location:
+                continue
+            }
         }
-        tokenIndex = index
+        // One text column read in row order files each token's rows in order, once each (a row's
+        // repeats are adjacent). Otherwise a token's rows are sorted and repeats dropped.
+        let inOrder = textColumns <= 1 && zip(rowIDs, rowIDs.dropFirst()).allSatisfy { $0 < $1 }
+        tokenIndex = TokenIndex(rowsByToken: rowsByToken, sorted: inOrder)
     }
 
     /// Switches the fields tokens come from (a schema was declared or dropped): the token index,
@@ -265,6 +317,17 @@ struct RecordTable: Sendable {
 struct TokenIndex: Sendable {
     private(set) var postings: [String: Postings] = [:]
 
+    init() {}
+
+    /// From each token's rows; unless `sorted` (ascending, no repeats), they are sorted and
+    /// repeats dropped first.
+    init(rowsByToken: [String: [RowID]], sorted: Bool) {
+        postings.reserveCapacity(rowsByToken.count)
+        for (token, rows) in rowsByToken {
+            postings[token] = Postings(sortedRows: sorted ? rows : Postings.sortedUnique(rows))
+        }
+    }
+
     mutating func insert(_ tokens: Set<String>, row: RowID) {
         for token in tokens { postings[token, default: Postings()].insert(row) }
     }
@@ -278,4 +341,12 @@ struct TokenIndex: Sendable {
 
     func rows(_ token: String) -> [RowID] { postings[token]?.rows ?? [] }
     func count(_ token: String) -> Int { postings[token]?.count ?? 0 }
+}
+
+extension Array where Element == RowID {
+    /// Appends `row` unless it is already the last (a token repeated in one text).
+    @inline(__always)
+    mutating func appendUnlessLast(_ row: RowID) {
+        if last != row { append(row) }
+    }
 }

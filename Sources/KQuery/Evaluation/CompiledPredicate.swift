@@ -480,14 +480,23 @@ extension Record {
         var tokens = Set<String>()
         for (key, value) in fields {
             if let searchableFields, !searchableFields.contains(key) { continue }
-            switch value {
-            case .string(let text): Tokenizer.addTokens(of: text, to: &tokens)
-            case .list(.string, let members):
-                for case .string(let text) in members { Tokenizer.addTokens(of: text, to: &tokens) }
-            default: break
-            }
+            value.forEachSearchableText { Tokenizer.addTokens(of: $0, to: &tokens) }
         }
         return tokens
+    }
+}
+
+extension FieldValue {
+    /// Calls `body` with each text of the value that carries search tokens: a STRING, or each
+    /// member of a STRING_LIST (SPEC §2.4). The one place that says which values are searched.
+    @inlinable
+    public func forEachSearchableText(_ body: (String) -> Void) {
+        switch self {
+        case .string(let text): body(text)
+        case .list(.string, let members):
+            for case .string(let text) in members { body(text) }
+        default: break
+        }
     }
 }
 

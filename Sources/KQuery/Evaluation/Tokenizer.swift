@@ -40,7 +40,37 @@ public enum Tokenizer {
         set = sink.set
     }
 
+    /// Calls `body` with each token of `text`, in order, repeats included (a caller that files
+    /// tokens by row drops a row's repeats itself). For building token indexes from stored text
+    /// without a `Set` per record.
+    package static func forEachToken(in text: String, _ body: (String) -> Void) {
+        var text = text
+        text.withUTF8 { forEachToken(inUTF8: $0, body) }
+    }
+
+    /// `forEachToken(in:_:)` over text given as UTF-8 bytes, which must be valid UTF-8 (as a
+    /// `String`'s are).
+    package static func forEachToken(inUTF8 text: UnsafeBufferPointer<UInt8>, _ body: (String) -> Void) {
+        withoutActuallyEscaping(body) { body in
+            var sink = EachToken(body: body)
+            wordBits.withUnsafeBufferPointer { scan(text, $0, into: &sink) }
+        }
+    }
+
     // MARK: - Sinks
+
+    /// Hands each token to a closure.
+    struct EachToken: TokenSink {
+        let body: (String) -> Void
+        mutating func add(_ token: String, fingerprint: UInt64) { body(token) }
+        /// No fingerprint: nothing here compares tokens.
+        mutating func addASCII(_ run: UnsafeBufferPointer<UInt8>) {
+            body(String(unsafeUninitializedCapacity: run.count) { out in
+                for j in 0..<run.count { out[j] = TextFolding.asciiLower(run[j]) }
+                return run.count
+            })
+        }
+    }
 
     protocol TokenSink {
         /// `fingerprint` is `Tokenizer.fingerprint` of the token's UTF-8.
