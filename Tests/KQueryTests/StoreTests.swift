@@ -503,6 +503,19 @@ struct RecordCodingTests {
         }
     }
 
+    /// A stored string is taken only when it is valid UTF-8, exactly as the standard library's
+    /// validating initializer decides; a repair (U+FFFD in place of bad bytes) is never accepted,
+    /// even where it keeps the length (a truncated four-byte sequence is one U+FFFD, three bytes).
+    @Test(arguments: [
+        [], Array("plain".utf8), Array("naïve café 🎨 \u{0}".utf8), Array("\u{FFFD}".utf8), Array("e\u{301}".utf8),
+        [0x80], [0xC0, 0xAF], [0xE0, 0x80, 0x80], [0xF0, 0x9F, 0x98, 0x41], [0xF0, 0x9F, 0x98], [0xED, 0xA0, 0x80],
+        [0xF5, 0x80, 0x80, 0x80], [0xFF], [0x41, 0xC3], [0xEF, 0xBF, 0xBD, 0xC3, 0x28],
+    ] as [[UInt8]])
+    func storedStringsMustBeValidUTF8(_ bytes: [UInt8]) {
+        let decoded = bytes.withUnsafeBufferPointer { RecordCoding.validString($0) }
+        #expect(decoded == String(validating: bytes, as: UTF8.self))
+    }
+
     @Test func corruptBytesAreErrorsNotCrashes() {
         var rng = SplitMix(seed: 11)
         var failures = 0
