@@ -1,6 +1,7 @@
 import KQuery
 
 import GRDB
+import Dispatch
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -98,25 +99,39 @@ final class DatabaseFile {
                     contents.recordCounts[type] = count
                 }
                 handOver(contents)
-                var names = RecordCoding.FieldNames()
-                // In key order: sorting a million bodies by type (SQLite wrote them all to a
-                // temporary file) took longer than reading them; each goes to its type's table anyway.
-                let cursor = try Row.fetchCursor(db, sql: "SELECT recordName, body FROM records")
-                while let row = try cursor.next() {
-                    var failure: RecordDecodingError?
-                    // The body is read in place; a value that is not a blob (a damaged file) throws.
-                    try row.withUnsafeData(atIndex: 1) { body in
-                        (body ?? Data()).withUnsafeBytes { bytes in
-                            do throws(RecordDecodingError) {
-                                record(try RecordCoding.decode(bytes, names: &names))
-                            } catch {
-                                failure = error
+                // Two stages on two threads: this one reads and decodes, another takes the
+                // decoded records in batches (filing each in its table and indexes is as much work).
+                try withoutActuallyEscaping(record) { record throws in
+                    let pipeline = LoadPipeline(consumer: record)
+                    defer { pipeline.finish() }
+                    var names = RecordCoding.FieldNames()
+                    var batch: [KQuery.Record] = []
+                    batch.reserveCapacity(LoadPipeline.batchSize)
+                    // In key order: sorting a million bodies by type (SQLite wrote them all to a
+                    // temporary file) took longer than reading them; each goes to its type's table anyway.
+                    let cursor = try Row.fetchCursor(db, sql: "SELECT recordName, body FROM records")
+                    while let row = try cursor.next() {
+                        var failure: RecordDecodingError?
+                        // The body is read in place; a value that is not a blob (a damaged file) throws.
+                        try row.withUnsafeData(atIndex: 1) { body in
+                            (body ?? Data()).withUnsafeBytes { bytes in
+                                do throws(RecordDecodingError) {
+                                    batch.append(try RecordCoding.decode(bytes, names: &names))
+                                } catch {
+                                    failure = error
+                                }
                             }
                         }
+                        if let failure {
+                            throw DatabaseError(.storage, "\(path): record '\(Self.text(row, 0) ?? "?")' is corrupt: \(failure)")
+                        }
+                        if batch.count == LoadPipeline.batchSize {
+                            pipeline.send(batch)
+                            batch = []
+                            batch.reserveCapacity(LoadPipeline.batchSize)
+                        }
                     }
-                    if let failure {
-                        throw DatabaseError(.storage, "\(path): record '\(Self.text(row, 0) ?? "?")' is corrupt: \(failure)")
-                    }
+                    pipeline.send(batch)
                 }
             }
         } catch let error as DatabaseError {
@@ -216,5 +231,52 @@ final class DatabaseFile {
             return DatabaseError(.storage, "\(path): \(error.message ?? error.description)")
         }
         return DatabaseError(.storage, "\(path): \(error)")
+    }
+}
+
+/// Hands decoded records from the thread reading the file to a thread filing them, a batch at a
+/// time, with at most a few batches in between (memory stays bounded). `finish` ends the stream and
+/// waits until every batch sent has been filed, so when `load` returns (or throws), nothing runs on.
+final class LoadPipeline: @unchecked Sendable {
+    static let batchSize = 2_048
+    private static let batchesInFlight = 4
+
+    private let batches = Locked<[[KQuery.Record]]>([])
+    private let sent = DispatchSemaphore(value: 0)
+    private let room = DispatchSemaphore(value: LoadPipeline.batchesInFlight)
+    private let done = DispatchSemaphore(value: 0)
+    private var finished = false
+    /// Read by the filing thread for each record, and dropped by `finish` once that thread is done:
+    /// the closure is `load`'s, and must not outlive it (the dispatch block may be released later).
+    private var consumer: ((KQuery.Record) -> Void)?
+
+    init(consumer: @escaping (KQuery.Record) -> Void) {
+        self.consumer = consumer
+        DispatchQueue.global(qos: .userInitiated).async { [self] in
+            while true {
+                sent.wait()
+                let next = batches.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+                guard let batch = next else { break }   // finished: the empty signal
+                room.signal()
+                for record in batch { self.consumer?(record) }
+            }
+            done.signal()
+        }
+    }
+
+    func send(_ batch: [KQuery.Record]) {
+        guard !batch.isEmpty else { return }
+        room.wait()
+        batches.withLock { $0.append(batch) }
+        sent.signal()
+    }
+
+    /// Ends the stream and waits for the filing thread to file what was sent.
+    func finish() {
+        guard !finished else { return }
+        finished = true
+        sent.signal()
+        done.wait()
+        consumer = nil
     }
 }
