@@ -1,4 +1,5 @@
 import KQuery
+import Dispatch
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -37,6 +38,9 @@ public final class Database {
     var minimumDeadRows = 64
     /// Whether saving into a zone that does not exist creates it (otherwise it is an error).
     public var createsMissingZones = false
+    /// The fewest records a table needs for its token index to be built on a second thread beside
+    /// its other indexes (small in tests, to exercise it).
+    var minimumRowsForParallelIndexBuild = 50_000
     /// The time saves stamp as `creationDate` and `modificationDate` (milliseconds since 1970).
     public var clock: @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
 
@@ -342,8 +346,36 @@ public final class Database {
         return declaredIndexes.filter { $0.recordType == type }
     }
 
+    /// Builds the type's declared indexes. On a large table with a token index and others, the
+    /// token index (the largest part) is built on a second thread from a copy of the table, which
+    /// shares the records and columns and is only read, while this one builds the rest.
     private func buildDeclaredIndexes(_ type: String) {
-        for declaration in indexDeclarations(for: type) { tables[type]?.build(declaration) }
+        guard var table = tables[type] else { return }
+        tables[type] = nil   // built in place: one owner, no copy of the indexes on write
+        defer { tables[type] = table }
+        let declarations = indexDeclarations(for: type)
+        let others = declarations.map { declaration in
+            var other = declaration
+            other.index.remove(.searchable)
+            return other
+        }
+        guard table.count >= minimumRowsForParallelIndexBuild, table.tokenIndex == nil,
+              declarations.contains(where: { $0.index.contains(.searchable) }), others.contains(where: { !$0.index.isEmpty }) else {
+            for declaration in declarations { table.build(declaration) }
+            return
+        }
+        let tokens = Locked<TokenIndex?>(nil)
+        let built = DispatchSemaphore(value: 0)
+        let source = table
+        DispatchQueue.global(qos: .userInitiated).async {
+            var copy = source
+            copy.buildTokenIndex()
+            tokens.withLock { $0 = copy.tokenIndex }
+            built.signal()
+        }
+        for declaration in others { table.build(declaration) }
+        built.wait()
+        if let index = tokens.withLock({ $0 }) { table.setTokenIndex(index) }
     }
 }
 

@@ -269,6 +269,9 @@ struct RecordTable: Sendable {
         tokenIndex = TokenIndex(rowsByToken: rowsByToken, sorted: inOrder)
     }
 
+    /// Installs a token index built elsewhere from this table's records (`buildTokenIndex` on a copy).
+    mutating func setTokenIndex(_ index: TokenIndex) { tokenIndex = index }
+
     /// Switches the fields tokens come from (a schema was declared or dropped): the token index,
     /// if any, is rebuilt.
     mutating func setSearchableFields(_ fields: [FieldKey]?) {
