@@ -1,6 +1,7 @@
 import KQuery
 
 import GRDB
+import GRDBSQLite
 import Dispatch
 
 #if canImport(FoundationEssentials)
@@ -109,21 +110,30 @@ final class DatabaseFile {
                     batch.reserveCapacity(LoadPipeline.batchSize)
                     // In key order: sorting a million bodies by type (SQLite wrote them all to a
                     // temporary file) took longer than reading them; each goes to its type's table anyway.
-                    let cursor = try Row.fetchCursor(db, sql: "SELECT recordName, body FROM records")
-                    while let row = try cursor.next() {
+                    // Stepped through SQLite's C API, each body read in place: a GRDB row wrapped
+                    // every body in a `Data` (an allocation per record).
+                    let statement = try db.makeStatement(sql: "SELECT recordName, body FROM records")
+                    let handle = statement.sqliteStatement
+                    while true {
+                        let code = sqlite3_step(handle)
+                        if code == SQLITE_DONE { break }
+                        guard code == SQLITE_ROW else {
+                            throw DatabaseError(.storage, "\(path): reading the records failed: \(String(cString: sqlite3_errmsg(db.sqliteConnection)))")
+                        }
                         var failure: RecordDecodingError?
-                        // The body is read in place; a value that is not a blob (a damaged file) throws.
-                        try row.withUnsafeData(atIndex: 1) { body in
-                            (body ?? Data()).withUnsafeBytes { bytes in
-                                do throws(RecordDecodingError) {
-                                    batch.append(try RecordCoding.decode(bytes, names: &names))
-                                } catch {
-                                    failure = error
-                                }
+                        if sqlite3_column_type(handle, 1) != SQLITE_BLOB {
+                            failure = RecordDecodingError("its body is not a blob")
+                        } else {
+                            let bytes = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 1), count: Int(sqlite3_column_bytes(handle, 1)))
+                            do throws(RecordDecodingError) {
+                                batch.append(try RecordCoding.decode(bytes, names: &names))
+                            } catch {
+                                failure = error
                             }
                         }
                         if let failure {
-                            throw DatabaseError(.storage, "\(path): record '\(Self.text(row, 0) ?? "?")' is corrupt: \(failure)")
+                            let name = sqlite3_column_text(handle, 0).map { String(cString: $0) } ?? "?"
+                            throw DatabaseError(.storage, "\(path): record '\(name)' is corrupt: \(failure)")
                         }
                         if batch.count == LoadPipeline.batchSize {
                             pipeline.send(batch)

@@ -99,7 +99,7 @@ package enum RecordCoding {
         for position in 0..<count {
             let nameBytes = try reader.rawBytes(try reader.count())
             let key: FieldKey
-            if position < names.names.count, names.names[position].bytes.elementsEqual(nameBytes) {
+            if position < names.names.count, Self.equal(names.names[position].bytes, nameBytes) {
                 key = names.names[position].key
             } else {
                 guard let name = String(validating: nameBytes, as: UTF8.self), FieldKey.isValidName(name) else {
@@ -133,9 +133,20 @@ package enum RecordCoding {
     static func validString(_ bytes: UnsafeBufferPointer<UInt8>) -> String? {
         var text = String(decoding: bytes, as: UTF8.self)
         let same = text.withUTF8 { decoded in
-            decoded.count == bytes.count && (bytes.isEmpty || memcmp(decoded.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
+            guard decoded.count == bytes.count else { return false }
+            guard let a = decoded.baseAddress, let b = bytes.baseAddress else { return true }   // both empty
+            return memcmp(a, b, bytes.count) == 0
         }
         return same ? text : nil
+    }
+
+    /// Byte equality without the generic sequence comparison (once per field of every record).
+    private static func equal(_ stored: [UInt8], _ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard stored.count == bytes.count else { return false }
+        return stored.withUnsafeBytes { stored in
+            guard let a = stored.baseAddress, let b = bytes.baseAddress else { return true }   // both empty
+            return memcmp(a, b, stored.count) == 0
+        }
     }
 
     // MARK: Values
