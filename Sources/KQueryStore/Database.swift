@@ -63,10 +63,23 @@ public final class Database {
     }
 
     /// Opens the database in the SQLite file at `path`, creating it if missing, and loads it.
-    public init(path: String, indexPolicy: IndexPolicy = .declared) throws(DatabaseError) {
+    ///
+    /// A record type of 50,000 records or more keeps its declared indexes in the file as they were
+    /// built at an open (a snapshot): the next open loads them instead of building them again, as
+    /// long as nothing was written to the file since. Any write makes the snapshot stale; the open
+    /// after it builds the indexes and writes a new one.
+    public convenience init(path: String, indexPolicy: IndexPolicy = .declared) throws(DatabaseError) {
+        try self.init(path: path, indexPolicy: indexPolicy, minimumRowsForIndexSnapshot: 50_000)
+    }
+
+    /// `minimumRowsForIndexSnapshot`: the fewest records a type needs for its indexes to be kept in
+    /// the file (small in tests).
+    init(path: String, indexPolicy: IndexPolicy, minimumRowsForIndexSnapshot: Int) throws(DatabaseError) {
         self.indexPolicy = indexPolicy
         let file = try DatabaseFile(path: path)
         self.file = file
+        var snapshots: [String: [UInt8]] = [:]
+        var generation: Int64 = 0
         try file.load({ contents in
             schema = contents.schema
             declaredIndexes = contents.indexes
@@ -77,9 +90,34 @@ public final class Database {
                 table.reserveCapacity(count)
                 tables[type] = table
             }
+            snapshots = contents.snapshots
+            generation = contents.generation
         }, record: { insertLoaded($0) })
-        for type in Array(tables.keys) { buildDeclaredIndexes(type) }
+        var made: [(recordType: String, body: [UInt8])] = []
+        for type in Array(tables.keys) {
+            guard let table = tables[type] else { continue }
+            let declarations = indexDeclarations(for: type)
+            guard !declarations.isEmpty else { continue }
+            let signature = IndexSnapshot.signature(declarations, searchableFields: table.searchableFields)
+            // A stale or damaged snapshot is built anew below, and replaced.
+            if let snapshot = snapshots[type], case .success(let indexes) = IndexSnapshot.decode(snapshot, count: table.count, namesHash: table.loadedNamesHash, signature: signature) {
+                tables[type]?.install(indexes)
+                indexesFromSnapshot.insert(type)
+                continue
+            }
+            buildDeclaredIndexes(type)
+            if let built = tables[type], built.count >= minimumRowsForIndexSnapshot {
+                made.append((type, IndexSnapshot.encode(built, signature: signature)))
+            }
+        }
+        // A cache: an open that cannot write it (a read-only file, another writer) still succeeds.
+        if !made.isEmpty { _ = try? file.writeSnapshots(made, generation: generation) }
     }
+
+    /// The record types whose indexes this open read from the file's snapshot rather than built.
+    private(set) var indexesFromSnapshot: Set<String> = []
+    /// The same, for tools and benchmarks that report how a file opened.
+    public var indexSnapshotTypes: Set<String> { indexesFromSnapshot }
 
     /// The file the database lives in; nil in memory.
     public var path: String? { file?.path }
@@ -269,8 +307,10 @@ public final class Database {
         }
     }
 
-    private func insertLoaded(_ record: Record) {
-        tables[record.recordType, default: RecordTable(recordType: record.recordType, searchableFields: schema?[record.recordType]?.searchableFields)].insert(record)
+    private func insertLoaded(_ record: consuming Record) {
+        let type = record.recordType
+        if tables[type] == nil { tables[type] = RecordTable(recordType: type, searchableFields: schema?[type]?.searchableFields) }
+        tables[type]?.insertLoaded(record)
     }
 
     private func makeTable(_ type: String) -> RecordTable {

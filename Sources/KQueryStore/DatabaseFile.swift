@@ -13,10 +13,14 @@ import Foundation
 /// The SQLite file behind a persistent `Database`: the durable copy, written one transaction per
 /// save and read once at open.
 ///
-/// Tables: `kquery_meta` (format version, next change tag, schema text, declared indexes),
-/// `zones`, and `records`, one row per record: its ID and type as columns, the record itself in
-/// `RecordCoding`'s binary form. The rollback journal makes each write all-or-nothing, and
-/// `synchronous = FULL` makes a committed save survive a power cut.
+/// Tables: `kquery_meta` (format version, next change tag, schema text, declared indexes, the
+/// generation), `zones`, `records`, one row per record: its ID and type as columns, the record
+/// itself in `RecordCoding`'s binary form, and `index_snapshots`, a large table's indexes as they
+/// were built at an open (`IndexSnapshot`). The rollback journal makes each write all-or-nothing,
+/// and `synchronous = FULL` makes a committed save survive a power cut.
+///
+/// The generation counts the writes: every transaction that changes records, zones, the schema or
+/// the declared indexes adds one to it, so a snapshot written at another generation is stale.
 final class DatabaseFile {
     static let formatVersion = "1"
 
@@ -30,6 +34,9 @@ final class DatabaseFile {
         var schema: Schema?
         var indexes: [IndexDeclaration] = []
         var nextChangeTag: Int64 = 1
+        /// The file's generation when it was read, and the index snapshots written at it, by type.
+        var generation: Int64 = 0
+        var snapshots: [String: [UInt8]] = [:]
     }
 
     init(path: String) throws(DatabaseError) {
@@ -52,7 +59,9 @@ final class DatabaseFile {
                         zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, recordName TEXT NOT NULL,
                         recordType TEXT NOT NULL, body BLOB NOT NULL,
                         PRIMARY KEY (zoneName, ownerName, recordName)) WITHOUT ROWID;
+                    CREATE TABLE IF NOT EXISTS index_snapshots (recordType TEXT PRIMARY KEY NOT NULL, generation INTEGER NOT NULL, body BLOB NOT NULL);
                     INSERT OR IGNORE INTO kquery_meta (key, value) VALUES ('format', '\(Self.formatVersion)');
+                    INSERT OR IGNORE INTO kquery_meta (key, value) VALUES ('generation', '0');
                     """)
                 let format = try String.fetchOne(db, sql: "SELECT value FROM kquery_meta WHERE key = 'format'")
                 if format != Self.formatVersion {
@@ -68,7 +77,7 @@ final class DatabaseFile {
 
     /// Reads everything but the records, which go to `record` one at a time as they are decoded
     /// (after `contents` has been handed over, so tables can be sized first).
-    func load(_ handOver: (Contents) -> Void, record: (KQuery.Record) -> Void) throws(DatabaseError) {
+    func load(_ handOver: (Contents) -> Void, record: (consuming KQuery.Record) -> Void) throws(DatabaseError) {
         do {
             try queue.read { db in
                 var contents = Contents()
@@ -89,6 +98,21 @@ final class DatabaseFile {
                     }
                 }
                 if let text = meta["indexes"] { contents.indexes = try Self.indexes(from: text, path: path) }
+                if let text = meta["generation"] {
+                    guard let value = Int64(text) else { throw DatabaseError(.storage, "\(path): corrupt generation '\(text)'") }
+                    contents.generation = value
+                }
+                // Read in the transaction that reads the records: a snapshot and the records it
+                // describes are of one moment.
+                // Bodies copied once, through SQLite's C API (a GRDB row would copy them twice).
+                let snapshots = try db.makeStatement(sql: "SELECT recordType, body FROM index_snapshots WHERE generation = \(contents.generation)")
+                let handle = snapshots.sqliteStatement
+                while sqlite3_step(handle) == SQLITE_ROW {
+                    // A damaged row (not text and a blob) is ignored: its indexes are rebuilt.
+                    guard sqlite3_column_type(handle, 0) == SQLITE_TEXT, sqlite3_column_type(handle, 1) == SQLITE_BLOB,
+                          let type = sqlite3_column_text(handle, 0).map({ String(cString: $0) }) else { continue }
+                    contents.snapshots[type] = Array(UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 1), count: Int(sqlite3_column_bytes(handle, 1))))
+                }
                 for row in try Row.fetchAll(db, sql: "SELECT zoneName, ownerName FROM zones") {
                     guard let zoneName = Self.text(row, 0), let ownerName = Self.text(row, 1) else { throw DatabaseError(.storage, "\(path): corrupt zones table") }
                     contents.zones.append(ZoneID(zoneName: zoneName, ownerName: ownerName))
@@ -104,44 +128,41 @@ final class DatabaseFile {
                 // decoded records in batches (filing each in its table and indexes is as much work).
                 try withoutActuallyEscaping(record) { record throws in
                     let pipeline = LoadPipeline(consumer: record)
-                    defer { pipeline.finish() }
                     var names = RecordCoding.FieldNames()
-                    var batch: [KQuery.Record] = []
-                    batch.reserveCapacity(LoadPipeline.batchSize)
                     // In key order: sorting a million bodies by type (SQLite wrote them all to a
                     // temporary file) took longer than reading them; each goes to its type's table anyway.
                     // Stepped through SQLite's C API, each body read in place: a GRDB row wrapped
                     // every body in a `Data` (an allocation per record).
                     let statement = try db.makeStatement(sql: "SELECT recordName, body FROM records")
                     let handle = statement.sqliteStatement
-                    while true {
-                        let code = sqlite3_step(handle)
-                        if code == SQLITE_DONE { break }
-                        guard code == SQLITE_ROW else {
-                            throw DatabaseError(.storage, "\(path): reading the records failed: \(String(cString: sqlite3_errmsg(db.sqliteConnection)))")
-                        }
-                        var failure: RecordDecodingError?
-                        if sqlite3_column_type(handle, 1) != SQLITE_BLOB {
-                            failure = RecordDecodingError("its body is not a blob")
-                        } else {
-                            let bytes = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 1), count: Int(sqlite3_column_bytes(handle, 1)))
-                            do throws(RecordDecodingError) {
-                                batch.append(try RecordCoding.decode(bytes, names: &names))
-                            } catch {
-                                failure = error
+                    do {
+                        while true {
+                            let code = sqlite3_step(handle)
+                            if code == SQLITE_DONE { break }
+                            guard code == SQLITE_ROW else {
+                                throw DatabaseError(.storage, "\(path): reading the records failed: \(String(cString: sqlite3_errmsg(db.sqliteConnection)))")
+                            }
+                            var failure: RecordDecodingError?
+                            if sqlite3_column_type(handle, 1) != SQLITE_BLOB {
+                                failure = RecordDecodingError("its body is not a blob")
+                            } else {
+                                let bytes = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 1), count: Int(sqlite3_column_bytes(handle, 1)))
+                                do throws(RecordDecodingError) {
+                                    pipeline.append(try RecordCoding.decode(bytes, names: &names))
+                                } catch {
+                                    failure = error
+                                }
+                            }
+                            if let failure {
+                                let name = sqlite3_column_text(handle, 0).map { String(cString: $0) } ?? "?"
+                                throw DatabaseError(.storage, "\(path): record '\(name)' is corrupt: \(failure)")
                             }
                         }
-                        if let failure {
-                            let name = sqlite3_column_text(handle, 0).map { String(cString: $0) } ?? "?"
-                            throw DatabaseError(.storage, "\(path): record '\(name)' is corrupt: \(failure)")
-                        }
-                        if batch.count == LoadPipeline.batchSize {
-                            pipeline.send(batch)
-                            batch = []
-                            batch.reserveCapacity(LoadPipeline.batchSize)
-                        }
+                    } catch {
+                        pipeline.abandon()
+                        throw error
                     }
-                    pipeline.send(batch)
+                    pipeline.finish()
                 }
             }
         } catch let error as DatabaseError {
@@ -172,6 +193,7 @@ final class DatabaseFile {
                     if let progress, (index + 1) % 10_000 == 0 { progress(index + 1) }
                 }
                 try Self.setMeta(db, "nextChangeTag", String(nextChangeTag))
+                try Self.advanceGeneration(db)
             }
             progress?(changes.count)
         } catch {
@@ -185,6 +207,7 @@ final class DatabaseFile {
                 try db.execute(sql: "DELETE FROM records WHERE zoneName = ? AND ownerName = ?", arguments: [zone.zoneName, zone.ownerName])
                 try db.execute(sql: "DELETE FROM zones WHERE zoneName = ? AND ownerName = ?", arguments: [zone.zoneName, zone.ownerName])
                 try Self.setMeta(db, "nextChangeTag", String(nextChangeTag))
+                try Self.advanceGeneration(db)
             }
         } catch {
             throw Self.storageError(error, path: path)
@@ -199,6 +222,7 @@ final class DatabaseFile {
                 } else {
                     try db.execute(sql: "DELETE FROM kquery_meta WHERE key = 'schema'")
                 }
+                try Self.advanceGeneration(db)
             }
         } catch {
             throw Self.storageError(error, path: path)
@@ -208,10 +232,38 @@ final class DatabaseFile {
     func writeIndexes(_ indexes: [IndexDeclaration]) throws(DatabaseError) {
         let text = indexes.map { "\($0.recordType)\t\($0.field.webServicesName)\t\($0.index.rawValue)" }.joined(separator: "\n")
         do {
-            try queue.write { db in try Self.setMeta(db, "indexes", text) }
+            try queue.write { db in
+                try Self.setMeta(db, "indexes", text)
+                try Self.advanceGeneration(db)
+            }
         } catch {
             throw Self.storageError(error, path: path)
         }
+    }
+
+    /// Stores index snapshots made from what was read at `generation`, replacing older ones, unless
+    /// the file has been written since (then they would describe other records, and are dropped).
+    /// Returns whether they were stored.
+    @discardableResult
+    func writeSnapshots(_ snapshots: [(recordType: String, body: [UInt8])], generation: Int64) throws(DatabaseError) -> Bool {
+        do {
+            return try queue.write { db in
+                let current = try String.fetchOne(db, sql: "SELECT value FROM kquery_meta WHERE key = 'generation'").flatMap { Int64($0) }
+                guard current == generation else { return false }
+                try db.execute(sql: "DELETE FROM index_snapshots WHERE generation != ?", arguments: [generation])
+                for snapshot in snapshots {
+                    try db.execute(sql: "INSERT OR REPLACE INTO index_snapshots (recordType, generation, body) VALUES (?, ?, ?)",
+                                   arguments: [snapshot.recordType, generation, Data(snapshot.body)])
+                }
+                return true
+            }
+        } catch {
+            throw Self.storageError(error, path: path)
+        }
+    }
+
+    private static func advanceGeneration(_ db: GRDB.Database) throws {
+        try db.execute(sql: "UPDATE kquery_meta SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT) WHERE key = 'generation'")
     }
 
     private static func indexes(from text: String, path: String) throws(DatabaseError) -> [IndexDeclaration] {
@@ -247,46 +299,93 @@ final class DatabaseFile {
 /// Hands decoded records from the thread reading the file to a thread filing them, a batch at a
 /// time, with at most a few batches in between (memory stays bounded). `finish` ends the stream and
 /// waits until every batch sent has been filed, so when `load` returns (or throws), nothing runs on.
+///
+/// The batches are a few buffers allocated once and reused: the reader initializes records in one,
+/// the filer moves them out to the consumer. A record is moved from decoding to its table, never
+/// copied (a copy retained every string and buffer of the record, and a batch array freed after
+/// each batch released them all again: together about a fifth of opening a large file).
 final class LoadPipeline: @unchecked Sendable {
     static let batchSize = 2_048
     private static let batchesInFlight = 4
 
-    private let batches = Locked<[[KQuery.Record]]>([])
+    private typealias Batch = (buffer: UnsafeMutablePointer<KQuery.Record>, count: Int)
+
+    /// Empty buffers, for the reader; filled ones, for the filer.
+    private let empty = Locked<[UnsafeMutablePointer<KQuery.Record>]>([])
+    private let full = Locked<[Batch]>([])
     private let sent = DispatchSemaphore(value: 0)
     private let room = DispatchSemaphore(value: LoadPipeline.batchesInFlight)
     private let done = DispatchSemaphore(value: 0)
     private var finished = false
+    private let buffers: [UnsafeMutablePointer<KQuery.Record>]
+    /// The buffer the reader is filling, and how many records it holds.
+    private var filling: UnsafeMutablePointer<KQuery.Record>?
+    private var filled = 0
     /// Read by the filing thread for each record, and dropped by `finish` once that thread is done:
     /// the closure is `load`'s, and must not outlive it (the dispatch block may be released later).
-    private var consumer: ((KQuery.Record) -> Void)?
+    private var consumer: ((consuming KQuery.Record) -> Void)?
 
-    init(consumer: @escaping (KQuery.Record) -> Void) {
+    init(consumer: @escaping (consuming KQuery.Record) -> Void) {
         self.consumer = consumer
+        buffers = (0..<Self.batchesInFlight).map { _ in UnsafeMutablePointer<KQuery.Record>.allocate(capacity: Self.batchSize) }
+        empty.withLock { $0 = buffers }
         DispatchQueue.global(qos: .userInitiated).async { [self] in
             while true {
                 sent.wait()
-                let next = batches.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+                let next = full.withLock { $0.isEmpty ? nil : $0.removeFirst() }
                 guard let batch = next else { break }   // finished: the empty signal
+                for index in 0..<batch.count { self.consumer?((batch.buffer + index).move()) }
+                empty.withLock { $0.append(batch.buffer) }
                 room.signal()
-                for record in batch { self.consumer?(record) }
             }
             done.signal()
         }
     }
 
-    func send(_ batch: [KQuery.Record]) {
-        guard !batch.isEmpty else { return }
-        room.wait()
-        batches.withLock { $0.append(batch) }
+    deinit {
+        for buffer in buffers { buffer.deallocate() }
+    }
+
+    /// Adds a record to the batch being filled, sending the batch when it is full.
+    func append(_ record: consuming KQuery.Record) {
+        if filling == nil {
+            room.wait()
+            filling = empty.withLock { $0.removeLast() }
+            filled = 0
+        }
+        guard let buffer = filling else { return }
+        (buffer + filled).initialize(to: record)
+        filled += 1
+        if filled == Self.batchSize { sendFilling() }
+    }
+
+    private func sendFilling() {
+        guard let buffer = filling else { return }
+        filling = nil
+        full.withLock { $0.append((buffer, filled)) }
         sent.signal()
     }
 
-    /// Ends the stream and waits for the filing thread to file what was sent.
+    /// Sends what is left, ends the stream and waits for the filing thread to file what was sent.
     func finish() {
         guard !finished else { return }
         finished = true
+        if filled > 0 { sendFilling() } else if let buffer = filling {
+            filling = nil
+            empty.withLock { $0.append(buffer) }
+            room.signal()   // a semaphore disposed below its starting value traps
+        }
         sent.signal()
         done.wait()
         consumer = nil
+    }
+
+    /// Drops the records of the batch being filled (the reader failed), then finishes.
+    func abandon() {
+        if let buffer = filling {
+            buffer.deinitialize(count: filled)
+            filled = 0
+        }
+        finish()
     }
 }

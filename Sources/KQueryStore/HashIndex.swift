@@ -149,6 +149,14 @@ struct HashIndex: Sendable {
     private(set) var scalars: [IndexKey: Postings] = [:]
     private(set) var members: [IndexKey: Postings] = [:]
 
+    init() {}
+
+    /// An index read back from a snapshot (`IndexSnapshot`).
+    init(scalars: [IndexKey: Postings], members: [IndexKey: Postings]) {
+        self.scalars = scalars
+        self.members = members
+    }
+
     mutating func insert(_ value: FieldValue, row: RowID) {
         if case .list(_, let elements) = value {
             for element in elements {

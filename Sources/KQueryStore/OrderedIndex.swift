@@ -11,6 +11,14 @@ struct OrderedIndex: Sendable {
     private(set) var scalars = SortedEntries()
     private(set) var members = SortedEntries()
 
+    init() {}
+
+    /// An index read back from a snapshot (`IndexSnapshot`).
+    init(scalars: SortedEntries, members: SortedEntries) {
+        self.scalars = scalars
+        self.members = members
+    }
+
     mutating func insert(_ value: FieldValue, row: RowID) {
         if case .list(_, let elements) = value {
             for element in Self.distinctMembers(elements) { members.insert(SortedEntries.Entry(value: element, row: row)) }

@@ -55,14 +55,7 @@ package enum RecordCoding {
         writeVarint(UInt64(record.fields.count), to: &out)
         for (key, value) in record.fields {
             writeString(key.name, to: &out)
-            if case .list(let type, let members) = value {
-                out.append(code(type) | 0x80)
-                writeVarint(UInt64(members.count), to: &out)
-                for member in members { writePayload(member, to: &out) }
-            } else {
-                out.append(code(value.type))
-                writePayload(value, to: &out)
-            }
+            writeValue(value, to: &out)
         }
         return out
     }
@@ -109,17 +102,7 @@ package enum RecordCoding {
                 let entry = (bytes: Array(nameBytes), key: key)
                 if position < names.names.count { names.names[position] = entry } else { names.names.append(entry) }
             }
-            let tag = try reader.byte()
-            let type = try fieldType(tag & 0x7F)
-            if tag & 0x80 != 0 {
-                let memberCount = try reader.count()
-                var members: [FieldValue] = []
-                members.reserveCapacity(memberCount)
-                for _ in 0..<memberCount { members.append(try readPayload(type, from: &reader)) }
-                fields[key] = .list(type, members)
-            } else {
-                fields[key] = try readPayload(type, from: &reader)
-            }
+            fields[key] = try readValue(from: &reader)
         }
         guard reader.isAtEnd else { throw RecordDecodingError("trailing bytes after the record") }
         record.fields = fields
@@ -150,6 +133,31 @@ package enum RecordCoding {
     }
 
     // MARK: Values
+
+    /// One value with its tag (as a record's field is written): the form an index snapshot keeps
+    /// its keys in.
+    static func writeValue(_ value: FieldValue, to out: inout [UInt8]) {
+        if case .list(let type, let members) = value {
+            out.append(code(type) | 0x80)
+            writeVarint(UInt64(members.count), to: &out)
+            for member in members { writePayload(member, to: &out) }
+        } else {
+            out.append(code(value.type))
+            writePayload(value, to: &out)
+        }
+    }
+
+    /// A value written by `writeValue`.
+    static func readValue(from reader: inout Reader) throws(RecordDecodingError) -> FieldValue {
+        let tag = try reader.byte()
+        let type = try fieldType(tag & 0x7F)
+        guard tag & 0x80 != 0 else { return try readPayload(type, from: &reader) }
+        let count = try reader.count()
+        var members: [FieldValue] = []
+        members.reserveCapacity(count)
+        for _ in 0..<count { members.append(try readPayload(type, from: &reader)) }
+        return .list(type, members)
+    }
 
     private static let types: [FieldType] = [.string, .int64, .double, .timestamp, .bytes, .location, .reference, .assetID]
 
@@ -218,7 +226,7 @@ package enum RecordCoding {
 
     // MARK: Primitives
 
-    private static func writeVarint(_ value: UInt64, to out: inout [UInt8]) {
+    static func writeVarint(_ value: UInt64, to out: inout [UInt8]) {
         var value = value
         while value >= 0x80 {
             out.append(UInt8(value & 0x7F) | 0x80)
@@ -227,11 +235,11 @@ package enum RecordCoding {
         out.append(UInt8(value))
     }
 
-    private static func writeInt64(_ value: Int64, to out: inout [UInt8]) {
+    static func writeInt64(_ value: Int64, to out: inout [UInt8]) {
         withUnsafeBytes(of: value.littleEndian) { out.append(contentsOf: $0) }
     }
 
-    private static func writeString(_ text: String, to out: inout [UInt8]) {
+    static func writeString(_ text: String, to out: inout [UInt8]) {
         var text = text
         text.withUTF8 { utf8 in
             writeVarint(UInt64(utf8.count), to: &out)
@@ -239,9 +247,12 @@ package enum RecordCoding {
         }
     }
 
-    private struct Reader {
+    /// Reads the encoding's primitives, checking each against the bytes left.
+    struct Reader {
         let bytes: UnsafeRawBufferPointer
         var offset = 0
+
+        init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
         var isAtEnd: Bool { offset == bytes.count }
 

@@ -34,6 +34,9 @@ struct RecordTable: Sendable {
     private(set) var tokenIndex: TokenIndex?
     /// With a schema: the fields tokens come from (SEARCHABLE); nil: every string field.
     private(set) var searchableFields: [FieldKey]?
+    /// A hash of the record names in the order `insertLoaded` filed them: what an index snapshot
+    /// checks its rows against (`IndexSnapshot`).
+    private(set) var loadedNamesHash: UInt64 = 0xCBF2_9CE4_8422_2325
 
     init(recordType: String, searchableFields: [FieldKey]? = nil) {
         self.recordType = recordType
@@ -67,15 +70,26 @@ struct RecordTable: Sendable {
 
     // MARK: Changes
 
-    mutating func insert(_ record: Record) {
+    /// Inserts a record read from the file at open, hashing its name into `loadedNamesHash`.
+    mutating func insertLoaded(_ record: consuming Record) {
+        var hash = loadedNamesHash
+        var name = record.recordID.recordName
+        name.withUTF8 { utf8 in
+            for byte in utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
+        }
+        loadedNamesHash = (hash ^ 0xFF) &* 0x100_0000_01B3   // the end of a name
+        insert(record)
+    }
+
+    mutating func insert(_ record: consuming Record) {
         let row = RowID(positions.count)
         positions.append(Int32(records.count))
-        records.append(record)
         rowIDs.append(row)
         rowsByID[record.recordID] = row
         let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
         columns.append(record, tokens: tokens)
         addToIndexes(record, row: row, tokens: tokens)
+        records.append(record)   // last: the record moves in
     }
 
     /// Replaces a record in place; index entries change only where its indexed values did (a long
@@ -284,6 +298,22 @@ struct RecordTable: Sendable {
         }
     }
 
+    /// Indexes made elsewhere for this table (read from a snapshot).
+    struct Indexes {
+        var hash: [FieldReference: HashIndex] = [:]
+        var ordered: [FieldReference: OrderedIndex] = [:]
+        var spatial: [FieldReference: SpatialIndex] = [:]
+        var token: TokenIndex?
+    }
+
+    /// Replaces the table's indexes with `indexes`, which must describe its rows as they are.
+    mutating func install(_ indexes: Indexes) {
+        hashIndexes = indexes.hash
+        orderedIndexes = indexes.ordered
+        spatialIndexes = indexes.spatial
+        tokenIndex = indexes.token
+    }
+
     mutating func dropIndexes() {
         hashIndexes = [:]
         orderedIndexes = [:]
@@ -321,6 +351,9 @@ struct TokenIndex: Sendable {
     private(set) var postings: [String: Postings] = [:]
 
     init() {}
+
+    /// An index read back from a snapshot (`IndexSnapshot`).
+    init(postings: [String: Postings]) { self.postings = postings }
 
     /// From each token's rows; unless `sorted` (ascending, no repeats), they are sorted and
     /// repeats dropped first.

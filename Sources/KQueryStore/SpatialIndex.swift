@@ -11,7 +11,12 @@ struct SpatialIndex: Sendable {
     static let cellSizes: [Double] = [0.05, 0.8, 12.8]
     static let maximumCells = 64
 
-    private var levels: [[UInt64: Postings]] = Array(repeating: [:], count: cellSizes.count)
+    private(set) var levels: [[UInt64: Postings]] = Array(repeating: [:], count: cellSizes.count)
+
+    init() {}
+
+    /// An index read back from a snapshot (`IndexSnapshot`): one map per level of `cellSizes`.
+    init(levels: [[UInt64: Postings]]) { self.levels = levels }
 
     mutating func insert(_ value: FieldValue, row: RowID) {
         guard case .location(let location) = value, let point = Self.point(location) else { return }

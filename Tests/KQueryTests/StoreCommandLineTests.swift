@@ -134,4 +134,63 @@ struct StoreCommandLineTests {
         #expect(reopened.recordCount == 60_360)
         #expect(reopened.record(RecordID(recordName: "big-59999"))?["price"] == .int64(59_999))
     }
+
+    /// Kills `kquery query` at random moments of its open, most of them while it writes the file's
+    /// index snapshot (the rollback journal exists then): every reopen finds all the records and
+    /// indexes that answer as a scan, whether it loads a snapshot or builds the indexes again.
+    @Test func killedWhileKeepingItsIndexSnapshotTheFileStaysWhole() throws {
+        let holder = TemporaryDatabasePath()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let big = directory.appendingPathComponent("big.ndjson")
+        var text = ""
+        for index in 0..<60_000 {
+            text += #"{"recordName":"big-\#(index)","recordType":"Artwork","fields":{"price":\#(index % 1_000),"title":"sunset \#(index % 97) harbour w\#(index)"}}"# + "\n"
+        }
+        try Data(text.utf8).write(to: big)
+        #expect(try KQueryBinary.run(["import", "--db", holder.path, "--records", big.path]).status == 0)
+        #expect(try KQueryBinary.run(["index", "--db", holder.path, "Artwork", "price", "sortable"]).status == 0)
+        #expect(try KQueryBinary.run(["index", "--db", holder.path, "Artwork", "title", "searchable"]).status == 0)
+        let queries = ["price < 3", "ALL tokenize('sunset 7', 'Cdl') IN allTokens"]
+        var killedMidWrite = 0
+        for round in 0..<6 {
+            let process = Process()
+            process.executableURL = KQueryBinary.url
+            process.arguments = ["query", "--db", holder.path, "--type", "Artwork", "price < 3"]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let journal = holder.path + "-journal"
+            let deadline = Date().addingTimeInterval(120)
+            // Half the rounds wait for the snapshot's transaction (a journal once the open has
+            // loaded the records: the file's first write, at the very start, is long over); the
+            // others kill the open earlier.
+            if round % 2 == 0 {
+                let loaded = Date().addingTimeInterval(0.1)
+                while process.isRunning, Date() < loaded || !FileManager.default.fileExists(atPath: journal), Date() < deadline { usleep(100) }
+                usleep(UInt32.random(in: 0..<1_000))
+            } else {
+                usleep(UInt32.random(in: 0..<300_000))
+            }
+            let midWrite = process.isRunning && FileManager.default.fileExists(atPath: journal)
+            kill(process.processIdentifier, SIGKILL)
+            if midWrite { killedMidWrite += 1 }
+            process.waitUntilExit()
+            let reopened = try Database(path: holder.path)
+            #expect(reopened.recordCount == 60_000)
+            for predicate in queries {
+                let query = KQuery.Query(recordType: "Artwork", predicate: try ValidatedPredicate(predicate))
+                let indexed = try StorePlannerTests.allPages(reopened, query, now: 0).map(\.recordID)
+                #expect(indexed == reopened.performByScan(query, now: 0).map(\.recordID), "\(predicate)")
+                #expect(!indexed.isEmpty)
+            }
+            // A write makes the snapshot stale: the next open builds the indexes and writes one again.
+            try reopened.createZone(ZoneID(zoneName: "Z\(round)", ownerName: "_o"))
+        }
+        #expect(killedMidWrite > 0, "the snapshot was always written before it could be killed")
+        // Opened whole once more, the snapshot is there for the next open.
+        _ = try Database(path: holder.path)
+        #expect(try Database(path: holder.path).indexSnapshotTypes == ["Artwork"])
+    }
 }
