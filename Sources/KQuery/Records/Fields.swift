@@ -8,10 +8,12 @@ import CKQuerySupport
 public struct Fields: Hashable, Sendable, Sequence {
     public typealias Element = (key: FieldKey, value: FieldValue)
 
+    /// The value first: its 17 bytes and then the 4-byte key pack into 24 bytes, where the key first
+    /// padded the entry to 32 (8 bytes a field of every record held in memory).
     @usableFromInline
     struct _Entry: Hashable, Sendable {
-        @usableFromInline var key: FieldKey
         @usableFromInline var value: FieldValue
+        @usableFromInline var key: FieldKey
 
         @usableFromInline init(key: FieldKey, value: FieldValue) {
             self.key = key
