@@ -52,16 +52,31 @@ public enum FieldValue: Hashable, Sendable {
 }
 
 /// A geographic location, as CLLocation carries it. Only latitude and longitude take part in queries.
+///
+/// The parts queries never read (altitude, accuracies, course, speed, timestamp) are kept in a box
+/// that exists only when one of them is set: a location is 24 bytes, not 105, and the box a record's
+/// field keeps it in 40 (a million records held in memory carry a million of them).
 public struct Location: Hashable, Sendable {
     public var latitude: Double
     public var longitude: Double
-    public var altitude: Double?
-    public var horizontalAccuracy: Double?
-    public var verticalAccuracy: Double?
-    public var course: Double?
-    public var speed: Double?
-    /// Milliseconds since 1970.
-    public var timestamp: Int64?
+    private var box: DetailsBox?
+
+    /// The optional parts, as one value.
+    struct Details: Hashable, Sendable {
+        var altitude: Double?
+        var horizontalAccuracy: Double?
+        var verticalAccuracy: Double?
+        var course: Double?
+        var speed: Double?
+        var timestamp: Int64?
+
+        var isEmpty: Bool { self == Details() }
+    }
+
+    final class DetailsBox: Sendable {
+        let details: Details
+        init(_ details: Details) { self.details = details }
+    }
 
     public init(
         latitude: Double, longitude: Double, altitude: Double? = nil, horizontalAccuracy: Double? = nil,
@@ -69,12 +84,55 @@ public struct Location: Hashable, Sendable {
     ) {
         self.latitude = latitude
         self.longitude = longitude
-        self.altitude = altitude
-        self.horizontalAccuracy = horizontalAccuracy
-        self.verticalAccuracy = verticalAccuracy
-        self.course = course
-        self.speed = speed
-        self.timestamp = timestamp
+        let details = Details(altitude: altitude, horizontalAccuracy: horizontalAccuracy, verticalAccuracy: verticalAccuracy,
+                              course: course, speed: speed, timestamp: timestamp)
+        box = details.isEmpty ? nil : DetailsBox(details)
+    }
+
+    private var details: Details {
+        get { box?.details ?? Details() }
+        set { box = newValue.isEmpty ? nil : DetailsBox(newValue) }
+    }
+
+    public var altitude: Double? {
+        get { box?.details.altitude }
+        set { details.altitude = newValue }
+    }
+
+    public var horizontalAccuracy: Double? {
+        get { box?.details.horizontalAccuracy }
+        set { details.horizontalAccuracy = newValue }
+    }
+
+    public var verticalAccuracy: Double? {
+        get { box?.details.verticalAccuracy }
+        set { details.verticalAccuracy = newValue }
+    }
+
+    public var course: Double? {
+        get { box?.details.course }
+        set { details.course = newValue }
+    }
+
+    public var speed: Double? {
+        get { box?.details.speed }
+        set { details.speed = newValue }
+    }
+
+    /// Milliseconds since 1970.
+    public var timestamp: Int64? {
+        get { box?.details.timestamp }
+        set { details.timestamp = newValue }
+    }
+
+    public static func == (a: Location, b: Location) -> Bool {
+        a.latitude == b.latitude && a.longitude == b.longitude && (a.box === b.box || a.details == b.details)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(latitude)
+        hasher.combine(longitude)
+        if let box { hasher.combine(box.details) }
     }
 }
 
