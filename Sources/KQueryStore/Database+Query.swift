@@ -316,7 +316,7 @@ extension Database {
     }
 
     private func recordIDProbe(_ ids: [RecordID], _ conjunct: Condition, type: String) -> Probe {
-        let found = ids.filter { tables[type]?.rowsByID[$0] != nil }
+        let found = ids.filter { tables[type]?.contains($0) == true }
         return Probe(lookup: .recordIDs(ids), condition: conjunct, estimate: Set(found).count, isExact: true)
     }
 
@@ -514,7 +514,7 @@ extension Database {
     private func rows(of probe: Probe, in table: RecordTable) -> [RowID] {
         switch probe.lookup {
         case .recordIDs(let ids):
-            return Postings.sortedUnique(ids.compactMap { table.rowsByID[$0] })
+            return Postings.sortedUnique(ids.compactMap { table.row(of: $0) })
         case .hash(let field, let keys, let members):
             guard let index = table.hashIndexes[field] else { return [] }
             return Postings.union(keys.map { index.rows(equalTo: $0, members: members) })

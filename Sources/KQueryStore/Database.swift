@@ -129,7 +129,7 @@ public final class Database {
     public func record(_ id: RecordID) -> Record? {
         // A record ID is unique across types; there are few types, so each is asked.
         for table in tables.values {
-            if let row = table.rowsByID[id] { return table.record(at: row) }
+            if let row = table.row(of: id) { return table.record(at: row) }
         }
         return nil
     }
@@ -233,8 +233,8 @@ public final class Database {
             let id = record.recordID
             generation += 1
             let deleted: Bool = if case .deleted = change { true } else { false }
-            if deleted || tables[record.recordType]?.rowsByID[id] == nil,
-               let holder = tables.first(where: { $0.value.rowsByID[id] != nil })?.key {
+            if deleted || tables[record.recordType]?.contains(id) != true,
+               let holder = tables.first(where: { $0.value.contains(id) })?.key {
                 // Found first, removed after: removing while iterating `tables` would copy it.
                 tables[holder]?.remove(id)
             }

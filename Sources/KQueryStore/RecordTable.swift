@@ -26,7 +26,8 @@ struct RecordTable: Sendable {
     private(set) var deadRows = 0
     /// The fewest dead rows that trigger a compaction (small in tests, to exercise it).
     var minimumDeadRows = 64
-    private(set) var rowsByID: [RecordID: RowID] = [:]
+    /// Record ID → row.
+    private(set) var rowsByID = RowMap()
 
     private(set) var hashIndexes: [FieldReference: HashIndex] = [:]
     private(set) var orderedIndexes: [FieldReference: OrderedIndex] = [:]
@@ -51,6 +52,17 @@ struct RecordTable: Sendable {
         positions.reserveCapacity(count)
         rowsByID.reserveCapacity(count)
     }
+
+    /// The row of the record with `id`, if the table holds it.
+    func row(of id: RecordID) -> RowID? {
+        records.withUnsafeBufferPointer { records in
+            positions.withUnsafeBufferPointer { positions in
+                rowsByID.row(of: id) { records[Int(positions[Int($0)])].recordID }
+            }
+        }
+    }
+
+    func contains(_ id: RecordID) -> Bool { row(of: id) != nil }
 
     func record(at row: RowID) -> Record? {
         guard Int(row) < positions.count else { return nil }
@@ -85,7 +97,7 @@ struct RecordTable: Sendable {
         let row = RowID(positions.count)
         positions.append(Int32(records.count))
         rowIDs.append(row)
-        rowsByID[record.recordID] = row
+        rowsByID.insert(record.recordID, row: row)
         let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
         columns.append(record, tokens: tokens)
         addToIndexes(record, row: row, tokens: tokens)
@@ -95,7 +107,7 @@ struct RecordTable: Sendable {
     /// Replaces a record in place; index entries change only where its indexed values did (a long
     /// posting list, such as a common token's, is expensive to edit).
     mutating func replace(_ record: Record) {
-        guard let row = rowsByID[record.recordID] else { return insert(record) }
+        guard let row = row(of: record.recordID) else { return insert(record) }
         let position = Int(positions[Int(row)])
         let old = records[position]
         records[position] = record
@@ -131,7 +143,12 @@ struct RecordTable: Sendable {
     }
 
     mutating func remove(_ id: RecordID) {
-        guard let row = rowsByID.removeValue(forKey: id) else { return }
+        let removed = records.withUnsafeBufferPointer { records in
+            positions.withUnsafeBufferPointer { positions in
+                rowsByID.remove(id) { records[Int(positions[Int($0)])].recordID }
+            }
+        }
+        guard let row = removed else { return }
         let position = Int(positions[Int(row)])
         let record = records[position]
         for field in Array(orderedIndexes.keys) {
@@ -155,9 +172,8 @@ struct RecordTable: Sendable {
     mutating func compact() {
         positions = Array(0..<Int32(records.count))
         rowIDs = Array(0..<RowID(records.count))
-        rowsByID = [:]
-        rowsByID.reserveCapacity(records.count)
-        for (position, record) in records.enumerated() { rowsByID[record.recordID] = RowID(position) }
+        rowsByID.removeAll(keepingCapacity: true)
+        for (position, record) in records.enumerated() { rowsByID.insert(record.recordID, row: RowID(position)) }
         let (hash, ordered, spatial, tokens) = (Array(hashIndexes.keys), Array(orderedIndexes.keys), Array(spatialIndexes.keys), tokenIndex != nil)
         dropIndexes()
         for field in hash { buildHashIndex(on: field) }
