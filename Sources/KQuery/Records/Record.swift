@@ -10,10 +10,36 @@ public struct Record: Hashable, Sendable {
     public var modificationDate: Int64?
     public var lastModifiedUserRecordName: String?
     public var recordChangeTag: String?
+    /// The parent and share, rarely set, in a box that exists only when one is: each would take 56
+    /// bytes in every record held in memory.
+    private var links: Links?
+
     /// The record's parent (CKRecord.parent; Web Services `parent`), the `___parent` system field.
-    public var parent: Reference?
+    public var parent: Reference? {
+        get { links?.parent }
+        set { setLinks(parent: newValue, share: share) }
+    }
+
     /// The record's share (CKRecord.share; Web Services `share`), the `shareID` / `___share` system field.
-    public var share: Reference?
+    public var share: Reference? {
+        get { links?.share }
+        set { setLinks(parent: parent, share: newValue) }
+    }
+
+    /// Immutable once made: a change makes a new box (records are values).
+    final class Links: Sendable {
+        let parent: Reference?
+        let share: Reference?
+
+        init(parent: Reference?, share: Reference?) {
+            self.parent = parent
+            self.share = share
+        }
+    }
+
+    private mutating func setLinks(parent: Reference?, share: Reference?) {
+        links = parent == nil && share == nil ? nil : Links(parent: parent, share: share)
+    }
 
     public init(
         recordType: String, recordID: RecordID, fields: Fields = Fields(),
@@ -38,6 +64,28 @@ public struct Record: Hashable, Sendable {
     public subscript(name: String) -> FieldValue? {
         get { fields[name] }
         set { fields[name] = newValue }
+    }
+
+    /// Every property takes part, as a synthesized equality would (references by record ID, as
+    /// `Reference` compares).
+    public static func == (a: Record, b: Record) -> Bool {
+        a.recordType == b.recordType && a.recordID == b.recordID && a.fields == b.fields
+            && a.creationDate == b.creationDate && a.creatorUserRecordName == b.creatorUserRecordName
+            && a.modificationDate == b.modificationDate && a.lastModifiedUserRecordName == b.lastModifiedUserRecordName
+            && a.recordChangeTag == b.recordChangeTag && a.parent == b.parent && a.share == b.share
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(recordType)
+        hasher.combine(recordID)
+        hasher.combine(fields)
+        hasher.combine(creationDate)
+        hasher.combine(creatorUserRecordName)
+        hasher.combine(modificationDate)
+        hasher.combine(lastModifiedUserRecordName)
+        hasher.combine(recordChangeTag)
+        hasher.combine(parent)
+        hasher.combine(share)
     }
 }
 
