@@ -308,9 +308,10 @@ public final class Database {
     }
 
     private func insertLoaded(_ record: consuming Record) {
+        // Through the defaulting subscript, which changes the table in place (optional chaining
+        // copied the whole table, every one of its arrays retained and released, per record).
         let type = record.recordType
-        if tables[type] == nil { tables[type] = RecordTable(recordType: type, searchableFields: schema?[type]?.searchableFields) }
-        tables[type]?.insertLoaded(record)
+        tables[type, default: RecordTable(recordType: type, searchableFields: schema?[type]?.searchableFields)].insertLoaded(record)
     }
 
     private func makeTable(_ type: String) -> RecordTable {

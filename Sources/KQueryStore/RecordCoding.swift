@@ -89,6 +89,7 @@ package enum RecordCoding {
         if presence & 64 != 0 { record.share = try reader.reference() }
         let count = try reader.count()
         var fields = Fields()
+        fields.reserveCapacity(count)
         for position in 0..<count {
             let nameBytes = try reader.rawBytes(try reader.count())
             let key: FieldKey
@@ -102,7 +103,7 @@ package enum RecordCoding {
                 let entry = (bytes: Array(nameBytes), key: key)
                 if position < names.names.count { names.names[position] = entry } else { names.names.append(entry) }
             }
-            fields[key] = try readValue(from: &reader)
+            fields.setAppending(key, try readValue(from: &reader))
         }
         guard reader.isAtEnd else { throw RecordDecodingError("trailing bytes after the record") }
         record.fields = fields

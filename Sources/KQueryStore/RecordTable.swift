@@ -90,7 +90,7 @@ struct RecordTable: Sendable {
             for byte in utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
         }
         loadedNamesHash = (hash ^ 0xFF) &* 0x100_0000_01B3   // the end of a name
-        insert(record)
+        insert(consume record)
     }
 
     mutating func insert(_ record: consuming Record) {
@@ -101,7 +101,7 @@ struct RecordTable: Sendable {
         let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
         columns.append(record, tokens: tokens)
         addToIndexes(record, row: row, tokens: tokens)
-        records.append(record)   // last: the record moves in
+        records.append(consume record)   // last: the record moves in
     }
 
     /// Replaces a record in place; index entries change only where its indexed values did (a long

@@ -36,6 +36,20 @@ public struct Fields: Hashable, Sendable, Sequence {
         try _entries.contains { try predicate($0.value) }
     }
 
+    /// Makes room for `count` fields.
+    public mutating func reserveCapacity(_ count: Int) { _entries.reserveCapacity(count) }
+
+    /// Sets `key` to `value`, appending when `key` sorts after every key held (fields decoded in
+    /// key order, as a database file stores them, skip the search and the generic insert).
+    @inlinable
+    public mutating func setAppending(_ key: FieldKey, _ value: FieldValue) {
+        if let last = _entries.last?.key, last.rawValue >= key.rawValue {
+            self[key] = value
+        } else {
+            _entries.append(_Entry(key: key, value: value))
+        }
+    }
+
     public var count: Int { _entries.count }
     public var isEmpty: Bool { _entries.isEmpty }
 
