@@ -30,6 +30,11 @@ struct RowMap: Sendable {
 
     /// The row of `id`; `idOf` gives the ID of the record at a row in the map.
     func row(of id: RecordID, idOf: (RowID) -> RecordID) -> RowID? {
+        slot(of: id, idOf: idOf).map { RowID(truncatingIfNeeded: slots[$0]) &- 1 }
+    }
+
+    /// Where `id`'s entry is.
+    private func slot(of id: RecordID, idOf: (RowID) -> RecordID) -> Int? {
         guard !slots.isEmpty else { return nil }
         let hash = Self.hash(id)
         return slots.withUnsafeBufferPointer { slots in
@@ -38,10 +43,7 @@ struct RowMap: Sendable {
             while true {
                 let slot = slots[index]
                 if slot == 0 { return nil }
-                if UInt32(truncatingIfNeeded: slot >> 32) == hash {
-                    let row = RowID(truncatingIfNeeded: slot) &- 1
-                    if idOf(row) == id { return row }
-                }
+                if UInt32(truncatingIfNeeded: slot >> 32) == hash, idOf(RowID(truncatingIfNeeded: slot) &- 1) == id { return index }
                 index = (index + 1) & mask
             }
         }
@@ -56,19 +58,8 @@ struct RowMap: Sendable {
 
     /// Removes `id` and returns its row, or nil if it is not in the map.
     mutating func remove(_ id: RecordID, idOf: (RowID) -> RecordID) -> RowID? {
-        guard !slots.isEmpty else { return nil }
-        let hash = Self.hash(id)
+        guard let index = slot(of: id, idOf: idOf) else { return nil }
         let mask = slots.count - 1
-        var index = Int(hash) & mask
-        while true {
-            let slot = slots[index]
-            if slot == 0 { return nil }
-            if UInt32(truncatingIfNeeded: slot >> 32) == hash {
-                let row = RowID(truncatingIfNeeded: slot) &- 1
-                if idOf(row) == id { break }
-            }
-            index = (index + 1) & mask
-        }
         let row = RowID(truncatingIfNeeded: slots[index]) &- 1
         // Shift back the entries after the hole that may move into it: those whose home slot is not
         // cyclically within (hole, their slot].

@@ -94,25 +94,15 @@ struct StoreCommandLineTests {
     /// it held before, whole and readable, and a later import completes.
     @Test func killedImportLeavesTheDatabaseConsistent() throws {
         let holder = TemporaryDatabasePath()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let big = directory.appendingPathComponent("big.ndjson")
-        var text = ""
-        for index in 0..<60_000 {
-            text += #"{"recordName":"big-\#(index)","recordType":"Artwork","fields":{"price":\#(index),"title":"A title long enough to make the pages fill up quickly, number \#(index)","tags":["a","b","c"]}}"# + "\n"
+        let (directory, big) = try Self.bigRecordsFile { index in
+            #"{"recordName":"big-\#(index)","recordType":"Artwork","fields":{"price":\#(index),"title":"A title long enough to make the pages fill up quickly, number \#(index)","tags":["a","b","c"]}}"#
         }
-        try Data(text.utf8).write(to: big)
+        defer { try? FileManager.default.removeItem(at: directory) }
         #expect(try KQueryBinary.run(["import", "--db", holder.path, "--records", Self.gallery]).status == 0)
 
         var killedMidWrite = 0
         for _ in 0..<3 {
-            let process = Process()
-            process.executableURL = KQueryBinary.url
-            process.arguments = ["import", "--db", holder.path, "--records", big.path]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let process = try Self.start(["import", "--db", holder.path, "--records", big.path])
             // The rollback journal exists while the import's transaction writes pages.
             let journal = holder.path + "-journal"
             let deadline = Date().addingTimeInterval(120)
@@ -140,27 +130,17 @@ struct StoreCommandLineTests {
     /// indexes that answer as a scan, whether it loads a snapshot or builds the indexes again.
     @Test func killedWhileKeepingItsIndexSnapshotTheFileStaysWhole() throws {
         let holder = TemporaryDatabasePath()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let big = directory.appendingPathComponent("big.ndjson")
-        var text = ""
-        for index in 0..<60_000 {
-            text += #"{"recordName":"big-\#(index)","recordType":"Artwork","fields":{"price":\#(index % 1_000),"title":"sunset \#(index % 97) harbour w\#(index)"}}"# + "\n"
+        let (directory, big) = try Self.bigRecordsFile { index in
+            #"{"recordName":"big-\#(index)","recordType":"Artwork","fields":{"price":\#(index % 1_000),"title":"sunset \#(index % 97) harbour w\#(index)"}}"#
         }
-        try Data(text.utf8).write(to: big)
+        defer { try? FileManager.default.removeItem(at: directory) }
         #expect(try KQueryBinary.run(["import", "--db", holder.path, "--records", big.path]).status == 0)
         #expect(try KQueryBinary.run(["index", "--db", holder.path, "Artwork", "price", "sortable"]).status == 0)
         #expect(try KQueryBinary.run(["index", "--db", holder.path, "Artwork", "title", "searchable"]).status == 0)
         let queries = ["price < 3", "ALL tokenize('sunset 7', 'Cdl') IN allTokens"]
         var killedMidWrite = 0
         for round in 0..<6 {
-            let process = Process()
-            process.executableURL = KQueryBinary.url
-            process.arguments = ["query", "--db", holder.path, "--type", "Artwork", "price < 3"]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let process = try Self.start(["query", "--db", holder.path, "--type", "Artwork", "price < 3"])
             let journal = holder.path + "-journal"
             let deadline = Date().addingTimeInterval(120)
             // Half the rounds wait for the snapshot's transaction (a journal once the open has
@@ -192,5 +172,25 @@ struct StoreCommandLineTests {
         // Opened whole once more, the snapshot is there for the next open.
         _ = try Database(path: holder.path)
         #expect(try Database(path: holder.path).indexSnapshotTypes == ["Artwork"])
+    }
+
+    /// A new directory holding `big.ndjson`: 60,000 records, `line(index)` each.
+    static func bigRecordsFile(_ line: (Int) -> String) throws -> (directory: URL, file: URL) {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let file = directory.appendingPathComponent("big.ndjson")
+        try Data((0..<60_000).map { line($0) + "\n" }.joined().utf8).write(to: file)
+        return (directory, file)
+    }
+
+    /// `kquery` with `arguments`, running in the background, its output dropped.
+    static func start(_ arguments: [String]) throws -> Process {
+        let process = Process()
+        process.executableURL = KQueryBinary.url
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return process
     }
 }

@@ -89,44 +89,26 @@ public struct Location: Hashable, Sendable {
         box = details.isEmpty ? nil : DetailsBox(details)
     }
 
-    private var details: Details {
-        get { box?.details ?? Details() }
-        set { box = newValue.isEmpty ? nil : DetailsBox(newValue) }
+    /// One optional part, read from the box or set through a new one (locations are values).
+    private subscript<Part>(_ part: WritableKeyPath<Details, Part>) -> Part {
+        get { (box?.details ?? Details())[keyPath: part] }
+        set {
+            var details = box?.details ?? Details()
+            details[keyPath: part] = newValue
+            box = details.isEmpty ? nil : DetailsBox(details)
+        }
     }
 
-    public var altitude: Double? {
-        get { box?.details.altitude }
-        set { details.altitude = newValue }
-    }
-
-    public var horizontalAccuracy: Double? {
-        get { box?.details.horizontalAccuracy }
-        set { details.horizontalAccuracy = newValue }
-    }
-
-    public var verticalAccuracy: Double? {
-        get { box?.details.verticalAccuracy }
-        set { details.verticalAccuracy = newValue }
-    }
-
-    public var course: Double? {
-        get { box?.details.course }
-        set { details.course = newValue }
-    }
-
-    public var speed: Double? {
-        get { box?.details.speed }
-        set { details.speed = newValue }
-    }
-
+    public var altitude: Double? { get { self[\.altitude] } set { self[\.altitude] = newValue } }
+    public var horizontalAccuracy: Double? { get { self[\.horizontalAccuracy] } set { self[\.horizontalAccuracy] = newValue } }
+    public var verticalAccuracy: Double? { get { self[\.verticalAccuracy] } set { self[\.verticalAccuracy] = newValue } }
+    public var course: Double? { get { self[\.course] } set { self[\.course] = newValue } }
+    public var speed: Double? { get { self[\.speed] } set { self[\.speed] = newValue } }
     /// Milliseconds since 1970.
-    public var timestamp: Int64? {
-        get { box?.details.timestamp }
-        set { details.timestamp = newValue }
-    }
+    public var timestamp: Int64? { get { self[\.timestamp] } set { self[\.timestamp] = newValue } }
 
     public static func == (a: Location, b: Location) -> Bool {
-        a.latitude == b.latitude && a.longitude == b.longitude && (a.box === b.box || a.details == b.details)
+        a.latitude == b.latitude && a.longitude == b.longitude && (a.box === b.box || a.box?.details == b.box?.details)
     }
 
     public func hash(into hasher: inout Hasher) {
