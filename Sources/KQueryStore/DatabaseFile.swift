@@ -133,8 +133,10 @@ final class DatabaseFile {
                     // temporary file) took longer than reading them; each goes to its type's table anyway.
                     // Stepped through SQLite's C API, each body read in place: a GRDB row wrapped
                     // every body in a `Data` (an allocation per record).
-                    let statement = try db.makeStatement(sql: "SELECT recordName, body FROM records")
+                    // Bodies only: a damaged record's name is looked up by its place in the same order.
+                    let statement = try db.makeStatement(sql: "SELECT body FROM records")
                     let handle = statement.sqliteStatement
+                    var position = 0
                     do {
                         while true {
                             let code = sqlite3_step(handle)
@@ -143,10 +145,10 @@ final class DatabaseFile {
                                 throw DatabaseError(.storage, "\(path): reading the records failed: \(String(cString: sqlite3_errmsg(db.sqliteConnection)))")
                             }
                             var failure: RecordDecodingError?
-                            if sqlite3_column_type(handle, 1) != SQLITE_BLOB {
+                            if sqlite3_column_type(handle, 0) != SQLITE_BLOB {
                                 failure = RecordDecodingError("its body is not a blob")
                             } else {
-                                let bytes = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 1), count: Int(sqlite3_column_bytes(handle, 1)))
+                                let bytes = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 0), count: Int(sqlite3_column_bytes(handle, 0)))
                                 do throws(RecordDecodingError) {
                                     pipeline.append(try RecordCoding.decode(bytes, names: &names))
                                 } catch {
@@ -154,9 +156,10 @@ final class DatabaseFile {
                                 }
                             }
                             if let failure {
-                                let name = sqlite3_column_text(handle, 0).map { String(cString: $0) } ?? "?"
-                                throw DatabaseError(.storage, "\(path): record '\(name)' is corrupt: \(failure)")
+                                let name = try? String.fetchOne(db, sql: "SELECT recordName FROM records LIMIT 1 OFFSET ?", arguments: [position])
+                                throw DatabaseError(.storage, "\(path): record '\(name ?? "?")' is corrupt: \(failure)")
                             }
+                            position += 1
                         }
                     } catch {
                         pipeline.abandon()

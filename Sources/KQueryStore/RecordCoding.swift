@@ -65,6 +65,10 @@ package enum RecordCoding {
     package struct FieldNames {
         package init() {}
         fileprivate var names: [(bytes: [UInt8], key: FieldKey)] = []
+        /// The record type and zone of the record decoded last (most records repeat them): the
+        /// same strings again, not validated and made anew.
+        fileprivate var recordType: (bytes: [UInt8], string: String) = ([], "")
+        fileprivate var zone: (bytes: [UInt8], zone: ZoneID) = ([], .default)
     }
 
     package static func decode(_ bytes: UnsafeRawBufferPointer) throws(RecordDecodingError) -> Record {
@@ -75,9 +79,27 @@ package enum RecordCoding {
     package static func decode(_ bytes: UnsafeRawBufferPointer, names: inout FieldNames) throws(RecordDecodingError) -> Record {
         var reader = Reader(bytes: bytes)
         guard try reader.byte() == version else { throw RecordDecodingError("unknown record encoding version") }
-        let recordType = try reader.string()
+        let typeBytes = try reader.rawBytes(try reader.count())
+        let recordType: String
+        if Self.equal(names.recordType.bytes, typeBytes) {
+            recordType = names.recordType.string
+        } else {
+            recordType = try Reader.validString(typeBytes)
+            names.recordType = (Array(typeBytes), recordType)
+        }
         let recordName = try reader.string()
-        let zone = ZoneID(zoneName: try reader.string(), ownerName: try reader.string())
+        // The zone's two names as they lie, length-prefixed: one comparison for both.
+        let zoneStart = reader.offset
+        let zoneName = try reader.rawBytes(try reader.count())
+        let ownerName = try reader.rawBytes(try reader.count())
+        let zoneBytes = UnsafeRawBufferPointer(rebasing: bytes[zoneStart..<reader.offset])
+        let zone: ZoneID
+        if Self.equal(names.zone.bytes, zoneBytes) {
+            zone = names.zone.zone
+        } else {
+            zone = ZoneID(zoneName: try Reader.validString(zoneName), ownerName: try Reader.validString(ownerName))
+            names.zone = (Array(zoneBytes), zone)
+        }
         var record = Record(recordType: recordType, recordID: RecordID(recordName: recordName, zoneID: zone))
         let presence = try reader.byte()
         if presence & 1 != 0 { record.creationDate = try reader.int64() }
@@ -103,9 +125,10 @@ package enum RecordCoding {
                 let entry = (bytes: Array(nameBytes), key: key)
                 if position < names.names.count { names.names[position] = entry } else { names.names.append(entry) }
             }
-            fields.setAppending(key, try readValue(from: &reader))
+            fields.appendUnordered(key, try readValue(from: &reader))
         }
         guard reader.isAtEnd else { throw RecordDecodingError("trailing bytes after the record") }
+        fields.sortAppended()
         record.fields = fields
         return record
     }
@@ -308,9 +331,10 @@ package enum RecordCoding {
         }
 
         mutating func string() throws(RecordDecodingError) -> String {
-            let length = try count()
-            defer { offset += length }
-            let raw = UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + length)])
+            try Self.validString(try rawBytes(try count()))
+        }
+
+        static func validString(_ raw: UnsafeRawBufferPointer) throws(RecordDecodingError) -> String {
             guard let text = raw.withMemoryRebound(to: UInt8.self, RecordCoding.validString) else {
                 throw RecordDecodingError("a string is not valid UTF-8")
             }

@@ -491,6 +491,55 @@ struct RecordCodingTests {
         return record
     }
 
+    /// Decoding many records with one shared name cache (as an open does: records of a type repeat
+    /// their field names, types and zones) gives each record back exactly, whatever came before it.
+    @Test func recordsSurviveDecodingWithASharedCache() throws {
+        var rng = SplitMix(seed: 11)
+        var names = RecordCoding.FieldNames()
+        for index in 0..<500 {
+            var record = Self.richRecord(&rng, index: index)
+            if index % 7 == 0 { record.recordType = "Other\(index % 3)" }
+            if index % 5 == 0 { record["extra\(index % 4)"] = .int64(Int64(index)) }
+            let bytes = RecordCoding.encode(record)
+            #expect(try bytes.withUnsafeBytes { try RecordCoding.decode($0, names: &names) } == record)
+        }
+    }
+
+    /// A file keeps a record's fields in the order of the process that wrote it; read by another,
+    /// they are put in this process's key order, and of a name written twice the last value stays.
+    @Test func fieldsWrittenInAnotherOrderAreSortedAndTheLastRepeatWins() throws {
+        let first = FieldKey("orderTestFirst")
+        let second = FieldKey("orderTestSecond")
+        #expect(first < second)
+        var bytes: [UInt8] = [RecordCoding.version]
+        for text in ["T", "r1", ZoneID.defaultZoneName, ZoneID.defaultOwnerName] { RecordCoding.writeString(text, to: &bytes) }
+        bytes.append(0)   // no system fields
+        RecordCoding.writeVarint(3, to: &bytes)
+        for (name, value) in [("orderTestSecond", 1), ("orderTestFirst", 2), ("orderTestSecond", 3)] {
+            RecordCoding.writeString(name, to: &bytes)
+            RecordCoding.writeValue(.int64(Int64(value)), to: &bytes)
+        }
+        let decoded = try bytes.withUnsafeBytes { try RecordCoding.decode($0) }
+        #expect(decoded.fields.map(\.key) == [first, second])
+        #expect(decoded[first.name] == .int64(2) && decoded[second.name] == .int64(3))
+
+        // Many fields (past the in-place sort), written in reverse, one of them twice.
+        let keys = (0..<40).map { FieldKey("orderTestMany\($0)") }
+        var many: [UInt8] = [RecordCoding.version]
+        for text in ["T", "r2", ZoneID.defaultZoneName, ZoneID.defaultOwnerName] { RecordCoding.writeString(text, to: &many) }
+        many.append(0)
+        RecordCoding.writeVarint(41, to: &many)
+        for (index, key) in keys.enumerated().reversed() {
+            RecordCoding.writeString(key.name, to: &many)
+            RecordCoding.writeValue(.int64(Int64(index)), to: &many)
+        }
+        RecordCoding.writeString(keys[7].name, to: &many)
+        RecordCoding.writeValue(.int64(1_007), to: &many)
+        let decodedMany = try many.withUnsafeBytes { try RecordCoding.decode($0) }
+        #expect(decodedMany.fields.map(\.key) == keys)
+        #expect(decodedMany[keys[7].name] == .int64(1_007) && decodedMany[keys[39].name] == .int64(39))
+    }
+
     @Test func recordsSurviveEncoding() throws {
         var rng = SplitMix(seed: 7)
         for index in 0..<500 {

@@ -39,15 +39,44 @@ public struct Fields: Hashable, Sendable, Sequence {
     /// Makes room for `count` fields.
     public mutating func reserveCapacity(_ count: Int) { _entries.reserveCapacity(count) }
 
-    /// Sets `key` to `value`, appending when `key` sorts after every key held (fields decoded in
-    /// key order, as a database file stores them, skip the search and the generic insert).
-    @inlinable
-    public mutating func setAppending(_ key: FieldKey, _ value: FieldValue) {
-        if let last = _entries.last?.key, last.rawValue >= key.rawValue {
-            self[key] = value
+    /// Appends a field without keeping the key order: a decoder adds a record's fields this way,
+    /// then calls `sortAppended()` once (a file keeps fields in the order of the process that wrote
+    /// it, whose keys were numbered otherwise; inserting each in order went through the generic
+    /// insert).
+    package mutating func appendUnordered(_ key: FieldKey, _ value: FieldValue) {
+        _entries.append(_Entry(key: key, value: value))
+    }
+
+    /// Puts the fields in key order after `appendUnordered`; of a key appended twice, the value
+    /// appended last stays (as setting it twice would leave it).
+    package mutating func sortAppended() {
+        guard _entries.count > 1 else { return }
+        if _entries.count <= 32 {
+            // A record's few fields: a stable insertion sort in place, no allocation (and next to
+            // nothing when they are in order already).
+            _entries.withUnsafeMutableBufferPointer { entries in
+                for index in 1..<entries.count {
+                    var at = index
+                    while at > 0, entries[at - 1].key.rawValue > entries[at].key.rawValue {
+                        entries.swapAt(at - 1, at)
+                        at -= 1
+                    }
+                }
+            }
         } else {
-            _entries.append(_Entry(key: key, value: value))
+            // Stable: by key, then by the order appended.
+            _entries = ContiguousArray(_entries.enumerated().sorted { ($0.element.key.rawValue, $0.offset) < ($1.element.key.rawValue, $1.offset) }.map(\.element))
         }
+        let repeated = _entries.withUnsafeBufferPointer { entries in
+            (1..<entries.count).contains { entries[$0 - 1].key == entries[$0].key }
+        }
+        guard repeated else { return }
+        var result = ContiguousArray<_Entry>()
+        result.reserveCapacity(_entries.count)
+        for entry in _entries {
+            if let last = result.last, last.key == entry.key { result[result.count - 1] = entry } else { result.append(entry) }
+        }
+        _entries = result
     }
 
     public var count: Int { _entries.count }
