@@ -60,6 +60,7 @@ let package = Package(
         .executableTarget(name: "PredicateFuzz", dependencies: ["KQuery"], path: "Fuzz/PredicateFuzz"),
         .executableTarget(
             name: "RequestFuzz", dependencies: ["KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices"], path: "Fuzz/RequestFuzz"),
+        .executableTarget(name: "FileFuzz", dependencies: ["KQuery", "KQueryStore"], path: "Fuzz/FileFuzz"),
         .executableTarget(
             name: "KQueryBenchmarks",
             dependencies: [
