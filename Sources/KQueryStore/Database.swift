@@ -94,20 +94,16 @@ public final class Database {
             generation = contents.generation
         }, record: { insertLoaded($0) })
         var made: [(recordType: String, body: [UInt8])] = []
-        for type in Array(tables.keys) {
-            guard let table = tables[type] else { continue }
-            let declarations = indexDeclarations(for: type)
-            guard !declarations.isEmpty else { continue }
-            let signature = IndexSnapshot.signature(declarations, searchableFields: table.searchableFields)
+        for type in Array(tables.keys) where !indexDeclarations(for: type).isEmpty {
             // A stale or damaged snapshot is built anew below, and replaced.
-            if let snapshot = snapshots[type], case .success(let indexes) = IndexSnapshot.decode(snapshot, count: table.count, namesHash: table.loadedNamesHash, signature: signature) {
+            if let snapshot = snapshots[type], case .success(let indexes) = indexes(fromSnapshot: snapshot, of: type) {
                 tables[type]?.install(indexes)
-                indexesFromSnapshot.insert(type)
+                indexSnapshotTypes.insert(type)
                 continue
             }
             buildDeclaredIndexes(type)
-            if let built = tables[type], built.count >= minimumRowsForIndexSnapshot {
-                made.append((type, IndexSnapshot.encode(built, signature: signature)))
+            if let count = tables[type]?.count, count >= minimumRowsForIndexSnapshot, let body = indexSnapshot(of: type) {
+                made.append((type, body))
             }
         }
         // A cache: an open that cannot write it (a read-only file, another writer) still succeeds.
@@ -115,9 +111,23 @@ public final class Database {
     }
 
     /// The record types whose indexes this open read from the file's snapshot rather than built.
-    private(set) var indexesFromSnapshot: Set<String> = []
-    /// The same, for tools and benchmarks that report how a file opened.
-    public var indexSnapshotTypes: Set<String> { indexesFromSnapshot }
+    public private(set) var indexSnapshotTypes: Set<String> = []
+
+    /// `type`'s indexes as an index snapshot describes them (`IndexSnapshot`), with the declarations
+    /// and searchable fields they were built from.
+    func indexSnapshot(of type: String) -> [UInt8]? {
+        tables[type].map { IndexSnapshot.encode($0, signature: indexSnapshotSignature(type)) }
+    }
+
+    /// The indexes `snapshot` holds for `type`'s table as it is now, or why they do not fit it.
+    func indexes(fromSnapshot snapshot: [UInt8], of type: String) -> Result<RecordTable.Indexes, IndexSnapshot.Mismatch> {
+        guard let table = tables[type] else { return .failure(IndexSnapshot.Mismatch("no table of type '\(type)'")) }
+        return IndexSnapshot.decode(snapshot, count: table.count, namesHash: table.loadedNamesHash, signature: indexSnapshotSignature(type))
+    }
+
+    private func indexSnapshotSignature(_ type: String) -> String {
+        IndexSnapshot.signature(indexDeclarations(for: type), searchableFields: tables[type]?.searchableFields)
+    }
 
     /// The file the database lives in; nil in memory.
     public var path: String? { file?.path }

@@ -19,9 +19,7 @@ package enum FileFormatProbe {
         let sum = bytes.withUnsafeBytes { IndexSnapshot.checksum($0) }
         withUnsafeBytes(of: sum.littleEndian) { bytes.append(contentsOf: $0) }
         let database = Self.database(count)
-        guard let table = database.tables["T"] else { return }
-        let signature = IndexSnapshot.signature(database.indexDeclarations(for: "T"), searchableFields: table.searchableFields)
-        guard case .success(let indexes) = IndexSnapshot.decode(bytes, count: table.count, namesHash: table.loadedNamesHash, signature: signature) else { return }
+        guard case .success(let indexes) = database.indexes(fromSnapshot: bytes, of: "T") else { return }
         database.tables["T"]?.install(indexes)
         for text in queries {
             guard let predicate = try? ValidatedPredicate(text) else { continue }
@@ -33,10 +31,7 @@ package enum FileFormatProbe {
 
     /// The snapshot of the sample table of `count` records: a seed for the fuzzer.
     package static func sampleSnapshotBody(count: Int) -> [UInt8] {
-        let database = database(count)
-        guard let table = database.tables["T"] else { return [] }
-        let signature = IndexSnapshot.signature(database.indexDeclarations(for: "T"), searchableFields: table.searchableFields)
-        return Array(IndexSnapshot.encode(table, signature: signature).dropLast(8))
+        Array((database(count).indexSnapshot(of: "T") ?? []).dropLast(8))
     }
 
     private static let queries = [

@@ -67,8 +67,18 @@ package enum RecordCoding {
         fileprivate var names: [(bytes: [UInt8], key: FieldKey)] = []
         /// The record type and zone of the record decoded last (most records repeat them): the
         /// same strings again, not validated and made anew.
-        fileprivate var recordType: (bytes: [UInt8], string: String) = ([], "")
-        fileprivate var zone: (bytes: [UInt8], zone: ZoneID) = ([], .default)
+        fileprivate var recordType: (bytes: [UInt8], value: String) = ([], "")
+        fileprivate var zone: (bytes: [UInt8], value: ZoneID) = ([], .default)
+    }
+
+    /// The value `bytes` gave last time when they are the same bytes, else `make()`, remembered.
+    private static func reusing<Value>(
+        _ cache: inout (bytes: [UInt8], value: Value), _ bytes: UnsafeRawBufferPointer, _ make: () throws(RecordDecodingError) -> Value
+    ) throws(RecordDecodingError) -> Value {
+        if Self.equal(cache.bytes, bytes) { return cache.value }
+        let value = try make()
+        cache = (Array(bytes), value)
+        return value
     }
 
     package static func decode(_ bytes: UnsafeRawBufferPointer) throws(RecordDecodingError) -> Record {
@@ -80,25 +90,14 @@ package enum RecordCoding {
         var reader = Reader(bytes: bytes)
         guard try reader.byte() == version else { throw RecordDecodingError("unknown record encoding version") }
         let typeBytes = try reader.rawBytes(try reader.count())
-        let recordType: String
-        if Self.equal(names.recordType.bytes, typeBytes) {
-            recordType = names.recordType.string
-        } else {
-            recordType = try Reader.validString(typeBytes)
-            names.recordType = (Array(typeBytes), recordType)
-        }
+        let recordType = try reusing(&names.recordType, typeBytes) { () throws(RecordDecodingError) in try Reader.validString(typeBytes) }
         let recordName = try reader.string()
         // The zone's two names as they lie, length-prefixed: one comparison for both.
         let zoneStart = reader.offset
         let zoneName = try reader.rawBytes(try reader.count())
         let ownerName = try reader.rawBytes(try reader.count())
-        let zoneBytes = UnsafeRawBufferPointer(rebasing: bytes[zoneStart..<reader.offset])
-        let zone: ZoneID
-        if Self.equal(names.zone.bytes, zoneBytes) {
-            zone = names.zone.zone
-        } else {
-            zone = ZoneID(zoneName: try Reader.validString(zoneName), ownerName: try Reader.validString(ownerName))
-            names.zone = (Array(zoneBytes), zone)
+        let zone = try reusing(&names.zone, UnsafeRawBufferPointer(rebasing: bytes[zoneStart..<reader.offset])) { () throws(RecordDecodingError) in
+            ZoneID(zoneName: try Reader.validString(zoneName), ownerName: try Reader.validString(ownerName))
         }
         var record = Record(recordType: recordType, recordID: RecordID(recordName: recordName, zoneID: zone))
         let presence = try reader.byte()

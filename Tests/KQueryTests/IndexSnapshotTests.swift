@@ -81,18 +81,16 @@ struct IndexSnapshotTests {
     }
 
     static func snapshotBytes(_ database: KQueryStore.Database, _ type: String) throws -> [UInt8] {
-        let table = try #require(database.tables[type])
-        let signature = IndexSnapshot.signature(database.indexDeclarations(for: type), searchableFields: table.searchableFields)
-        return IndexSnapshot.encode(table, signature: signature)
+        try #require(database.indexSnapshot(of: type))
     }
 
     @Test func theNextOpenLoadsTheIndexesTheOpenBeforeBuilt() throws {
         let holder = TemporaryDatabasePath()
         try Self.makeFile(holder.path, count: 3_000)
         let built = try Self.open(holder.path)
-        #expect(built.indexesFromSnapshot.isEmpty)
+        #expect(built.indexSnapshotTypes.isEmpty)
         let loaded = try Self.open(holder.path)
-        #expect(loaded.indexesFromSnapshot == ["Artwork", "Artist"])
+        #expect(loaded.indexSnapshotTypes == ["Artwork", "Artist"])
         for type in ["Artwork", "Artist"] {
             let fields = try #require(loaded.tables[type]?.indexedFields)
             #expect(fields.hash.count == 7 && fields.ordered.count == 5 && fields.spatial.count == 7 && fields.tokens, "\(type)")
@@ -118,10 +116,10 @@ struct IndexSnapshotTests {
         ]
         for (what, write) in writes {
             let before = try Self.open(holder.path)
-            #expect(before.indexesFromSnapshot == ["Artwork", "Artist"], "before \(what)")
+            #expect(before.indexSnapshotTypes == ["Artwork", "Artist"], "before \(what)")
             try write(before)
             let after = try Self.open(holder.path)
-            #expect(after.indexesFromSnapshot.isEmpty, "after \(what)")
+            #expect(after.indexSnapshotTypes.isEmpty, "after \(what)")
             try Self.expectAnswersAsAScan(after)
         }
     }
@@ -149,10 +147,10 @@ struct IndexSnapshotTests {
         try queue.close()
         let rebuilt = try Self.open(holder.path)
         let declared = Set(rebuilt.tables.keys.filter { !rebuilt.indexDeclarations(for: $0).isEmpty })
-        #expect(rebuilt.indexesFromSnapshot == declared.subtracting(Set(stale)))
+        #expect(rebuilt.indexSnapshotTypes == declared.subtracting(Set(stale)))
         try Self.expectAnswersAsAScan(rebuilt, indexes: false)
         let again = try Self.open(holder.path)
-        #expect(again.indexesFromSnapshot == declared)
+        #expect(again.indexSnapshotTypes == declared)
         try Self.expectAnswersAsAScan(again, indexes: false)
     }
 
@@ -161,7 +159,7 @@ struct IndexSnapshotTests {
         try Self.makeFile(holder.path, count: 500)
         _ = try KQueryStore.Database(path: holder.path, indexPolicy: .declared, minimumRowsForIndexSnapshot: 400)   // Artwork only
         let reopened = try KQueryStore.Database(path: holder.path, indexPolicy: .declared, minimumRowsForIndexSnapshot: 400)
-        #expect(reopened.indexesFromSnapshot == ["Artwork"])
+        #expect(reopened.indexSnapshotTypes == ["Artwork"])
         let queue = try DatabaseQueue(path: holder.path)
         #expect(try queue.read { try String.fetchAll($0, sql: "SELECT recordType FROM index_snapshots") } == ["Artwork"])
     }
@@ -175,10 +173,9 @@ struct IndexSnapshotTests {
             try database.declareIndex(IndexDeclaration(recordType: "Artwork", field: .user(FieldKey(field)), index: index))
         }
         let table = try #require(database.tables["Artwork"])
-        let signature = IndexSnapshot.signature(database.indexDeclarations(for: "Artwork"), searchableFields: nil)
-        let good = IndexSnapshot.encode(table, signature: signature)
+        let good = try #require(database.indexSnapshot(of: "Artwork"))
         func decode(_ bytes: [UInt8]) -> Result<RecordTable.Indexes, IndexSnapshot.Mismatch> {
-            IndexSnapshot.decode(bytes, count: table.count, namesHash: table.loadedNamesHash, signature: signature)
+            database.indexes(fromSnapshot: bytes, of: "Artwork")
         }
         func restamped(_ body: ArraySlice<UInt8>) -> [UInt8] {
             var bytes = Array(body)
