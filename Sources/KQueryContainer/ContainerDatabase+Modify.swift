@@ -70,7 +70,8 @@ extension ContainerDatabase {
                     continue
                 }
                 let (changes, errors) = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, tx: tx, database: stored, user: user, now: now)
-                applied += changes
+                // One zone's changes are taken as they are rather than copied into an empty list.
+                if applied.isEmpty { applied = changes } else { applied += changes }
                 for (index, error) in errors { outcomes[index] = .failed(operations[index].record.recordID, error) }
             }
             guard !applied.isEmpty else { return (ModifyResult(results: outcomes.map { $0! }, notifications: []), []) }
@@ -84,6 +85,7 @@ extension ContainerDatabase {
                 : applied.enumerated().sorted { ($0.element.operation, $0.offset) < ($1.element.operation, $1.offset) }.map(\.element)
             var sequence = database.sequence
             var changes: [RecordChange] = []
+            changes.reserveCapacity(ordered.count)
             var zoneChanged: [ZoneID: Int64] = [:]
             // Saves are written in runs (a file writes a run in a few statements); a delete ends a
             // run, so a record deleted and created again in one modify is written in that order.

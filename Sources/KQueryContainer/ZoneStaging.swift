@@ -16,16 +16,25 @@ struct ZoneStaging {
     let user: String
     let now: Int64
 
-    /// Records as the group leaves them (nil: deleted), by name.
-    private var staged: [String: Record?] = [:]
-    /// Records as storage holds them, by name, read once.
-    private var stored: [String: Record?] = [:]
+    /// A record the group has read or changed: as storage holds it (read once; nil: not read yet)
+    /// and as the group leaves it (nil: untouched).
+    private struct Entry {
+        let name: String
+        var stored: Record??
+        var staged: Record??
+    }
+    /// The records read or changed, in the order first met. A modify names a record or a few:
+    /// found by comparing names, until `positions` indexes them (a group of more than
+    /// `indexedFrom`), rather than hashed into two tables for each record.
+    private var entries: [Entry] = []
+    private var positions: [String: Int] = [:]
+    private static let indexedFrom = 8
     /// The changes in order, each with the operation that caused it (a cascade: the root delete's).
     private(set) var changes: [(operation: Int, change: RecordChange)] = []
-    /// Each saving operation's record.
-    private(set) var saved: [Int: Record] = [:]
     /// The operation whose delete removed each deleted record (directly or by cascade).
     private var deletedBy: [String: Int] = [:]
+    /// Whether a record saved holds a DELETE_SELF or VALIDATE reference.
+    private var savesReferences = false
 
     init(zoneID: ZoneID, tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64) {
         self.zoneID = zoneID
@@ -38,26 +47,47 @@ struct ZoneStaging {
     /// Makes room for `count` operations' records and changes at once, rather than growing (and
     /// rehashing) through a 200-record modify.
     mutating func reserveCapacity(_ count: Int) {
-        // One operation's first insert sizes each table as well.
-        guard count > 1 else { return }
-        staged.reserveCapacity(count)
-        stored.reserveCapacity(count)
-        saved.reserveCapacity(count)
+        entries.reserveCapacity(count)
         changes.reserveCapacity(count)
+        if count > Self.indexedFrom { positions.reserveCapacity(count) }
+    }
+
+    /// The position of `name`'s entry, made (with nothing read or staged) if it has none.
+    private mutating func entry(_ name: String) -> Int {
+        if entries.count > Self.indexedFrom {
+            if let position = positions[name] { return position }
+        } else if let position = entries.firstIndex(where: { $0.name == name }) {
+            return position
+        }
+        entries.append(Entry(name: name, stored: nil, staged: nil))
+        let position = entries.count - 1
+        if entries.count > Self.indexedFrom {
+            // Past the threshold: index every entry once, then each new one as it comes.
+            if positions.isEmpty {
+                for (position, entry) in entries.enumerated() { positions[entry.name] = position }
+            } else {
+                positions[name] = position
+            }
+        }
+        return position
     }
 
     private mutating func storedRecord(_ name: String) throws(ContainerError) -> Record? {
-        if let record = stored[name] { return record }
-        let record = try database.flatMap { database throws(ContainerError) in
-            try tx.record(RecordID(recordName: name, zoneID: zoneID), in: database)
-        }
-        stored[name] = record
+        try storedRecord(at: entry(name))
+    }
+
+    private mutating func storedRecord(at position: Int) throws(ContainerError) -> Record? {
+        if let record = entries[position].stored { return record }
+        let id = RecordID(recordName: entries[position].name, zoneID: zoneID)
+        let record = try database.flatMap { database throws(ContainerError) in try tx.record(id, in: database) }
+        entries[position].stored = .some(record)
         return record
     }
 
     private mutating func current(_ name: String) throws(ContainerError) -> Record? {
-        if let record = staged[name] { return record }
-        return try storedRecord(name)
+        let position = entry(name)
+        if let record = entries[position].staged { return record }
+        return try storedRecord(at: position)
     }
 
     /// The records that now hold a reference with `action` to `target`, by name.
@@ -65,7 +95,7 @@ struct ZoneStaging {
         var candidates = Set(try database.map { database throws(ContainerError) in
             try tx.referrers(to: RecordID(recordName: target, zoneID: zoneID), action: action, in: database)
         } ?? [])
-        for (name, record) in staged where record != nil { candidates.insert(name) }
+        for entry in entries where (entry.staged ?? nil) != nil { candidates.insert(entry.name) }
         var referrers: [String] = []
         for name in candidates.sorted() {
             if let record = try current(name), record.references(target, action: action) { referrers.append(name) }
@@ -133,8 +163,8 @@ struct ZoneStaging {
     }
 
     private mutating func save(_ index: Int, _ record: Record, before: Record?) {
-        staged[record.recordID.recordName] = record
-        saved[index] = record
+        entries[entry(record.recordID.recordName)].staged = .some(record)
+        if !savesReferences { savesReferences = !record.trackedReferences.isEmpty }
         changes.append((index, before.map { .updated(before: $0, after: record) } ?? .created(record)))
     }
 
@@ -155,7 +185,7 @@ struct ZoneStaging {
 
     private mutating func remove(_ record: Record, by index: Int) {
         let name = record.recordID.recordName
-        staged[name] = .some(nil)
+        entries[entry(name)].staged = .some(nil)
         deletedBy[name] = index
         changes.append((index, .deleted(record)))
     }
@@ -167,10 +197,17 @@ struct ZoneStaging {
     /// points at, a target of more than 750 DELETE_SELF references.
     mutating func referenceViolations() throws(ContainerError) -> [Int: ContainerError] {
         // Without deletions or saved references no rule can break (most modifies).
-        guard !deletedBy.isEmpty || saved.values.contains(where: { !$0.trackedReferences.isEmpty }) else { return [:] }
+        guard !deletedBy.isEmpty || savesReferences else { return [:] }
+        // Each saving operation's record, in operation order.
+        let saved: [(operation: Int, record: Record)] = changes.compactMap { operation, change in
+            switch change {
+            case .created(let record), .updated(_, let record): (operation, record)
+            case .deleted: nil
+            }
+        }
         var errors: [Int: ContainerError] = [:]
         var owned: Set<String> = []
-        for (index, record) in saved.sorted(by: { $0.key < $1.key }) {
+        for (index, record) in saved {
             let name = record.recordID.recordName
             guard try current(name) != nil else { continue }
             for reference in record.trackedReferences {

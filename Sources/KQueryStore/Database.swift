@@ -243,7 +243,9 @@ public final class Database {
             let id = record.recordID
             generation += 1
             let deleted: Bool = if case .deleted = change { true } else { false }
-            if deleted || tables[record.recordType]?.contains(id) != true,
+            // Read in place: `tables[type]?.contains(id)` would copy the whole table first.
+            let own = tables.index(forKey: record.recordType)
+            if deleted || !(own.map { tables.values[$0].contains(id) } ?? false),
                let holder = tables.first(where: { $0.value.contains(id) })?.key {
                 // Found first, removed after: removing while iterating `tables` would copy it.
                 tables[holder]?.remove(id)

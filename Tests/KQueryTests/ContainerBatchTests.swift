@@ -84,7 +84,7 @@ import Testing
                     var items: [(operations: [RecordOperation], atomic: Bool)?] = []
                     for _ in 0..<Int.random(in: 1...6, using: &rng) {
                         items.append(Int.random(in: 0..<5, using: &rng) == 0 ? nil
-                            : (ContainerModifyPropertyTests.randomOperations(&rng, current), Bool.random(using: &rng)))
+                            : (ContainerModifyPropertyTests.randomOperations(&rng, current, wide: false), Bool.random(using: &rng)))
                     }
                     var expected: [String] = []
                     for case let item? in items {

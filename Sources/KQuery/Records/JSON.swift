@@ -461,14 +461,20 @@ extension JSON {
     /// formatting numbers: a value this bound shows to fit needs no exact measure.
     var serializedSizeBound: Int {
         switch self {
-        case .null, .bool: 5
+        case .null, .bool: return 5
         // An Int64 in decimal takes at most 20 bytes; a Double's shortest text at most 24.
-        case .int: 20
-        case .double: 24
+        case .int: return 20
+        case .double: return 24
         // Quotes, and at most six bytes (`\u001f`) for each byte of the text.
-        case .string(let s): 2 + 6 * s.utf8.count
-        case .array(let elements): elements.reduce(2 + max(elements.count - 1, 0)) { $0 + $1.serializedSizeBound }
-        case .object(let members): members.reduce(2 + max(members.count - 1, 0)) { $0 + 3 + 6 * $1.0.utf8.count + $1.1.serializedSizeBound }
+        case .string(let s): return 2 + 6 * s.utf8.count
+        case .array(let elements):
+            var size = 2 + max(elements.count - 1, 0)
+            for index in elements.indices { size += elements[index].serializedSizeBound }
+            return size
+        case .object(let members):
+            var size = 2 + max(members.count - 1, 0)
+            for index in members.indices { size += 3 + 6 * members[index].0.utf8.count + members[index].1.serializedSizeBound }
+            return size
         }
     }
 
