@@ -232,7 +232,20 @@ final class MemoryDatabase {
     @exclusivity(unchecked) var zoneTombstones: [ZoneID: Int64] = [:]
     @exclusivity(unchecked) var zoneLog = ChangeLog<ZoneID>()
     /// Records by zone, created with a zone's first record.
-    @exclusivity(unchecked) var recordZones: [ZoneID: MemoryZone] = [:]
+    @exclusivity(unchecked) var recordZones: [ZoneID: MemoryZone] = [:] {
+        didSet { lastZone = nil }
+    }
+    /// The zone `recordZone(_:)` found last: a modify reads and writes its records in one zone,
+    /// found by comparing its ID instead of hashing it at each step.
+    @exclusivity(unchecked) private var lastZone: (id: ZoneID, zone: MemoryZone)?
+
+    /// The zone's records, if it has any.
+    func recordZone(_ id: ZoneID) -> MemoryZone? {
+        if let lastZone, lastZone.id == id { return lastZone.zone }
+        let zone = recordZones[id]
+        if let zone { lastZone = (id, zone) }
+        return zone
+    }
     /// Subscriptions by ID, with the number that keeps their save order (a replaced one moves last).
     @exclusivity(unchecked) var subscriptions: [String: (order: Int64, subscription: Subscription)] = [:]
     @exclusivity(unchecked) var nextSubscriptionOrder: Int64 = 0
@@ -249,8 +262,15 @@ final class MemoryDatabase {
 }
 
 final class MemoryState {
-    @exclusivity(unchecked) var databaseIDs: [DatabaseKey: Int64] = [:]
-    @exclusivity(unchecked) var databases: [Int64: MemoryDatabase] = [:]
+    @exclusivity(unchecked) var databaseIDs: [DatabaseKey: Int64] = [:] {
+        didSet { lastDatabase = nil }
+    }
+    @exclusivity(unchecked) var databases: [Int64: MemoryDatabase] = [:] {
+        didSet { lastDatabase = nil }
+    }
+    /// The database found last: a write reaches one database many times, found by comparing
+    /// instead of hashing.
+    @exclusivity(unchecked) private var lastDatabase: MemoryDatabase?
     /// The outbox in queue order: entry `id` at `id - outboxBase`, nil once acknowledged.
     @exclusivity(unchecked) var outbox: [OutboxNotification?] = []
     @exclusivity(unchecked) var outboxBase: Int64 = 1
@@ -259,7 +279,19 @@ final class MemoryState {
     /// The `DeliveryChannel` bits of entries some channels have acknowledged but not all.
     @exclusivity(unchecked) var outboxDelivered: [Int64: Int] = [:]
 
-    func database(_ stored: StoredDatabase) -> MemoryDatabase? { databases[stored.id] }
+    func database(_ stored: StoredDatabase) -> MemoryDatabase? {
+        if let lastDatabase, lastDatabase.stored.id == stored.id { return lastDatabase }
+        let database = databases[stored.id]
+        if let database { lastDatabase = database }
+        return database
+    }
+
+    func database(_ key: DatabaseKey) -> MemoryDatabase? {
+        if let lastDatabase, lastDatabase.key == key { return lastDatabase }
+        guard let id = databaseIDs[key], let database = databases[id] else { return nil }
+        lastDatabase = database
+        return database
+    }
 
     /// After a commit: rebuilds change logs gone mostly stale and drops acknowledged entries from
     /// the front of the outbox.
@@ -287,7 +319,7 @@ struct MemoryTransaction: StorageWriteTransaction {
     // MARK: Reading
 
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
-        state.databaseIDs[key].flatMap { state.databases[$0]?.stored }
+        state.database(key)?.stored
     }
 
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
@@ -299,7 +331,7 @@ struct MemoryTransaction: StorageWriteTransaction {
     }
 
     func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record? {
-        state.database(database)?.recordZones[id.zoneID]?.records[id.recordName]?.record
+        state.database(database)?.recordZone(id.zoneID)?.records[id.recordName]?.record
     }
 
     func records(in database: StoredDatabase) throws(ContainerError) -> [Record] {
@@ -311,13 +343,13 @@ struct MemoryTransaction: StorageWriteTransaction {
     }
 
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {
-        guard let names = state.database(database)?.recordZones[target.zoneID]?.referrers[ReferenceKey(target: target.recordName, action: action)] else { return [] }
+        guard let names = state.database(database)?.recordZone(target.zoneID)?.referrers[ReferenceKey(target: target.recordName, action: action)] else { return [] }
         return names.sorted()
     }
 
     func recordChanges(in zoneID: ZoneID, of database: StoredDatabase, after sequence: Int64, includingDeletions: Bool, limit: Int)
         throws(ContainerError) -> [(sequence: Int64, change: RecordZoneChange)] {
-        guard let zone = state.database(database)?.recordZones[zoneID] else { return [] }
+        guard let zone = state.database(database)?.recordZone(zoneID) else { return [] }
         var changes: [(sequence: Int64, change: RecordZoneChange)] = []
         changes.reserveCapacity(min(limit, zone.log.entries.count))
         var position = zone.log.start(after: sequence)
@@ -376,7 +408,7 @@ struct MemoryTransaction: StorageWriteTransaction {
     /// Whether the record has a tombstone, and whether its current version holds tracked
     /// references: what saving it must clear away.
     func leftovers(of id: RecordID, in database: StoredDatabase) -> (tombstone: Bool, references: Bool) {
-        guard let zone = state.database(database)?.recordZones[id.zoneID] else { return (false, false) }
+        guard let zone = state.database(database)?.recordZone(id.zoneID) else { return (false, false) }
         return (zone.tombstones[id.recordName] != nil, zone.records[id.recordName].map { !$0.record.trackedReferences.isEmpty } ?? false)
     }
 
@@ -450,7 +482,7 @@ struct MemoryTransaction: StorageWriteTransaction {
 
     /// The zone's records, created (undoably) if it has none yet.
     private func recordZone(_ zoneID: ZoneID, of database: MemoryDatabase) -> MemoryZone {
-        if let zone = database.recordZones[zoneID] { return zone }
+        if let zone = database.recordZone(zoneID) { return zone }
         let zone = MemoryZone()
         database.recordZones[zoneID] = zone
         undo.add { database.recordZones[zoneID] = nil }
@@ -490,7 +522,8 @@ struct MemoryTransaction: StorageWriteTransaction {
     private func save(_ record: Record, sequence: Int64, in zone: MemoryZone) {
         let name = record.recordID.recordName
         let old = zone.records.updateValue((record, sequence), forKey: name)
-        let tombstone = zone.tombstones.removeValue(forKey: name)
+        // Most zones keep no tombstone: not hashed for then.
+        let tombstone = zone.tombstones.isEmpty ? nil : zone.tombstones.removeValue(forKey: name)
         let oldReferences = old?.record.trackedReferences ?? []
         let newReferences = record.trackedReferences
         if !oldReferences.isEmpty || !newReferences.isEmpty {

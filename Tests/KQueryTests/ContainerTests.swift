@@ -536,6 +536,41 @@ private typealias F = ContainerFixture
         }
         #expect(queued.map(\.id) == [1])
     }
+
+    /// A database and zone a failed write made and reached (which the memory storage remembers
+    /// as the last ones found) are gone, and the next write's own copies keep what it saves.
+    @Test(arguments: ContainerFixture.Storage.allCases) func whatAFailedWriteCreatedIsGone(storage: ContainerFixture.Storage) throws {
+        let store = try storage.make()
+        let key = DatabaseKey(environment: .production, scope: .private, userRecordName: "_u2")
+        let other = DatabaseKey(environment: .production, scope: .public, userRecordName: "")
+        let failure = ContainerError(.internalError, "the write fails")
+        let error = containerError {
+            _ = try store.write { tx throws(ContainerError) in
+                let database = try tx.createDatabase(key)
+                try tx.saveRecord(F.record("lost", zone: F.zone), sequence: 1, in: database)
+                #expect(try tx.database(key) == database)
+                #expect(try tx.record(RecordID(recordName: "lost", zoneID: F.zone), in: database) != nil)
+                throw failure
+            }
+        }
+        #expect(error == failure)
+        let created = try store.write { tx throws(ContainerError) in
+            #expect(try tx.database(key) == nil)
+            let database = try tx.createDatabase(key)
+            #expect(try tx.record(RecordID(recordName: "lost", zoneID: F.zone), in: database) == nil)
+            try tx.saveRecord(F.record("kept", zone: F.zone), sequence: 1, in: database)
+            try tx.setSequence(1, of: database)
+            _ = try tx.createDatabase(other)
+            return database
+        }
+        try store.read { tx throws(ContainerError) in
+            // Another database reached in between: the first is found again, whole.
+            #expect(try tx.database(other) != nil)
+            #expect(try tx.database(key) == created.with(sequence: 1))
+            #expect(try tx.records(in: created).map(\.recordID.recordName) == ["kept"])
+            #expect(try tx.recordChanges(in: F.zone, of: created, after: 0, includingDeletions: true, limit: 10).map(\.sequence) == [1])
+        }
+    }
 }
 
 private extension StoredDatabase {
