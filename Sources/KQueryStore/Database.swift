@@ -243,9 +243,10 @@ public final class Database {
             let id = record.recordID
             generation += 1
             let deleted: Bool = if case .deleted = change { true } else { false }
-            // Read in place: `tables[type]?.contains(id)` would copy the whole table first.
+            // Read in place, through the table's modify accessor: `tables[type]?.contains(id)`,
+            // and `tables.values[index]` too, copy the whole table first.
             let own = tables.index(forKey: record.recordType)
-            if deleted || !(own.map { tables.values[$0].contains(id) } ?? false),
+            if deleted || !(own.map { Self.inPlace(&tables.values[$0]) { $0.contains(id) } } ?? false),
                let holder = tables.first(where: { $0.value.contains(id) })?.key {
                 // Found first, removed after: removing while iterating `tables` would copy it.
                 tables[holder]?.remove(id)
@@ -255,6 +256,9 @@ public final class Database {
             tables[record.recordType, default: makeTable(record.recordType)].replace(record)
         }
     }
+
+    /// Reads `table` where it lies (passed inout, so the caller's access is a modify, not a copy).
+    private static func inPlace<T>(_ table: inout RecordTable, _ body: (borrowing RecordTable) -> T) -> T { body(table) }
 
     /// What an operation does to `current` (the record as the batch has left it so far).
     private func resolve(_ operation: RecordOperation, current: Record?, tag: inout Int64, now: Int64) throws(DatabaseError) -> RecordChange {
