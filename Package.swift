@@ -74,10 +74,12 @@ let package = Package(
         ),
         .executableTarget(
             name: "ContainerBenchmarks", dependencies: ["KQuery", "KQueryStore", "KQueryContainer"], path: "Benchmarks/ContainerBenchmarks"),
+        // Helpers both test targets share (temporary files removed at exit).
+        .target(name: "KQueryTestSupport", dependencies: ["KQuery"], path: "Tests/Support"),
         .testTarget(
             name: "KQueryTests",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", "kquery", .product(name: "PropertyBased", package: "swift-property-based"),
+                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "kquery", .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             resources: [.copy("Fixtures")]
@@ -85,7 +87,7 @@ let package = Package(
         .testTarget(
             name: "KQueryServerTests",
             dependencies: [
-                "KQuery", "KQueryContainer", "KQueryWebServices", "KQueryServer", .product(name: "Hummingbird", package: "hummingbird"),
+                "KQueryTestSupport", "KQuery", "KQueryContainer", "KQueryWebServices", "KQueryServer", .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"), .product(name: "Logging", package: "swift-log"),

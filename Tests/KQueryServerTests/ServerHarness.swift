@@ -3,6 +3,7 @@ import HummingbirdTesting
 import KQuery
 import KQueryServer
 import ServiceLifecycle
+import KQueryTestSupport
 import Testing
 
 import Foundation
@@ -14,7 +15,7 @@ struct ServerHarness {
     var configuration: ServerConfiguration
 
     init(directory: String? = nil, _ configure: (inout ServerConfiguration) -> Void = { _ in }) {
-        let path = directory ?? NSTemporaryDirectory() + "kquery-server-\(UUID().uuidString)"
+        let path = directory ?? TemporaryFiles.path("kquery-server")
         self.directory = path
         configuration = ServerConfiguration(dataDirectory: path)
         configuration.host = "127.0.0.1"

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import KQuery
 import KQueryServer
+import KQueryTestSupport
 import Testing
 
 /// `kquery serve` as a process: it listens, logs each request, and on SIGTERM ends waiting polls,
@@ -57,7 +58,7 @@ import Testing
 
     @Test func sigtermEndsAWaitingPollAndExitsZero() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
-        let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
+        let directory = TemporaryFiles.path("kquery-serve")
         let process = Process()
         process.executableURL = Self.kquery
         process.arguments = ["serve", "--data", directory, "--port", "0", "--courier-timeout", "60"]
@@ -98,7 +99,7 @@ import Testing
     /// is its push (at least once).
     @Test func killDuringModifiesLosesNothingAcknowledged() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
-        let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
+        let directory = TemporaryFiles.path("kquery-serve")
         func start() throws -> (Process, Int) { try Self.startServer(directory: directory, ["--courier-timeout", "1"]) }
         let secret = try ServerSecret(directory: { try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true); return directory }())
         var (process, port) = try start()
@@ -157,8 +158,8 @@ import Testing
     /// `--records` imports a records file into the public database at start; `--reset` empties DIR's containers.
     @Test func recordsImportAndReset() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
-        let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
-        let records = directory + "-records.ndjson"
+        let directory = TemporaryFiles.path("kquery-serve")
+        let records = TemporaryFiles.register(directory + "-records.ndjson")
         try #"{"recordName": "r1", "recordType": "Shop", "fields": {"name": "Chez Nous"}}"#.write(toFile: records, atomically: true, encoding: .utf8)
 
         func start(_ arguments: [String]) throws -> (Process, Int) { try Self.startServer(directory: directory, arguments) }
@@ -183,7 +184,7 @@ import Testing
         try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
         let apns = try await FakeAPNs.start()
         defer { Task { try await apns.stop() } }
-        let directory = NSTemporaryDirectory() + "kquery-serve-\(UUID().uuidString)"
+        let directory = TemporaryFiles.path("kquery-serve")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         // The key beside the config file, named relative to it.
         try Data(P256.Signing.PrivateKey().pemRepresentation.utf8).write(to: URL(fileURLWithPath: directory + "/AuthKey_K.p8"))

@@ -1,4 +1,5 @@
 import Foundation
+import KQueryTestSupport
 import Testing
 @testable import KQuery
 @testable import kquery
@@ -9,7 +10,7 @@ struct CommandLineTests {
     static var restaurants: String { Fixtures.url("restaurants.ndjson").path }
 
     func temporaryFile(_ contents: String, name: String = UUID().uuidString) throws -> String {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-test-\(name)")
+        let url = URL(fileURLWithPath: TemporaryFiles.register(NSTemporaryDirectory() + "kquery-test-\(name)"))
         try contents.write(to: url, atomically: true, encoding: .utf8)
         return url.path
     }

@@ -1,4 +1,5 @@
 import Foundation
+import KQueryTestSupport
 import Testing
 @testable import KQuery
 @testable import KQueryContainer
@@ -12,11 +13,14 @@ import Glibc
 @Suite("Container command line")
 struct ContainerCommandLineTests {
     static func temporaryPath(_ name: String) -> String {
-        FileManager.default.temporaryDirectory.appendingPathComponent("kquery-\(name)-\(UUID().uuidString).sqlite").path
+        let path = TemporaryFiles.path("kquery-\(name)", suffix: ".sqlite")
+        // SQLite's companions, which a killed writer leaves.
+        for companion in ["-wal", "-shm", "-journal"] { TemporaryFiles.register(path + companion) }
+        return path
     }
 
     static func file(_ contents: String) throws -> String {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-input-\(UUID().uuidString).json").path
+        let path = TemporaryFiles.path("kquery-input", suffix: ".json")
         try contents.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }

@@ -1,4 +1,5 @@
 import Foundation
+import KQueryTestSupport
 import Testing
 @testable import KQuery
 
@@ -6,7 +7,7 @@ import Testing
 @Suite("Simulate")
 struct SimulateTests {
     func file(_ contents: String) throws -> String {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-simulate-\(UUID().uuidString)")
+        let url = URL(fileURLWithPath: TemporaryFiles.path("kquery-simulate"))
         try contents.write(to: url, atomically: true, encoding: .utf8)
         return url.path
     }
