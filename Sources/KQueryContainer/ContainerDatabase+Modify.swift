@@ -33,7 +33,8 @@ extension ContainerDatabase {
     public func modify(
         _ operations: [RecordOperation], atomic: Bool = true, device: String? = nil, durably: Bool = true
     ) throws(ContainerError) -> ModifyResult {
-        let operations = operations.map { RecordOperation(kind: $0.kind, record: canonical($0.record)) }
+        // Only a private database's zones have two spellings: elsewhere the operations stand.
+        let operations = scope == .private ? operations.map { RecordOperation(kind: $0.kind, record: canonical($0.record)) } : operations
         guard operations.count <= Self.maximumOperations else {
             throw ContainerError(.limitExceeded, "a modify takes at most \(Self.maximumOperations) operations, not \(operations.count)")
         }
