@@ -79,6 +79,15 @@ struct Column: Sendable {
         }
     }
 
+    /// Gives back the room its arrays grew into beyond what they hold.
+    mutating func trimExcessCapacity() {
+        present.trimExcessCapacity()
+        integers.trimExcessCapacity()
+        numbers.trimExcessCapacity()
+        longitudes.trimExcessCapacity()
+        strings.trimExcessCapacity()
+    }
+
     mutating func appendAbsent() {
         if count & 63 == 0 { present.append(0) }
         count += 1
@@ -236,6 +245,14 @@ struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
         }
     }
 
+    /// Gives back the room its arrays grew into beyond what they hold (a load's appends double
+    /// them: a million records' text left about a third of its arena empty).
+    mutating func trimExcessCapacity() {
+        starts.trimExcessCapacity()
+        lengths.trimExcessCapacity()
+        elements.trimExcessCapacity()
+    }
+
     private mutating func compactIfWasteful() {
         guard unused > 4096, unused > elements.count / 2 else { return }
         var packed: [Element] = []
@@ -321,6 +338,12 @@ struct Columns: Sendable {
         tokens.replace(at: position, with: numbers)
     }
 
+    /// Gives back the room the columns grew into beyond what they hold (after a load).
+    mutating func trimExcessCapacity() {
+        for index in columns.indices { columns[index].trimExcessCapacity() }
+        tokens.trimExcessCapacity()
+    }
+
     /// Removes the last position, moving its values to `position` first (the table's swap-remove).
     mutating func removeLast(movingTo position: Int) {
         for index in columns.indices { columns[index].removeLast(movingTo: position) }
@@ -329,5 +352,20 @@ struct Columns: Sendable {
             tokens.removeLast()
         }
         count -= 1
+    }
+}
+
+extension Array where Element: BitwiseCopyable {
+    /// Reallocates to about `count` when more than an eighth of the capacity is unused (one copy
+    /// of the elements; nothing to do for an array appended to in step with its reservation).
+    mutating func trimExcessCapacity() {
+        guard capacity - count > count / 8 + 64 else { return }
+        let count = count
+        self = withUnsafeBufferPointer { old in
+            Array(unsafeUninitializedCapacity: count) { buffer, initialized in
+                _ = buffer.initialize(fromContentsOf: old)
+                initialized = count
+            }
+        }
     }
 }

@@ -93,6 +93,7 @@ public final class Database {
             snapshots = contents.snapshots
             generation = contents.generation
         }, record: { insertLoaded($0) })
+        for index in tables.indices { tables.values[index].trimExcessCapacity() }
         var made: [(recordType: String, body: [UInt8])] = []
         for type in Array(tables.keys) where !indexDeclarations(for: type).isEmpty {
             // A stale or damaged snapshot is built anew below, and replaced.

@@ -53,6 +53,12 @@ struct RecordTable: Sendable {
         rowsByID.reserveCapacity(count)
     }
 
+    /// Gives back the room a load's appends left in the columns (records, rows and the ID map
+    /// were reserved at their size).
+    mutating func trimExcessCapacity() {
+        columns.trimExcessCapacity()
+    }
+
     /// The row of the record with `id`, if the table holds it.
     func row(of id: RecordID) -> RowID? {
         records.withUnsafeBufferPointer { records in

@@ -128,6 +128,8 @@ struct ColumnScanTests {
             }
             try? database.importRecords((0..<Int.random(in: 0...120, using: &rng)).map(record))
             if Bool.random(using: &rng) { database.tables["T"]?.trackTokens() }
+            // As an open leaves them: the columns' spare room given back before the edits.
+            if Bool.random(using: &rng) { database.tables["T"]?.trimExcessCapacity() }
             for step in 0..<150 {
                 let existing = database.allRecords
                 switch Int.random(in: 0..<3, using: &rng) {
@@ -148,6 +150,23 @@ struct ColumnScanTests {
                 try Self.check(database, text)
             }
         }
+    }
+
+    /// Trimming an array's spare room keeps its elements and gives back all but an eighth.
+    @Test func trimmingKeepsTheElements() {
+        var bytes: [UInt8] = []
+        for index in 0..<100_000 { bytes.append(UInt8(truncatingIfNeeded: index)) }
+        let before = bytes
+        bytes.reserveCapacity(300_000)
+        bytes.trimExcessCapacity()
+        #expect(bytes == before)
+        #expect(bytes.capacity <= bytes.count + bytes.count / 8 + 64)
+        bytes.append(7)
+        #expect(bytes.last == 7 && bytes.count == 100_001)
+        var empty: [Int] = []
+        empty.reserveCapacity(1_000)
+        empty.trimExcessCapacity()
+        #expect(empty.isEmpty && empty.capacity < 1_000)
     }
 
     /// Whether every column holds, at every position, what the record there holds.
