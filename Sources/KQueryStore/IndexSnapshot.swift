@@ -162,18 +162,9 @@ enum IndexSnapshot {
             switch kind {
             case 1:
                 let field = FieldReference(webServicesName: try reader.string())
-                var parts: [[IndexKey: Postings]] = []
-                for _ in 0..<2 {
-                    let n = Int(try reader.u32())
-                    var part: [IndexKey: Postings] = [:]
-                    part.reserveCapacity(min(n, reader.remaining))
-                    for _ in 0..<n {
-                        let key = try readKey(&reader)
-                        part[key] = try reader.postings(below: count)
-                    }
-                    parts.append(part)
-                }
-                indexes.hash[field] = HashIndex(scalars: parts[0], members: parts[1])
+                let scalars = try reader.postingsByKey(below: count, readKey)
+                let members = try reader.postingsByKey(below: count, readKey)
+                indexes.hash[field] = HashIndex(scalars: scalars, members: members)
             case 2:
                 let field = FieldReference(webServicesName: try reader.string())
                 var parts: [SortedEntries] = []
@@ -196,25 +187,11 @@ enum IndexSnapshot {
                 guard try reader.u32() == UInt32(SpatialIndex.cellSizes.count) else { throw Mismatch("a spatial index has other levels") }
                 var levels: [[UInt64: Postings]] = []
                 for _ in SpatialIndex.cellSizes.indices {
-                    let n = Int(try reader.u32())
-                    var level: [UInt64: Postings] = [:]
-                    level.reserveCapacity(min(n, reader.remaining))
-                    for _ in 0..<n {
-                        let cell = try reader.u64()
-                        level[cell] = try reader.postings(below: count)
-                    }
-                    levels.append(level)
+                    levels.append(try reader.postingsByKey(below: count) { reader throws(Mismatch) in try reader.u64() })
                 }
                 indexes.spatial[field] = SpatialIndex(levels: levels)
             case 4:
-                let n = Int(try reader.u32())
-                var postings: [String: Postings] = [:]
-                postings.reserveCapacity(min(n, reader.remaining))
-                for _ in 0..<n {
-                    let token = try reader.string()
-                    postings[token] = try reader.postings(below: count)
-                }
-                indexes.token = TokenIndex(postings: postings)
+                indexes.token = TokenIndex(postings: try reader.postingsByKey(below: count) { reader throws(Mismatch) in try reader.string() })
             default:
                 throw Mismatch("unknown section \(kind)")
             }
@@ -322,6 +299,21 @@ enum IndexSnapshot {
             } catch {
                 throw Mismatch("a value does not decode: \(error)")
             }
+        }
+
+        /// A count, then that many keys (read by `key`) each followed by its posting list: an
+        /// equality index's part, a spatial level, the token index.
+        mutating func postingsByKey<Key: Hashable>(
+            below limit: Int, _ key: (inout Reader) throws(Mismatch) -> Key
+        ) throws(Mismatch) -> [Key: Postings] {
+            let n = Int(try u32())
+            var map: [Key: Postings] = [:]
+            map.reserveCapacity(min(n, remaining))
+            for _ in 0..<n {
+                let keyRead = try key(&self)
+                map[keyRead] = try postings(below: limit)
+            }
+            return map
         }
 
         /// A posting list: ascending rows, each below `limit`.
