@@ -139,10 +139,7 @@ public final class Database {
 
     public func record(_ id: RecordID) -> Record? {
         // A record ID is unique across types; there are few types, so each is asked.
-        for table in tables.values {
-            if let row = table.row(of: id) { return table.record(at: row) }
-        }
-        return nil
+        firstTable { table in table.row(of: id).flatMap { table.record(at: $0) } }?.value
     }
 
     /// Record types that have records, sorted.
@@ -244,13 +241,10 @@ public final class Database {
             let id = record.recordID
             generation += 1
             let deleted: Bool = if case .deleted = change { true } else { false }
-            // Read in place, through the table's modify accessor: `tables[type]?.contains(id)`,
-            // and `tables.values[index]` too, copy the whole table first.
-            let own = tables.index(forKey: record.recordType)
-            if deleted || !(own.map { Self.inPlace(&tables.values[$0]) { $0.contains(id) } } ?? false),
-               let holder = tables.first(where: { $0.value.contains(id) })?.key {
-                // Found first, removed after: removing while iterating `tables` would copy it.
-                tables[holder]?.remove(id)
+            // Deleted, or moved to another type: out of the table that holds it.
+            if let holder = firstTable(preferring: record.recordType, { $0.contains(id) ? () : nil })?.index,
+               deleted || tables.keys[holder] != record.recordType {
+                tables.values[holder].remove(id)
             }
             guard !deleted else { continue }
             if !zones.contains(id.zoneID) { zones.insert(id.zoneID) }
@@ -258,8 +252,22 @@ public final class Database {
         }
     }
 
-    /// Reads `table` where it lies (passed inout, so the caller's access is a modify, not a copy).
-    private static func inPlace<T>(_ table: inout RecordTable, _ body: (borrowing RecordTable) -> T) -> T { body(table) }
+    /// The first table (`type`'s asked first) for which `body` gives a value, where it lies in
+    /// `tables`, and the value. Each table is read in place, through its modify accessor:
+    /// `tables[type]`, `tables.values[index]` and iterating `tables` each copy the whole table
+    /// (every one of its arrays and indexes retained and released) first.
+    private func firstTable<T>(preferring type: String? = nil, _ body: (borrowing RecordTable) -> T?)
+        -> (index: Dictionary<String, RecordTable>.Index, value: T)? {
+        func inPlace(_ table: inout RecordTable) -> T? { body(table) }
+        let preferred = type.flatMap { tables.index(forKey: $0) }
+        if let preferred, let value = inPlace(&tables.values[preferred]) { return (preferred, value) }
+        var index = tables.startIndex
+        while index != tables.endIndex {
+            if index != preferred, let value = inPlace(&tables.values[index]) { return (index, value) }
+            tables.formIndex(after: &index)
+        }
+        return nil
+    }
 
     /// What an operation does to `current` (the record as the batch has left it so far).
     private func resolve(_ operation: RecordOperation, current: Record?, tag: inout Int64, now: Int64) throws(DatabaseError) -> RecordChange {
