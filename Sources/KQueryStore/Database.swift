@@ -240,6 +240,12 @@ public final class Database {
             let record = change.record
             let id = record.recordID
             generation += 1
+            // An update within its type (nearly every one) replaces the record where its table
+            // holds it, found once: the zone is known, and no other table can hold it.
+            if case .updated(let before, _) = change, before.recordType == record.recordType,
+               let table = tables.index(forKey: record.recordType), tables.values[table].replaceExisting(record) {
+                continue
+            }
             let deleted: Bool = if case .deleted = change { true } else { false }
             // Deleted, or moved to another type: out of the table that holds it.
             if let holder = firstTable(preferring: record.recordType, { $0.contains(id) ? () : nil })?.index,

@@ -113,7 +113,18 @@ struct RecordTable: Sendable {
     /// Replaces a record in place; index entries change only where its indexed values did (a long
     /// posting list, such as a common token's, is expensive to edit).
     mutating func replace(_ record: Record) {
-        guard let row = row(of: record.recordID) else { return insert(record) }
+        if !replaceExisting(record) { insert(record) }
+    }
+
+    /// Replaces the record with `record`'s ID, as `replace` does, if the table holds one; false
+    /// (and nothing changed) if it does not.
+    mutating func replaceExisting(_ record: Record) -> Bool {
+        guard let row = row(of: record.recordID) else { return false }
+        replace(record, row: row)
+        return true
+    }
+
+    private mutating func replace(_ record: Record, row: RowID) {
         let position = Int(positions[Int(row)])
         let old = records[position]
         records[position] = record
