@@ -1,5 +1,6 @@
 import KQuery
 import KQueryStore
+import Synchronization
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -182,7 +183,9 @@ public final class Container: Sendable {
         durably: Bool = true,
         _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T, committed: @escaping (T) -> Void = { _ in }
     ) throws(ContainerError) -> T {
-        if let batch = Self.currentBatch, batch.container == ObjectIdentifier(self) {
+        // The task-local is read only while some thread runs a batch (reading it costs more than
+        // the atomic, on every write).
+        if batchesRunning.load(ordering: .relaxed) > 0, let batch = Self.currentBatch, batch.container == ObjectIdentifier(self) {
             let state = batch.state
             let result = try Self.write(&state.pointee, storage, batch.writer, body)
             batch.committed.append { committed(result) }
@@ -229,7 +232,9 @@ public final class Container: Sendable {
     /// fails this throws, and none of the batch's writes happened.
     package func batchingWrites<T>(_ body: () -> T) throws(ContainerError) -> T {
         try writer.withLock { state throws(ContainerError) -> T in
-            try withUnsafeMutablePointer(to: &state) { pointer throws(ContainerError) -> T in
+            batchesRunning.add(1, ordering: .relaxed)
+            defer { batchesRunning.subtract(1, ordering: .relaxed) }
+            return try withUnsafeMutablePointer(to: &state) { pointer throws(ContainerError) -> T in
                 var committed: [() -> Void] = []
                 let result: T
                 do throws(ContainerError) {
@@ -252,6 +257,9 @@ public final class Container: Sendable {
 
     /// The batch the current thread is running (`batchingWrites`).
     @TaskLocal static var currentBatch: WriteBatch?
+    /// How many threads are running a batch on this container: while none is, no write is part
+    /// of one, and `write` does not read `currentBatch`.
+    private let batchesRunning = Atomic<Int>(0)
 
     /// A batch of writes in progress, used only by the thread running it (which holds the writer
     /// lock, whose state `state` points to, for the batch's duration).

@@ -96,11 +96,11 @@ extension ContainerDatabase {
                 let committed: RecordChange
                 switch change {
                 case .created(var record):
-                    record.recordChangeTag = String(sequence, radix: 36)
+                    record.recordChangeTag = Self.changeTag(sequence)
                     saves.append((record, sequence))
                     committed = .created(record)
                 case .updated(let before, var record):
-                    record.recordChangeTag = String(sequence, radix: 36)
+                    record.recordChangeTag = Self.changeTag(sequence)
                     saves.append((record, sequence))
                     committed = .updated(before: before, after: record)
                 case .deleted(let record):
@@ -134,6 +134,24 @@ extension ContainerDatabase {
             container.updateQueryStore(key, changes: changes)
         }
         return result
+    }
+
+    /// A record's change tag: its change sequence in base 36 (short: a small string, no allocation).
+    static func changeTag(_ sequence: Int64) -> String {
+        guard sequence >= 0 else { return String(sequence, radix: 36) }
+        // Thirteen digits hold any Int64 in base 36, written back to front.
+        var digits: (UInt64, UInt64) = (0, 0)
+        return withUnsafeMutableBytes(of: &digits) { buffer in
+            var value = UInt64(sequence)
+            var start = buffer.count
+            repeat {
+                start -= 1
+                let digit = UInt8(value % 36)
+                buffer[start] = digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10
+                value /= 36
+            } while value > 0
+            return String(decoding: UnsafeRawBufferPointer(rebasing: buffer[start...]), as: UTF8.self)
+        }
     }
 
     /// Stages one zone's operations; returns the changes to commit and the failed operations.

@@ -298,7 +298,8 @@ final class MemoryState {
     func tidy(after undo: UndoLog) {
         for zone in undo.zones { zone.tidy() }
         for database in undo.databases { database.tidy() }
-        while outboxHead < outbox.count, outbox[outboxHead] == nil { outboxHead += 1 }
+        // Tested in place: `outbox[i] == nil` copies the whole entry out first.
+        while outboxHead < outbox.count, outbox.withUnsafeBufferPointer({ if case .none = $0[outboxHead] { true } else { false } }) { outboxHead += 1 }
         if outboxHead > 1024, outboxHead > outbox.count / 2 {
             outbox.removeFirst(outboxHead)
             outboxBase += Int64(outboxHead)

@@ -105,6 +105,13 @@ private typealias F = ContainerFixture
         #expect(again.results[0].error == ContainerError(.exists, "record 'n1' already exists"))
     }
 
+    /// A change tag is the change's sequence in base 36, as `String(_:radix:)` writes it.
+    @Test(arguments: [Int64(0), 1, 9, 10, 35, 36, 1_295, 1_296, 46_655, 2_176_782_335, 2_176_782_336, 78_364_164_095, 78_364_164_096,
+                      Int64.max - 1, .max, -1, -36, .min])
+    func changeTagsAreTheSequenceInBase36(sequence: Int64) {
+        #expect(ContainerDatabase.changeTag(sequence) == String(sequence, radix: 36))
+    }
+
     @Test(arguments: ContainerFixture.Storage.allCases) func updatesCheckChangeTags(storage: ContainerFixture.Storage) throws {
         let database = try F.privateDatabase(F.container(storage))
         let created = try #require(try database.modify([F.operation(.create, F.record("n", ["a": .int64(1), "b": .int64(2)]))]).results[0].record)
