@@ -58,63 +58,67 @@ extension ContainerDatabase {
         let now = container.clock()
         let user = actingUser
         let (result, _) = try container.write(durably: durably) { state, tx throws(ContainerError) -> (ModifyResult, [RecordChange]) in
-            var outcomes = [RecordResult?](repeating: nil, count: operations.count)
-            var applied: [(operation: Int, change: RecordChange)] = []
+            // Each operation's result, "not applied" until the modify decides it.
+            var results = operations.map { RecordResult.failed($0.record.recordID, ContainerError(.internalError, "not applied")) }
+            // The changes to commit, and beside each the operation that caused it.
+            var changes: [RecordChange] = []
+            var causes: [Int] = []
             let stored = try tx.database(key)
             for (zone, indices) in groups {
                 var exists = zone.isDefaultZone
                 if !exists, scope == .private, let stored { exists = try tx.zone(zone, in: stored) != nil }
                 guard exists else {
                     for index in indices {
-                        outcomes[index] = .failed(operations[index].record.recordID, ContainerError(.zoneNotFound, "zone '\(zone.zoneName)' does not exist"))
+                        results[index] = .failed(operations[index].record.recordID, ContainerError(.zoneNotFound, "zone '\(zone.zoneName)' does not exist"))
                     }
                     continue
                 }
-                let (changes, errors) = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, tx: tx, database: stored, user: user, now: now)
-                // One zone's changes are taken as they are rather than copied into an empty list.
-                if applied.isEmpty { applied = changes } else { applied += changes }
-                for (index, error) in errors { outcomes[index] = .failed(operations[index].record.recordID, error) }
+                let staged = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, tx: tx, database: stored, user: user, now: now)
+                // One zone's changes are taken as they are rather than copied into empty lists.
+                if changes.isEmpty {
+                    changes = staged.changes
+                    causes = staged.causes
+                } else {
+                    changes += staged.changes
+                    causes += staged.causes
+                }
+                for (index, error) in staged.errors { results[index] = .failed(operations[index].record.recordID, error) }
             }
-            guard !applied.isEmpty else { return (ModifyResult(results: outcomes.map { $0! }, notifications: []), []) }
+            guard !changes.isEmpty else { return (ModifyResult(results: results, notifications: []), []) }
 
             // The bookkeeping read above is still current: staging writes nothing.
             let database = if let stored { stored } else { try tx.existingOrNewDatabase(key) }
             // Cascaded deletions follow their root; operations keep request order across zones.
             // (Already in order when there is one zone: no sort.)
-            let inOrder = zip(applied, applied.dropFirst()).allSatisfy { $0.operation <= $1.operation }
-            let ordered = inOrder ? applied
-                : applied.enumerated().sorted { ($0.element.operation, $0.offset) < ($1.element.operation, $1.offset) }.map(\.element)
+            if !zip(causes, causes.dropFirst()).allSatisfy({ $0 <= $1 }) {
+                let order = causes.indices.sorted { (causes[$0], $0) < (causes[$1], $1) }
+                changes = order.map { changes[$0] }
+                causes = order.map { causes[$0] }
+            }
             var sequence = database.sequence
-            var changes: [RecordChange] = []
-            changes.reserveCapacity(ordered.count)
             var zoneChanged: [ZoneID: Int64] = [:]
             // Saves are written in runs (a file writes a run in a few statements); a delete ends a
             // run, so a record deleted and created again in one modify is written in that order.
             var saves: [(record: Record, sequence: Int64)] = []
-            for (index, change) in ordered {
+            for position in changes.indices {
                 sequence += 1
-                let committed: RecordChange
-                switch change {
-                case .created(var record):
-                    record.recordChangeTag = Self.changeTag(sequence)
-                    saves.append((record, sequence))
-                    committed = .created(record)
-                case .updated(let before, var record):
-                    record.recordChangeTag = Self.changeTag(sequence)
-                    saves.append((record, sequence))
-                    committed = .updated(before: before, after: record)
-                case .deleted(let record):
+                // Stamped where it lies: the change is committed as it is, not copied.
+                changes[position].setRecordChangeTag(Self.changeTag(sequence))
+                let change = changes[position]
+                if case .deleted(let record) = change {
                     if !saves.isEmpty { try tx.saveRecords(saves, in: database) }
                     saves.removeAll(keepingCapacity: true)
                     try tx.deleteRecord(record, sequence: sequence, in: database)
-                    committed = change
+                } else {
+                    saves.append((change.record, sequence))
                 }
-                let id = committed.record.recordID
-                if outcomes[index] == nil, id == operations[index].record.recordID {
-                    if case .deleted = committed { outcomes[index] = .deleted(id) } else { outcomes[index] = .saved(committed.record) }
+                let id = change.record.recordID
+                let index = causes[position]
+                // An operation's own change (a cascade's deletions are other records').
+                if id == operations[index].record.recordID {
+                    if case .deleted = change { results[index] = .deleted(id) } else { results[index] = .saved(change.record) }
                 }
                 if !id.zoneID.isDefaultZone { zoneChanged[id.zoneID] = sequence }
-                changes.append(committed)
             }
             if !saves.isEmpty { try tx.saveRecords(saves, in: database) }
             for (zoneID, sequence) in zoneChanged {
@@ -129,7 +133,7 @@ extension ContainerDatabase {
 
             let firings = try container.changeSubscriptionSet(key, &state, tx) { set in changes.map { set.apply($0, now: now) } }
             let notifications = try notify(changes, firings, database: database, tx: tx, now: now, device: device)
-            return (ModifyResult(results: outcomes.map { $0! }, notifications: try tx.enqueue(notifications)), changes)
+            return (ModifyResult(results: results, notifications: try tx.enqueue(notifications)), changes)
         } committed: { _, changes in
             container.updateQueryStore(key, changes: changes)
         }
@@ -160,7 +164,7 @@ extension ContainerDatabase {
     private func stage(
         _ operations: [RecordOperation], _ indices: [Int], in zone: ZoneID, atomic: Bool,
         tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64
-    ) throws(ContainerError) -> (changes: [(operation: Int, change: RecordChange)], errors: [Int: ContainerError]) {
+    ) throws(ContainerError) -> (changes: [RecordChange], causes: [Int], errors: [Int: ContainerError]) {
         var excluded: [Int: ContainerError] = [:]
         while true {
             var staging = ZoneStaging(zoneID: zone, tx: tx, database: database, user: user, now: now)
@@ -176,11 +180,11 @@ extension ContainerDatabase {
             let violations = try staging.referenceViolations()
             errors.merge(violations) { first, _ in first }
             if atomic {
-                guard !errors.isEmpty else { return (staging.changes, [:]) }
+                guard !errors.isEmpty else { return (staging.changes, staging.causes, [:]) }
                 let sibling = ContainerError(.atomicError, "not applied: another operation on atomic zone '\(zone.zoneName)' failed")
-                return ([], Dictionary(uniqueKeysWithValues: indices.map { ($0, errors[$0] ?? sibling) }))
+                return ([], [], Dictionary(uniqueKeysWithValues: indices.map { ($0, errors[$0] ?? sibling) }))
             }
-            if violations.isEmpty { return (staging.changes, errors) }
+            if violations.isEmpty { return (staging.changes, staging.causes, errors) }
             excluded.merge(violations) { first, _ in first }
         }
     }

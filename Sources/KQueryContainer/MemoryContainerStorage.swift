@@ -167,6 +167,8 @@ struct ChangeLog<Name: Hashable> {
     /// every entry older writes made (undoing truncates back to them), though possibly before
     /// entries its own write made (a modify stamps its zones after their records).
     mutating func append(_ sequence: Int64, _ name: Name) {
+        // Nearly always after every entry: appended, not inserted.
+        guard let last = entries.last?.sequence, last > sequence else { return entries.append((sequence, name)) }
         var position = entries.count
         while position > 0, entries[position - 1].sequence > sequence { position -= 1 }
         entries.insert((sequence, name), at: position)
@@ -332,7 +334,10 @@ struct MemoryTransaction: StorageWriteTransaction {
     }
 
     func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record? {
-        state.database(database)?.recordZone(id.zoneID)?.records[id.recordName]?.record
+        // Found by index and read in place: `records[name]?.record` copied the whole entry out,
+        // then the record out of it.
+        guard let zone = state.database(database)?.recordZone(id.zoneID), let index = zone.records.index(forKey: id.recordName) else { return nil }
+        return zone.records.values[index].record
     }
 
     func records(in database: StoredDatabase) throws(ContainerError) -> [Record] {
@@ -507,26 +512,28 @@ struct MemoryTransaction: StorageWriteTransaction {
     func saveRecords(_ records: [(record: Record, sequence: Int64)], in stored: StoredDatabase) throws(ContainerError) {
         let database = try database(stored)
         var current: (zoneID: ZoneID, zone: MemoryZone)?
-        for (record, sequence) in records {
-            let zoneID = record.recordID.zoneID
+        // By position: iterating copied each record once more before the copy `save` keeps.
+        for position in records.indices {
             let zone: MemoryZone
-            if let current, current.zoneID == zoneID {
+            if let current, current.zoneID == records[position].record.recordID.zoneID {
                 zone = current.zone
             } else {
+                let zoneID = records[position].record.recordID.zoneID
                 zone = recordZone(zoneID, of: database)
                 current = (zoneID, zone)
             }
-            save(record, sequence: sequence, in: zone)
+            save(records[position].record, sequence: records[position].sequence, in: zone)
         }
     }
 
-    private func save(_ record: Record, sequence: Int64, in zone: MemoryZone) {
+    private func save(_ record: consuming Record, sequence: Int64, in zone: MemoryZone) {
         let name = record.recordID.recordName
-        let old = zone.records.updateValue((record, sequence), forKey: name)
+        let newReferences = record.trackedReferences
+        // The record moves in (read above, not after).
+        let old = zone.records.updateValue((consume record, sequence), forKey: name)
         // Most zones keep no tombstone: not hashed for then.
         let tombstone = zone.tombstones.isEmpty ? nil : zone.tombstones.removeValue(forKey: name)
         let oldReferences = old?.record.trackedReferences ?? []
-        let newReferences = record.trackedReferences
         if !oldReferences.isEmpty || !newReferences.isEmpty {
             zone.index(oldReferences, of: name, adding: false)
             zone.index(newReferences, of: name, adding: true)

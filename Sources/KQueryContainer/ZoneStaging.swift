@@ -16,12 +16,19 @@ struct ZoneStaging {
     let user: String
     let now: Int64
 
-    /// A record the group has read or changed: as storage holds it (read once; nil: not read yet)
-    /// and as the group leaves it (nil: untouched).
+    /// A record the group has read or changed: as storage holds it (once `isRead`) and as the
+    /// group leaves it (once `isStaged`; nil: deleted). Flags beside plain optionals: testing a
+    /// `Record??` copied the record out first.
     private struct Entry {
         let name: String
-        var stored: Record??
-        var staged: Record??
+        var isRead = false
+        var isStaged = false
+        var stored: Record?
+        var staged: Record?
+
+        init(name: String) {
+            self.name = name
+        }
     }
     /// The records read or changed, in the order first met. A modify names a record or a few:
     /// found by comparing names, until `positions` indexes them (a group of more than
@@ -29,8 +36,10 @@ struct ZoneStaging {
     private var entries: [Entry] = []
     private var positions: [String: Int] = [:]
     private static let indexedFrom = 8
-    /// The changes in order, each with the operation that caused it (a cascade: the root delete's).
-    private(set) var changes: [(operation: Int, change: RecordChange)] = []
+    /// The changes in order, and beside each the operation that caused it (a cascade: the root
+    /// delete's). Two lists, so the changes are handed on as they are, not copied out of pairs.
+    private(set) var changes: [RecordChange] = []
+    private(set) var causes: [Int] = []
     /// The operation whose delete removed each deleted record (directly or by cascade).
     private var deletedBy: [String: Int] = [:]
     /// Whether a record saved holds a DELETE_SELF or VALIDATE reference.
@@ -49,6 +58,7 @@ struct ZoneStaging {
     mutating func reserveCapacity(_ count: Int) {
         entries.reserveCapacity(count)
         changes.reserveCapacity(count)
+        causes.reserveCapacity(count)
         if count > Self.indexedFrom { positions.reserveCapacity(count) }
     }
 
@@ -59,7 +69,7 @@ struct ZoneStaging {
         } else if let position = entries.firstIndex(where: { $0.name == name }) {
             return position
         }
-        entries.append(Entry(name: name, stored: nil, staged: nil))
+        entries.append(Entry(name: name))
         let position = entries.count - 1
         if entries.count > Self.indexedFrom {
             // Past the threshold: index every entry once, then each new one as it comes.
@@ -77,16 +87,17 @@ struct ZoneStaging {
     }
 
     private mutating func storedRecord(at position: Int) throws(ContainerError) -> Record? {
-        if let record = entries[position].stored { return record }
+        if entries[position].isRead { return entries[position].stored }
         let id = RecordID(recordName: entries[position].name, zoneID: zoneID)
         let record = try database.flatMap { database throws(ContainerError) in try tx.record(id, in: database) }
-        entries[position].stored = .some(record)
+        entries[position].stored = record
+        entries[position].isRead = true
         return record
     }
 
     private mutating func current(_ name: String) throws(ContainerError) -> Record? {
         let position = entry(name)
-        if let record = entries[position].staged { return record }
+        if entries[position].isStaged { return entries[position].staged }
         return try storedRecord(at: position)
     }
 
@@ -95,7 +106,7 @@ struct ZoneStaging {
         var candidates = Set(try database.map { database throws(ContainerError) in
             try tx.referrers(to: RecordID(recordName: target, zoneID: zoneID), action: action, in: database)
         } ?? [])
-        for entry in entries where (entry.staged ?? nil) != nil { candidates.insert(entry.name) }
+        for entry in entries where entry.isStaged && entry.staged != nil { candidates.insert(entry.name) }
         var referrers: [String] = []
         for name in candidates.sorted() {
             if let record = try current(name), record.references(target, action: action) { referrers.append(name) }
@@ -162,10 +173,17 @@ struct ZoneStaging {
         }
     }
 
-    private mutating func save(_ index: Int, _ record: Record, before: Record?) {
-        entries[entry(record.recordID.recordName)].staged = .some(record)
+    private mutating func save(_ index: Int, _ record: consuming Record, before: consuming Record?) {
+        let position = entry(record.recordID.recordName)
+        entries[position].staged = record
+        entries[position].isStaged = true
         if !savesReferences { savesReferences = !record.trackedReferences.isEmpty }
-        changes.append((index, before.map { .updated(before: $0, after: record) } ?? .created(record)))
+        if let before = consume before {
+            changes.append(.updated(before: before, after: record))
+        } else {
+            changes.append(.created(record))
+        }
+        causes.append(index)
     }
 
     /// Deletes `record` and, recursively, every record holding a DELETE_SELF reference to a deleted
@@ -185,9 +203,12 @@ struct ZoneStaging {
 
     private mutating func remove(_ record: Record, by index: Int) {
         let name = record.recordID.recordName
-        entries[entry(name)].staged = .some(nil)
+        let position = entry(name)
+        entries[position].staged = nil
+        entries[position].isStaged = true
         deletedBy[name] = index
-        changes.append((index, .deleted(record)))
+        changes.append(.deleted(record))
+        causes.append(index)
     }
 
     // MARK: Final checks
@@ -199,7 +220,7 @@ struct ZoneStaging {
         // Without deletions or saved references no rule can break (most modifies).
         guard !deletedBy.isEmpty || savesReferences else { return [:] }
         // Each saving operation's record, in operation order.
-        let saved: [(operation: Int, record: Record)] = changes.compactMap { operation, change in
+        let saved: [(operation: Int, record: Record)] = zip(causes, changes).compactMap { operation, change in
             switch change {
             case .created(let record), .updated(_, let record): (operation, record)
             case .deleted: nil

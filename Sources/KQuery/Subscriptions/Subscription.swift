@@ -97,6 +97,21 @@ public enum RecordChange: Hashable, Sendable {
         case .created(let record), .deleted(let record), .updated(_, let record): record
         }
     }
+
+    /// Sets the created or updated record's change tag, in place (a deletion keeps its record as
+    /// it was).
+    public mutating func setRecordChangeTag(_ tag: String) {
+        switch consume self {
+        case .created(var record):
+            record.recordChangeTag = tag
+            self = .created(record)
+        case .updated(let before, var record):
+            record.recordChangeTag = tag
+            self = .updated(before: before, after: record)
+        case .deleted(let record):
+            self = .deleted(record)
+        }
+    }
 }
 
 /// One subscription firing for one change: enough to build the push.
