@@ -45,6 +45,9 @@ public final class Container: Sendable {
         /// any gets its set at its first write. A set is changed in place: copying it for each
         /// write (so a failed one could put the copy back) made saving n subscriptions O(n²).
         var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
+        /// Each database's query push templates (`QueryPushTemplates`): a cache, each entry checked
+        /// against the subscription it serves when used, so a write that fails leaves it valid.
+        var pushTemplates: [DatabaseKey: QueryPushTemplates] = [:]
         /// The sets the running write changed. If it does not commit they are dropped, and read
         /// again from storage (which rolled back) when next needed: failed writes are rare, copies
         /// for every write were not. A list: a write changes one database's set, or a few.

@@ -132,7 +132,8 @@ extension ContainerDatabase {
             }
 
             let firings = try container.changeSubscriptionSet(key, &state, tx) { set in changes.map { set.apply($0, now: now) } }
-            let notifications = try notify(changes, firings, database: database, tx: tx, now: now, device: device)
+            let notifications = try notify(changes, firings, database: database, tx: tx, now: now, device: device,
+                                           templates: &state.pushTemplates[key, default: QueryPushTemplates()])
             return (ModifyResult(results: results, notifications: try tx.enqueue(notifications)), changes)
         } committed: { _, changes in
             container.updateQueryStore(key, changes: changes)
@@ -194,7 +195,7 @@ extension ContainerDatabase {
     /// The pushes of one change share their `nid`. firesOnce subscriptions that fired are deleted.
     private func notify(
         _ changes: [RecordChange], _ firingsOfChanges: [SubscriptionFirings], database: StoredDatabase, tx: any StorageWriteTransaction, now: Int64,
-        device: String?
+        device: String?, templates: inout QueryPushTemplates
     ) throws(ContainerError) -> [NewNotification] {
         var notifications: [NewNotification] = []
         /// A zone or database subscription and a zone it has notified about in this modify.
@@ -223,7 +224,7 @@ extension ContainerDatabase {
                 let sharedID = notificationID ?? UUIDText.random()
                 notificationID = sharedID
                 let owner = firing.owner
-                let payload = firing.payload(context: pushContext(owner), notificationID: sharedID)
+                let payload = firing.payload(context: pushContext(owner), notificationID: sharedID, templates: &templates)
                 notifications.append(NewNotification(database: key, subscriptionID: subscriptionID, owner: owner, payload: payload, created: now,
                                                      excludedDevice: device))
             }

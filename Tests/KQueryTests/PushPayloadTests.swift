@@ -1,4 +1,5 @@
 import Foundation
+import PropertyBased
 import Testing
 @testable import KQuery
 
@@ -556,5 +557,126 @@ struct PushPayloadTests {
         let json = try JSON.parse(text)
         #expect(throws: NotificationInfoError(message: message)) { try NotificationInfo(json: json) }
         #expect(NotificationInfoError(message: message).description == message)
+    }
+}
+
+/// Query push templates make, for every notification info a template takes, exactly the push
+/// `PushPayload.query` makes, or nothing when that push might be pruned.
+@Suite struct QueryPushTemplateTests {
+    /// Text of `length` bytes or so, now and then with what JSON escapes, or multi-byte letters.
+    private static func text(_ rng: inout SplitMix, length: Int) -> String {
+        let pieces = ["a", "Z", "0", "-", "_", "é", "→", "\"", "\\", "\n", "\u{1}", " "]
+        return String((0..<length).map { _ in pieces[Int.random(in: 0..<pieces.count, using: &rng)] }.joined().prefix(length))
+    }
+
+    private static func maybe(_ rng: inout SplitMix, _ make: (inout SplitMix) -> String) -> String? {
+        Bool.random(using: &rng) ? make(&rng) : nil
+    }
+
+    /// Mostly short strings; one run in eight near or over APNs' limit.
+    private static func length(_ rng: inout SplitMix) -> Int {
+        Int.random(in: 0..<8, using: &rng) == 0 ? Int.random(in: 500...4_200, using: &rng) : Int.random(in: 0...20, using: &rng)
+    }
+
+    @Test func filledTemplatesAreTheQueryPush() async {
+        await propertyCheck(count: 300, input: Gen.uint64()) { seed in
+            var rng = SplitMix(seed: seed)
+            var info = NotificationInfo()
+            info.alertBody = Self.maybe(&rng) { Self.text(&$0, length: Self.length(&$0)) }
+            info.title = Self.maybe(&rng) { Self.text(&$0, length: Self.length(&$0)) }
+            info.subtitle = Self.maybe(&rng) { Self.text(&$0, length: 5) }
+            info.alertLocalizationKey = Self.maybe(&rng) { Self.text(&$0, length: 5) }
+            info.soundName = Self.maybe(&rng) { Self.text(&$0, length: 5) }
+            info.category = Self.maybe(&rng) { Self.text(&$0, length: Self.length(&$0)) }
+            info.shouldBadge = Bool.random(using: &rng)
+            info.shouldSendContentAvailable = Bool.random(using: &rng)
+            info.shouldSendMutableContent = Bool.random(using: &rng)
+            info.collapseIDKey = Bool.random(using: &rng) ? "title" : nil
+            // Infos that take more from the record have no template.
+            let takesMore = Int.random(in: 0..<6, using: &rng) == 0
+            if takesMore { info.desiredKeys = ["title"] }
+            let context = PushContext(containerIdentifier: Self.text(&rng, length: 12), environment: Bool.random(using: &rng) ? .production : .development,
+                                      database: [.public, .private, .shared][Int.random(in: 0..<3, using: &rng)],
+                                      userRecordName: Self.text(&rng, length: 10))
+            let subscriptionID = Self.text(&rng, length: Int.random(in: 1...12, using: &rng))
+            let template = QueryPushTemplate(subscriptionID: subscriptionID, notificationInfo: info, context: context)
+            #expect((template == nil) == (takesMore || PushPayload.query(
+                subscriptionID: subscriptionID, record: Record(recordType: "", recordID: RecordID(recordName: "", zoneID: ZoneID(zoneName: "", ownerName: ""))),
+                reason: .recordCreated, notificationInfo: info, context: context, notificationID: "").isPruned))
+            guard let template else { return }
+            for _ in 0..<4 {
+                let id = RecordID(recordName: Self.text(&rng, length: Self.length(&rng) / 2 + 1),
+                                  zoneID: ZoneID(zoneName: Self.text(&rng, length: 8), ownerName: Self.text(&rng, length: 8)))
+                let record = Record(recordType: "Note", recordID: id, fields: Fields([("title", .string(Self.text(&rng, length: 70)))]))
+                let reason = [QueryNotificationReason.recordCreated, .recordUpdated, .recordDeleted][Int.random(in: 0..<3, using: &rng)]
+                let notificationID = UUIDText.random()
+                let built = PushPayload.query(subscriptionID: subscriptionID, record: record, reason: reason, notificationInfo: info, context: context,
+                                              notificationID: notificationID)
+                if let filled = template.payload(record: record, reason: reason, notificationID: notificationID) {
+                    #expect(filled == built)
+                    #expect(filled.json.serialized == built.json.serialized)
+                } else {
+                    // Left to the builder only when the unpruned push's size bound is over the
+                    // limit: a pruned push was over the limit itself.
+                    #expect(built.isPruned || built.json.serializedSizeBound > PushPayload.maximumSize)
+                }
+            }
+        }
+    }
+
+    /// Across the size where the push's bound crosses APNs' limit, a template fills the push
+    /// exactly while the bound fits, counting every part filled in.
+    @Test func templatesStopWhereTheBoundCrossesTheLimit() throws {
+        let context = PushContext(containerIdentifier: "iCloud.c", database: .private, userRecordName: "_u")
+        let record = Record(recordType: "Note", recordID: RecordID(recordName: "note-1", zoneID: ZoneID(zoneName: "Notes", ownerName: "_u")))
+        var filled = 0, built = 0
+        for length in 450...720 {
+            var info = NotificationInfo()
+            info.alertBody = String(repeating: "a", count: length)
+            let template = try #require(QueryPushTemplate(subscriptionID: "s", notificationInfo: info, context: context))
+            let push = PushPayload.query(subscriptionID: "s", record: record, reason: .recordUpdated, notificationInfo: info, context: context,
+                                         notificationID: fixedID)
+            if let payload = template.payload(record: record, reason: .recordUpdated, notificationID: fixedID) {
+                #expect(payload == push)
+                #expect(push.json.serializedSizeBound <= PushPayload.maximumSize)
+                filled += 1
+            } else {
+                #expect(push.json.serializedSizeBound > PushPayload.maximumSize)
+                built += 1
+            }
+        }
+        #expect(filled > 0 && built > 0)
+    }
+
+    /// A cached template serves only the subscription, info and context it was made for.
+    @Test func templatesFollowTheirSubscriptions() throws {
+        var set = SubscriptionSet(database: .private)
+        var info = NotificationInfo()
+        info.alertBody = "first"
+        try set.save(try .query("s", recordType: "Note", predicate: "TRUEPREDICATE", notificationInfo: info))
+        let context = PushContext(containerIdentifier: "iCloud.c", database: .private, userRecordName: "_u")
+        var templates = QueryPushTemplates(capacity: 2)
+        func push(_ name: String, _ context: PushContext = context) throws -> JSON {
+            let firings = set.firings(for: .created(Record(recordType: "Note", recordName: name)), now: 0)
+            let firing = try #require(firings.first)
+            let pushed = firing.payload(context: context, notificationID: "n", templates: &templates)
+            #expect(pushed == firing.payload(context: context, notificationID: "n"))
+            return pushed.json
+        }
+        #expect(try push("a")["aps"]?["alert"]?["body"] == .string("first"))
+        #expect(try push("b")["ck"]?["qry"]?["rid"] == .string("b"))
+        info.alertBody = "second"
+        try set.save(try .query("s", recordType: "Note", predicate: "TRUEPREDICATE", notificationInfo: info))
+        #expect(try push("c")["aps"]?["alert"]?["body"] == .string("second"))
+        #expect(try push("d", PushContext(containerIdentifier: "iCloud.other", database: .private))["ck"]?["cid"] == .string("iCloud.other"))
+        // Past its capacity the cache starts over, and still serves.
+        let types = ["T1", "T2", "T3"]
+        for type in types { try set.save(try .query(type.lowercased(), recordType: type, predicate: "TRUEPREDICATE", notificationInfo: info)) }
+        for name in ["e", "f"] {
+            for type in types {
+                let firing = try #require(set.firings(for: .created(Record(recordType: type, recordName: name)), now: 0).first)
+                #expect(firing.payload(context: context, notificationID: "n", templates: &templates) == firing.payload(context: context, notificationID: "n"))
+            }
+        }
     }
 }

@@ -161,11 +161,16 @@ public struct PushPayload: Hashable, Sendable {
         if !fields.isEmpty { section.append(("af", .object(fields))) }
         var payload = build(notificationInfo, record: record, context: context, notificationID: notificationID,
                             sectionKey: "qry", section: section)
-        if let key = notificationInfo.collapseIDKey {
-            let text = truncatedUTF8(argumentText(key, of: record), maximumBytes: maximumCollapseIDSize)
-            if !text.isEmpty { payload.collapseID = text }
-        }
+        payload.collapseID = collapseID(notificationInfo.collapseIDKey, of: record)
         return payload
+    }
+
+    /// The `apns-collapse-id` of a query push: the text of the record's `key` field, cut to 64
+    /// bytes; nil when there is no key or no text.
+    static func collapseID(_ key: String?, of record: Record) -> String? {
+        guard let key else { return nil }
+        let text = truncatedUTF8(argumentText(key, of: record), maximumBytes: maximumCollapseIDSize)
+        return text.isEmpty ? nil : text
     }
 
     /// The longest prefix of `text`, at a Character boundary, of at most `maximumBytes` UTF-8 bytes.
@@ -298,6 +303,135 @@ public struct PushPayload: Hashable, Sendable {
             if let json { fields.append((key, json)) }
         }
         return fields
+    }
+}
+
+/// A query subscription's push with its record's parts left out: made once for a subscription, its
+/// notification info and its context, then filled in for each change (the record's name, zone and
+/// owner, why it fired, and the notification ID) at a fraction of what building the push costs.
+///
+/// Made from the push `PushPayload.query` builds for an empty record, so it has the same members
+/// in the same order; only for notification infos that take nothing else from the record (no
+/// `desiredKeys`, no localization args). A filled push is returned only when its size bound shows
+/// it fits APNs' limit: exactly when `PushPayload.query` would not prune it. Otherwise (nil) the
+/// caller builds it.
+public final class QueryPushTemplate: Sendable {
+    /// The `aps` member, the members of `ck` (with the notification ID and the `qry` section at
+    /// `notificationIDAt` and `sectionAt`), and the section (the record's parts and why at the
+    /// `…At` positions).
+    private let aps: (String, JSON)
+    private let ck: [(String, JSON)]
+    private let section: [(String, JSON)]
+    private let notificationIDAt: Int, sectionAt: Int
+    private let recordNameAt: Int, zoneNameAt: Int, ownerNameAt: Int, reasonAt: Int
+    /// The size bound of the push with empty holes (`JSON.serializedSizeBound`).
+    private let emptyBound: Int
+    private let priority: Int
+    private let pushType: String
+    private let collapseIDKey: String?
+
+    /// Nil when the notification info takes more from the record than the holes, or the push
+    /// does not fit even empty.
+    public init?(subscriptionID: String, notificationInfo: NotificationInfo, context: PushContext) {
+        guard notificationInfo.desiredKeys?.isEmpty ?? true, notificationInfo.alertLocalizationArgs?.isEmpty ?? true,
+              notificationInfo.titleLocalizationArgs?.isEmpty ?? true, notificationInfo.subtitleLocalizationArgs?.isEmpty ?? true
+        else { return nil }
+        let empty = Record(recordType: "", recordID: RecordID(recordName: "", zoneID: ZoneID(zoneName: "", ownerName: "")))
+        let push = PushPayload.query(subscriptionID: subscriptionID, record: empty, reason: .recordCreated, notificationInfo: notificationInfo,
+                                     context: context, notificationID: "")
+        func position(of key: String, in members: [(String, JSON)]) -> Int? { members.firstIndex { $0.0 == key } }
+        guard !push.isPruned, case .object(let root) = push.json, root.count == 2, root[0].0 == "aps", root[1].0 == "ck",
+              case .object(let ck) = root[1].1, let notificationIDAt = position(of: "nid", in: ck), let sectionAt = position(of: "qry", in: ck),
+              case .object(let section) = ck[sectionAt].1, let recordNameAt = position(of: "rid", in: section),
+              let zoneNameAt = position(of: "zid", in: section), let ownerNameAt = position(of: "zoid", in: section),
+              let reasonAt = position(of: "fo", in: section)
+        else { return nil }
+        (aps, self.ck, self.section) = (root[0], ck, section)
+        (self.notificationIDAt, self.sectionAt) = (notificationIDAt, sectionAt)
+        (self.recordNameAt, self.zoneNameAt, self.ownerNameAt, self.reasonAt) = (recordNameAt, zoneNameAt, ownerNameAt, reasonAt)
+        emptyBound = push.json.serializedSizeBound
+        (priority, pushType, collapseIDKey) = (push.priority, push.pushType, notificationInfo.collapseIDKey)
+    }
+
+    /// The push for `record`, as `PushPayload.query` makes it; nil when it might need pruning.
+    public func payload(record: Record, reason: QueryNotificationReason, notificationID: String) -> PushPayload? {
+        let id = record.recordID
+        // An empty string's bound is 2; each byte of text adds at most 6 (`\u001f`).
+        let bound = emptyBound + 6 * (id.recordName.utf8.count + id.zoneID.zoneName.utf8.count + id.zoneID.ownerName.utf8.count + notificationID.utf8.count)
+        guard bound <= PushPayload.maximumSize else { return nil }
+        // Made member by member: changing copies of the template's lists copied each member
+        // through its value witness, most of the cost.
+        let section = Self.members(self.section) { position in
+            switch position {
+            case recordNameAt: .string(id.recordName)
+            case zoneNameAt: .string(id.zoneID.zoneName)
+            case ownerNameAt: .string(id.zoneID.ownerName)
+            case reasonAt: .int(Int64(reason.rawValue))
+            default: nil
+            }
+        }
+        let ck = Self.members(ck) { position in
+            switch position {
+            case notificationIDAt: .string(notificationID)
+            case sectionAt: .object(section)
+            default: nil
+            }
+        }
+        var payload = PushPayload(json: .object([aps, ("ck", .object(ck))]), priority: priority, pushType: pushType, isPruned: false)
+        payload.collapseID = PushPayload.collapseID(collapseIDKey, of: record)
+        return payload
+    }
+
+    /// `members` with the values `replacement` gives in place of theirs.
+    @inline(__always)
+    private static func members(_ members: [(String, JSON)], replacing replacement: (Int) -> JSON?) -> [(String, JSON)] {
+        var result: [(String, JSON)] = []
+        result.reserveCapacity(members.count)
+        for position in members.indices { result.append((members[position].0, replacement(position) ?? members[position].1)) }
+        return result
+    }
+}
+
+/// The query push templates of a database's subscriptions, by subscription ID, each kept with
+/// what it was made from and used only while that still holds: a subscription saved again with
+/// another notification info, or for another user, gets a new one.
+public struct QueryPushTemplates: Sendable {
+    /// Each subscription's entry: its position in the lists below (read in place there: an entry
+    /// struct copied out of a dictionary retained all it held).
+    private var positions: [String: Int] = [:]
+    /// What each template was made from. The info is held, so its identity cannot pass to another
+    /// info while the entry lives.
+    private var notificationInfos: [SharedNotificationInfo] = []
+    private var contexts: [PushContext] = []
+    /// Nil: the subscription's pushes cannot be made from a template.
+    private var templates: [QueryPushTemplate?] = []
+    /// The most entries kept; past it the cache starts over (subscriptions deleted leave theirs).
+    private let capacity: Int
+
+    public init(capacity: Int = 100_000) {
+        self.capacity = capacity
+    }
+
+    /// The template for a firing's subscription with `notificationInfo` in `context`, made if needed.
+    mutating func template(_ subscriptionID: String, _ notificationInfo: SharedNotificationInfo, _ context: PushContext) -> QueryPushTemplate? {
+        let known = positions[subscriptionID]
+        if let known, notificationInfos[known] === notificationInfo, contexts[known] == context { return templates[known] }
+        let template = QueryPushTemplate(subscriptionID: subscriptionID, notificationInfo: notificationInfo.value, context: context)
+        if let known {
+            (notificationInfos[known], contexts[known], templates[known]) = (notificationInfo, context, template)
+        } else {
+            if positions.count >= capacity {
+                positions.removeAll(keepingCapacity: true)
+                notificationInfos.removeAll(keepingCapacity: true)
+                contexts.removeAll(keepingCapacity: true)
+                templates.removeAll(keepingCapacity: true)
+            }
+            positions[subscriptionID] = templates.count
+            notificationInfos.append(notificationInfo)
+            contexts.append(context)
+            templates.append(template)
+        }
+        return template
     }
 }
 

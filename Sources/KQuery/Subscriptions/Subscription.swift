@@ -176,6 +176,23 @@ public struct SubscriptionFiring: Hashable, Sendable {
         }
     }
 
+    /// The push `payload(context:notificationID:)` makes, from the subscription's template in
+    /// `templates` when it has one (made there on first use).
+    public func payload(context: PushContext, notificationID: String, templates: inout QueryPushTemplates) -> PushPayload {
+        switch batch.scope(at: position) {
+        case .query, .given(.query):
+            var context = context
+            context.userRecordName = batch.subscriptions[position].owner
+            if let template = templates.template(batch.subscriptions[position].subscriptionID, batch.sharedNotificationInfo(at: position), context),
+               let payload = template.payload(record: batch.record, reason: reason, notificationID: notificationID) {
+                return payload
+            }
+        case .given:
+            break
+        }
+        return payload(context: context, notificationID: notificationID)
+    }
+
     /// The push CloudKit would send for this firing, to the subscription's owner. Made from the
     /// subscription's parts: a query's predicate is not unpacked.
     public func payload(context: PushContext, notificationID: String? = nil) -> PushPayload {
@@ -258,6 +275,9 @@ final class FiringBatch: Sendable {
     }
 
     func notificationInfo(at position: Int) -> NotificationInfo { notificationInfos[subscriptions[position].notificationInfo].value }
+
+    /// The shared object holding the notification info at `position`, not copied out.
+    func sharedNotificationInfo(at position: Int) -> SharedNotificationInfo { notificationInfos[subscriptions[position].notificationInfo] }
 
     func scope(at position: Int) -> SubscriptionParts.Scope { scopes[subscriptions[position].scope] }
 
