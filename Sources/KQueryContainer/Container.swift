@@ -171,36 +171,59 @@ public final class Container: Sendable {
 
     // MARK: Writing
 
-    /// Runs `body` in a write transaction, then `committed` with its result once it has
-    /// committed, holding the writer lock throughout (so the memory `committed` updates follows
-    /// the commit order). What `body` changes in `state` is undone if the transaction does not commit.
-    /// Returns once the write is durable: after the lock is released, so the next write runs
-    /// while this one waits for the disk, and writes waiting together share one sync. With
-    /// `durably: false` it returns once committed, and the caller must `waitUntilDurable()` before
-    /// it acknowledges the write to anyone.
+    /// Runs `body` in a write transaction, holding the writer lock. What `body` changes in
+    /// `state` is undone if the transaction does not commit. Returns once the write is durable:
+    /// after the lock is released, so the next write runs while this one waits for the disk, and
+    /// writes waiting together share one sync. With `durably: false` it returns once committed,
+    /// and the caller must `waitUntilDurable()` before it acknowledges the write to anyone.
     ///
     /// Inside `batchingWrites` on this container, the write joins the batch: it returns once
-    /// applied in the batch's transaction (whatever `durably` says), and `committed` runs when the
-    /// batch commits.
+    /// applied in the batch's transaction (whatever `durably` says).
     func write<T: Sendable>(
-        durably: Bool = true,
-        _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T, committed: @escaping (T) -> Void = { _ in }
+        durably: Bool = true, _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T
+    ) throws(ContainerError) -> T {
+        try write(durably: durably) { state, tx throws(ContainerError) -> (T, QueryStoreUpdate?) in (try body(&state, tx), nil) }
+    }
+
+    /// `write(durably:_:)` for a body that also returns what its changes do to a query store:
+    /// applied once the write commits, still holding the writer lock (so query stores change in
+    /// commit order); in a batch, when the batch commits.
+    func write<T: Sendable>(
+        durably: Bool = true, _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> (T, QueryStoreUpdate?)
     ) throws(ContainerError) -> T {
         // The task-local is read only while some thread runs a batch (reading it costs more than
         // the atomic, on every write).
         if batchesRunning.load(ordering: .relaxed) > 0, let batch = Self.currentBatch, batch.container == ObjectIdentifier(self) {
             let state = batch.state
-            let result = try Self.write(&state.pointee, storage, batch.writer, body)
-            batch.committed.append { committed(result) }
+            let (result, update) = try Self.write(&state.pointee, storage, batch.writer, body)
+            if let update { batch.updates.append(update) }
             return result
         }
         let result = try writer.withLock { state throws(ContainerError) -> T in
-            let result = try Self.write(&state, storage, nil, body)
-            committed(result)
+            let (result, update) = try Self.write(&state, storage, nil, body)
+            update?.apply()
             return result
         }
         if durably { try storage.waitUntilDurable() }
         return result
+    }
+
+    /// What a committed write's changes do to its database's query store (a value, not a closure:
+    /// a closure capturing them was allocated for every modify).
+    struct QueryStoreUpdate: Sendable {
+        let store: QueryStore
+        let changes: [RecordChange]
+        var deletedZones: [ZoneID] = []
+
+        /// Brings a built store up to date (a store not built yet will read the changes from
+        /// storage when it is).
+        func apply() {
+            store.store.withLock { store in
+                guard let store else { return }
+                store.applyCommitted(changes)
+                for zone in deletedZones where store.zones.contains(zone) { try? store.deleteZone(zone) }
+            }
+        }
     }
 
     /// One write on the storage (through `batch` when it is one of a storage batch's), holding the
@@ -238,13 +261,13 @@ public final class Container: Sendable {
             batchesRunning.add(1, ordering: .relaxed)
             defer { batchesRunning.subtract(1, ordering: .relaxed) }
             return try withUnsafeMutablePointer(to: &state) { pointer throws(ContainerError) -> T in
-                var committed: [() -> Void] = []
+                var updates: [QueryStoreUpdate] = []
                 let result: T
                 do throws(ContainerError) {
                     result = try storage.batch { writer throws(ContainerError) -> T in
                         let batch = WriteBatch(container: ObjectIdentifier(self), state: pointer, writer: writer)
                         let result = Self.$currentBatch.withValue(batch) { body() }
-                        committed = batch.committed
+                        updates = batch.updates
                         return result
                     }
                 } catch {
@@ -252,7 +275,7 @@ public final class Container: Sendable {
                     pointer.pointee.forgetAll()
                     throw error
                 }
-                for action in committed { action() }
+                for update in updates { update.apply() }
                 return result
             }
         }
@@ -271,8 +294,8 @@ public final class Container: Sendable {
         let state: UnsafeMutablePointer<WriterState>
         /// The storage's batch the writes join (nil: each commits by itself).
         let writer: (any StorageBatchWriter)?
-        /// The writes' `committed` actions, in order, run once the batch has committed.
-        var committed: [() -> Void] = []
+        /// The writes' query store updates, in order, applied once the batch has committed.
+        var updates: [QueryStoreUpdate] = []
 
         init(container: ObjectIdentifier, state: UnsafeMutablePointer<WriterState>, writer: (any StorageBatchWriter)?) {
             self.container = container
@@ -352,13 +375,4 @@ public final class Container: Sendable {
         }
     }
 
-    /// Brings a built query store up to date with committed changes (a store not built yet will
-    /// read them from storage when it is).
-    func updateQueryStore(_ key: DatabaseKey, changes: [RecordChange], deletedZones: [ZoneID] = []) {
-        queryStore(key).store.withLock { store in
-            guard let store else { return }
-            store.applyCommitted(changes)
-            for zone in deletedZones where store.zones.contains(zone) { try? store.deleteZone(zone) }
-        }
-    }
 }

@@ -57,7 +57,8 @@ extension ContainerDatabase {
         }
         let now = container.clock()
         let user = actingUser
-        let (result, _) = try container.write(durably: durably) { state, tx throws(ContainerError) -> (ModifyResult, [RecordChange]) in
+        let queryStore = container.queryStore(key)
+        return try container.write(durably: durably) { state, tx throws(ContainerError) -> (ModifyResult, Container.QueryStoreUpdate?) in
             // Each operation's result, "not applied" until the modify decides it.
             var results = operations.map { RecordResult.failed($0.record.recordID, ContainerError(.internalError, "not applied")) }
             // The changes to commit, and beside each the operation that caused it.
@@ -84,7 +85,7 @@ extension ContainerDatabase {
                 }
                 for (index, error) in staged.errors { results[index] = .failed(operations[index].record.recordID, error) }
             }
-            guard !changes.isEmpty else { return (ModifyResult(results: results, notifications: []), []) }
+            guard !changes.isEmpty else { return (ModifyResult(results: results, notifications: []), nil) }
 
             // The bookkeeping read above is still current: staging writes nothing.
             let database = if let stored { stored } else { try tx.existingOrNewDatabase(key) }
@@ -104,19 +105,20 @@ extension ContainerDatabase {
                 sequence += 1
                 // Stamped where it lies: the change is committed as it is, not copied.
                 changes[position].setRecordChangeTag(Self.changeTag(sequence))
-                let change = changes[position]
-                if case .deleted(let record) = change {
+                // Read in place: a change copied out copies both its records.
+                let id = changes[position].recordID
+                let isDeletion = if case .deleted = changes[position] { true } else { false }
+                if isDeletion {
                     if !saves.isEmpty { try tx.saveRecords(saves, in: database) }
                     saves.removeAll(keepingCapacity: true)
-                    try tx.deleteRecord(record, sequence: sequence, in: database)
+                    try tx.deleteRecord(changes[position].record, sequence: sequence, in: database)
                 } else {
-                    saves.append((change.record, sequence))
+                    saves.append((changes[position].record, sequence))
                 }
-                let id = change.record.recordID
                 let index = causes[position]
                 // An operation's own change (a cascade's deletions are other records').
                 if id == operations[index].record.recordID {
-                    if case .deleted = change { results[index] = .deleted(id) } else { results[index] = .saved(change.record) }
+                    results[index] = isDeletion ? .deleted(id) : .saved(changes[position].record)
                 }
                 if !id.zoneID.isDefaultZone { zoneChanged[id.zoneID] = sequence }
             }
@@ -134,11 +136,8 @@ extension ContainerDatabase {
             let firings = try container.changeSubscriptionSet(key, &state, tx) { set in changes.map { set.apply($0, now: now) } }
             let notifications = try notify(changes, firings, database: database, tx: tx, now: now, device: device,
                                            templates: &state.pushTemplates[key, default: QueryPushTemplates()])
-            return (ModifyResult(results: results, notifications: try tx.enqueue(notifications)), changes)
-        } committed: { _, changes in
-            container.updateQueryStore(key, changes: changes)
+            return (ModifyResult(results: results, notifications: try tx.enqueue(notifications)), Container.QueryStoreUpdate(store: queryStore, changes: changes))
         }
-        return result
     }
 
     /// A record's change tag: its change sequence in base 36 (short: a small string, no allocation).
@@ -207,7 +206,9 @@ extension ContainerDatabase {
         // was 5% of its time.
         var notifiedZones: Set<NotifiedZone> = []
         var lastNotified: NotifiedZone?
-        for (change, firings) in zip(changes, firingsOfChanges) {
+        // By position: zipping copied every change out, though few are read.
+        for position in changes.indices {
+            let firings = firingsOfChanges[position]
             guard !firings.isEmpty else { continue }
             // Made for the change's first push: a zone's changes after its first notify nobody.
             var notificationID: String?
@@ -216,7 +217,7 @@ extension ContainerDatabase {
                 let subscriptionID = firing.subscriptionID
                 if firing.options.contains(.firesOnce) { try tx.deleteSubscription(subscriptionID, in: database) }
                 if !firing.isQuery {
-                    let zone = NotifiedZone(subscriptionID: subscriptionID, zoneID: change.record.recordID.zoneID)
+                    let zone = NotifiedZone(subscriptionID: subscriptionID, zoneID: changes[position].recordID.zoneID)
                     // Most changes of a modify are in the zone the one before was in: compared, not hashed.
                     guard zone != lastNotified, notifiedZones.insert(zone).inserted else { continue }
                     lastNotified = zone

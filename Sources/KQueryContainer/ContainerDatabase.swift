@@ -40,7 +40,8 @@ public struct ContainerDatabase: Sendable {
         let zoneID = canonical(zoneID)
         guard !zoneID.isDefaultZone else { throw ContainerError(.badRequest, "the default zone cannot be deleted") }
         try checkCustomZone(zoneID)
-        let notifications = try container.write { state, tx throws(ContainerError) -> [OutboxNotification] in
+        let queryStore = container.queryStore(key)
+        return try container.write { state, tx throws(ContainerError) -> ([OutboxNotification], Container.QueryStoreUpdate?) in
             guard let database = try tx.database(key), try tx.zone(zoneID, in: database) != nil else {
                 throw ContainerError(.zoneNotFound, "zone '\(zoneID.zoneName)' does not exist")
             }
@@ -62,11 +63,8 @@ public struct ContainerDatabase: Sendable {
                                                      payload: payload, created: now))
                 if subscription.options.contains(.firesOnce) { try tx.deleteSubscription(subscription.subscriptionID, in: database) }
             }
-            return try tx.enqueue(notifications)
-        } committed: { _ in
-            container.updateQueryStore(key, changes: [], deletedZones: [zoneID])
+            return (try tx.enqueue(notifications), Container.QueryStoreUpdate(store: queryStore, changes: [], deletedZones: [zoneID]))
         }
-        return notifications
     }
 
     /// The zone, if it exists (the default zone always does).

@@ -91,6 +91,13 @@ public enum RecordChange: Hashable, Sendable {
     /// The record as it was before deletion.
     case deleted(Record)
 
+    /// The ID of the record the change is about.
+    public var recordID: RecordID {
+        switch self {
+        case .created(let record), .deleted(let record), .updated(_, let record): record.recordID
+        }
+    }
+
     /// The record the change is about (after an update; before a deletion).
     public var record: Record {
         switch self {
@@ -164,10 +171,10 @@ public struct SubscriptionFiring: Hashable, Sendable {
     }
 
     /// The ID of the subscription that fired (read without assembling the subscription).
-    public var subscriptionID: String { parts.subscriptionID }
+    public var subscriptionID: String { batch.subscriptions[position].subscriptionID }
     /// The owner of the subscription that fired.
-    public var owner: String { parts.owner }
-    public var options: SubscriptionOptions { parts.options }
+    public var owner: String { batch.subscriptions[position].owner }
+    public var options: SubscriptionOptions { batch.subscriptions[position].options }
     /// Whether a query subscription fired (zone and database subscriptions fire once per zone).
     public var isQuery: Bool {
         switch batch.scope(at: position) {

@@ -489,8 +489,8 @@ public struct SubscriptionSet: Sendable {
     /// Finds the firings for a change and removes the firesOnce subscriptions that fired.
     public mutating func apply(_ change: RecordChange, now: Int64) -> SubscriptionFirings {
         let fired = firings(for: change, now: now)
-        for firing in fired where firing.parts.options.contains(.firesOnce) {
-            remove(id: firing.parts.subscriptionID)
+        for firing in fired where firing.options.contains(.firesOnce) {
+            remove(id: firing.subscriptionID)
         }
         return fired
     }
