@@ -195,8 +195,8 @@ extension ContainerDatabase {
     private func notify(
         _ changes: [RecordChange], _ firingsOfChanges: [SubscriptionFirings], database: StoredDatabase, tx: any StorageWriteTransaction, now: Int64,
         device: String?, templates: inout QueryPushTemplates
-    ) throws(ContainerError) -> [NewNotification] {
-        var notifications: [NewNotification] = []
+    ) throws(ContainerError) -> [OutboxNotification] {
+        var notifications: [OutboxNotification] = []
         /// A zone or database subscription and a zone it has notified about in this modify.
         struct NotifiedZone: Hashable {
             var subscriptionID: String
@@ -226,7 +226,7 @@ extension ContainerDatabase {
                 notificationID = sharedID
                 let owner = firing.owner
                 let payload = firing.payload(context: pushContext(owner), notificationID: sharedID, templates: &templates)
-                notifications.append(NewNotification(database: key, subscriptionID: subscriptionID, owner: owner, payload: payload, created: now,
+                notifications.append(OutboxNotification(database: key, subscriptionID: subscriptionID, owner: owner, payload: payload, created: now,
                                                      excludedDevice: device))
             }
         }

@@ -55,11 +55,11 @@ public struct ContainerDatabase: Sendable {
                 return fired
             }
             let now = container.clock()
-            var notifications: [NewNotification] = []
+            var notifications: [OutboxNotification] = []
             for subscription in fired {
                 let payload = PushPayload.database(subscriptionID: subscription.subscriptionID, zoneID: zoneID,
                                                    notificationInfo: subscription.notificationInfo, context: pushContext(subscription.owner))
-                notifications.append(NewNotification(database: key, subscriptionID: subscription.subscriptionID, owner: subscription.owner,
+                notifications.append(OutboxNotification(database: key, subscriptionID: subscription.subscriptionID, owner: subscription.owner,
                                                      payload: payload, created: now))
                 if subscription.options.contains(.firesOnce) { try tx.deleteSubscription(subscription.subscriptionID, in: database) }
             }

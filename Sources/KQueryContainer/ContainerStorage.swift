@@ -60,17 +60,6 @@ struct StoredZone: Hashable, Sendable {
     var changedSequence: Int64
 }
 
-/// A notification about to be queued in the outbox.
-struct NewNotification: Sendable {
-    var database: DatabaseKey
-    var subscriptionID: String
-    var owner: String
-    var payload: PushPayload
-    var created: Int64
-    /// The device that made the change, which delivery skips.
-    var excludedDevice: String? = nil
-}
-
 /// The reads a request makes, inside one transaction.
 protocol StorageTransaction {
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase?
@@ -114,8 +103,8 @@ protocol StorageWriteTransaction: StorageTransaction {
     func deleteRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError)
     func saveSubscription(_ subscription: Subscription, in database: StoredDatabase) throws(ContainerError)
     func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError)
-    /// Queues notifications; returns them with their outbox IDs.
-    func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification]
+    /// Queues notifications (their `id`s are ignored); returns them with their outbox IDs.
+    func enqueue(_ notifications: consuming [OutboxNotification]) throws(ContainerError) -> [OutboxNotification]
     /// Marks the notifications delivered on `channels`, and removes those every channel has
     /// delivered (unknown IDs are ignored).
     func acknowledge(_ ids: [Int64], on channels: DeliveryChannel) throws(ContainerError)

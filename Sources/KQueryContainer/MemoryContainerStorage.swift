@@ -588,38 +588,16 @@ struct MemoryTransaction: StorageWriteTransaction {
         undo.add { database.subscriptions[subscriptionID] = old }
     }
 
-    func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification] {
-        guard !notifications.isEmpty else { return [] }
-        let first = state.outboxBase + Int64(state.outbox.count)
-        let queued = notifications.enumerated().map { offset, new in
-            OutboxNotification(id: first + Int64(offset), database: new.database, subscriptionID: new.subscriptionID, owner: new.owner,
-                               payload: new.payload.json, priority: new.payload.priority, pushType: new.payload.pushType, created: new.created,
-                               collapseID: new.payload.collapseID, excludedDevice: new.excludedDevice)
-        }
-        enqueue(queued)
-        return queued
-    }
-
-    /// Queues notifications numbered already (by the file), in order; a gap in the numbers is
-    /// notifications already acknowledged.
-    func enqueue(_ notifications: [OutboxNotification]) {
+    func enqueue(_ notifications: consuming [OutboxNotification]) throws(ContainerError) -> [OutboxNotification] {
         let state = state
-        guard let first = notifications.first else { return }
-        if state.outboxHead == state.outbox.count, first.id > state.outboxBase + Int64(state.outbox.count) {
-            // Nothing pending and the numbers jump (a file's outbox, loaded): start at the first
-            // rather than keep a run of empty entries.
-            let old = (state.outbox, state.outboxBase, state.outboxHead)
-            state.outbox = []
-            state.outboxBase = first.id
-            state.outboxHead = 0
-            undo.add { (state.outbox, state.outboxBase, state.outboxHead) = old }
-        }
+        // Numbered where they lie (the caller's list, handed over, is not copied).
+        var queued = notifications
+        let first = state.outboxBase + Int64(state.outbox.count)
+        for position in queued.indices { queued[position].id = first + Int64(position) }
         let count = state.outbox.count
-        for notification in notifications {
-            while state.outboxBase + Int64(state.outbox.count) < notification.id { state.outbox.append(nil) }
-            state.outbox.append(notification)
-        }
+        state.outbox.append(contentsOf: queued.lazy.map(Optional.some))
         undo.add(.outbox(state, count: count))
+        return queued
     }
 
     func acknowledge(_ ids: [Int64], on channels: DeliveryChannel) throws(ContainerError) {

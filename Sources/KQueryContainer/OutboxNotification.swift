@@ -24,3 +24,11 @@ public struct OutboxNotification: Hashable, Sendable {
     /// a change to the device that made it, so delivery skips this one (SPEC §10).
     public var excludedDevice: String? = nil
 }
+
+extension OutboxNotification {
+    /// A push to queue: the outbox numbers it (`id` 0 until then).
+    init(database: DatabaseKey, subscriptionID: String, owner: String, payload: PushPayload, created: Int64, excludedDevice: String? = nil) {
+        self.init(id: 0, database: database, subscriptionID: subscriptionID, owner: owner, payload: payload.json, priority: payload.priority,
+                  pushType: payload.pushType, created: created, collapseID: payload.collapseID, excludedDevice: excludedDevice)
+    }
+}

@@ -808,14 +808,16 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         journal?.add { tx throws(ContainerError) in try tx.deleteSubscription(subscriptionID, in: database) }
     }
 
-    func enqueue(_ notifications: [NewNotification]) throws(ContainerError) -> [OutboxNotification] {
+    func enqueue(_ notifications: consuming [OutboxNotification]) throws(ContainerError) -> [OutboxNotification] {
+        var queued = notifications
         try sql {
             let insert = try db.cachedStatement(sql: """
                 INSERT INTO outbox (environment, scope, userRecordName, subscriptionID, owner, notificationID, payload, priority, pushType, created,
                                     collapseID, excludedDevice)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
-            return try notifications.map { new in
+            for position in queued.indices {
+                let new = queued[position]
                 let key = new.database
                 let payload = new.payload
                 // Bound through SQLite's C calls, the payload as its UTF-8 bytes (GRDB's boxed
@@ -826,19 +828,18 @@ private struct SQLiteTransaction: StorageWriteTransaction {
                 try parameters.bind(key.userRecordName)
                 try parameters.bind(new.subscriptionID)
                 try parameters.bind(new.owner)
-                try parameters.bind(payload.json["ck"]?["nid"]?.stringValue ?? "")
-                try parameters.bind(text: payload.json.serializedBytes)
-                try parameters.bind(Int64(payload.priority))
-                try parameters.bind(payload.pushType)
+                try parameters.bind(payload["ck"]?["nid"]?.stringValue ?? "")
+                try parameters.bind(text: payload.serializedBytes)
+                try parameters.bind(Int64(new.priority))
+                try parameters.bind(new.pushType)
                 try parameters.bind(new.created)
-                try parameters.bind(payload.collapseID)
+                try parameters.bind(new.collapseID)
                 try parameters.bind(new.excludedDevice)
                 try insert.execute()
-                return OutboxNotification(id: db.lastInsertedRowID, database: key, subscriptionID: new.subscriptionID, owner: new.owner,
-                                          payload: payload.json, priority: payload.priority, pushType: payload.pushType, created: new.created,
-                                          collapseID: payload.collapseID, excludedDevice: new.excludedDevice)
+                queued[position].id = db.lastInsertedRowID
             }
         }
+        return queued
     }
 
     func acknowledge(_ ids: [Int64], on channels: DeliveryChannel) throws(ContainerError) {

@@ -518,7 +518,7 @@ private typealias F = ContainerFixture
                 try tx.setSequence(6, of: database)
                 _ = try tx.createDatabase(DatabaseKey(environment: .production, scope: .public, userRecordName: ""))
                 try tx.saveSubscription(subscription, in: database)
-                _ = try tx.enqueue([NewNotification(database: key, subscriptionID: "s", owner: "_u1",
+                _ = try tx.enqueue([OutboxNotification(database: key, subscriptionID: "s", owner: "_u1",
                                                     payload: push, created: 0)])
                 _ = try tx.compactHistory(of: database, keepingLast: 0)
                 throw failure
@@ -538,7 +538,7 @@ private typealias F = ContainerFixture
         }
         // The outbox numbers on from the last commit, not from the failed write.
         let queued = try store.write { tx throws(ContainerError) in
-            try tx.enqueue([NewNotification(database: key, subscriptionID: "s", owner: "_u1",
+            try tx.enqueue([OutboxNotification(database: key, subscriptionID: "s", owner: "_u1",
                                             payload: push, created: 0)])
         }
         #expect(queued.map(\.id) == [1])
