@@ -523,6 +523,18 @@ struct PushPayloadTests {
         for id in ids { #expect(UUID(uuidString: id) != nil) }
     }
 
+    /// Notification IDs are version 4 UUIDs in `UUID().uuidString`'s form: upper case, dashes
+    /// after 8, 12, 16 and 20 digits, and the version and variant bits set.
+    @Test func notificationIDsAreVersion4UUIDText() throws {
+        for _ in 0..<1_000 {
+            let text = UUIDText.random()
+            let uuid = try #require(UUID(uuidString: text))
+            #expect(uuid.uuidString == text)
+            let bytes = withUnsafeBytes(of: uuid.uuid) { Array($0) }
+            #expect(bytes[6] >> 4 == 4 && bytes[8] >> 6 == 0b10)
+        }
+    }
+
     // MARK: NotificationInfo(json:)
 
     @Test func notificationInfoFromJSON() throws {

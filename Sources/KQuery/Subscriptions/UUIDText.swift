@@ -41,18 +41,18 @@ public enum UUIDText {
             bytes[6] = bytes[6] & 0x0F | 0x40
             bytes[8] = bytes[8] & 0x3F | 0x80
             return String(unsafeUninitializedCapacity: 36) { text in
-                let digits: StaticString = "0123456789ABCDEF"
-                var written = 0
-                for (index, byte) in bytes.enumerated() {
-                    if index == 4 || index == 6 || index == 8 || index == 10 {
-                        text[written] = UInt8(ascii: "-")
-                        written += 1
+                let digits = UnsafeRawPointer(("0123456789ABCDEF" as StaticString).utf8Start)
+                // Each byte's two digits at its place in the text (after 4, 6, 8 and 10 bytes, a dash).
+                let places: (UInt64, UInt64) = (0x100E_0B09_0604_0200, 0x2220_1E1C_1A18_1513)
+                withUnsafeBytes(of: places) { places in
+                    for index in 0..<16 {
+                        let byte = bytes[index], place = Int(places[index])
+                        text[place] = digits.load(fromByteOffset: Int(byte >> 4), as: UInt8.self)
+                        text[place + 1] = digits.load(fromByteOffset: Int(byte & 0x0F), as: UInt8.self)
                     }
-                    text[written] = digits.utf8Start[Int(byte >> 4)]
-                    text[written + 1] = digits.utf8Start[Int(byte & 0x0F)]
-                    written += 2
                 }
-                return written
+                (text[8], text[13], text[18], text[23]) = (UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "-"))
+                return 36
             }
         }
     }
