@@ -42,8 +42,9 @@ extension ContainerDatabase {
         // hashing: a modify names a zone or a few.
         var groups: [(zone: ZoneID, indices: [Int])] = []
         var seen: Set<RecordID> = []
-        for (index, operation) in operations.enumerated() {
-            let id = operation.record.recordID
+        // By position: enumerating copied each operation, its record with it.
+        for index in operations.indices {
+            let id = operations[index].record.recordID
             guard !id.recordName.isEmpty else { throw ContainerError(.badRequest, "operation \(index) has an empty recordName") }
             // A lone operation repeats no other: not hashed.
             guard operations.count == 1 || seen.insert(id).inserted else {
@@ -109,8 +110,8 @@ extension ContainerDatabase {
                 let id = changes[position].recordID
                 let isDeletion = if case .deleted = changes[position] { true } else { false }
                 if isDeletion {
-                    if !saves.isEmpty { try tx.saveRecords(saves, in: database) }
-                    saves.removeAll(keepingCapacity: true)
+                    if !saves.isEmpty { try tx.saveRecords(consume saves, in: database) }
+                    saves = []
                     try tx.deleteRecord(changes[position].record, sequence: sequence, in: database)
                 } else {
                     saves.append((changes[position].record, sequence))
@@ -122,7 +123,7 @@ extension ContainerDatabase {
                 }
                 if !id.zoneID.isDefaultZone { zoneChanged[id.zoneID] = sequence }
             }
-            if !saves.isEmpty { try tx.saveRecords(saves, in: database) }
+            if !saves.isEmpty { try tx.saveRecords(consume saves, in: database) }
             for (zoneID, sequence) in zoneChanged {
                 guard var zone = try tx.zone(zoneID, in: database) else { continue }
                 zone.changedSequence = sequence

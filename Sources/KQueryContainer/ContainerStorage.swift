@@ -98,7 +98,7 @@ protocol StorageWriteTransaction: StorageTransaction {
     /// Creates or replaces the record, changed at `sequence`, with its references indexed.
     func saveRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError)
     /// Saves records as `saveRecord` does each, in order (a file writes them in fewer statements).
-    func saveRecords(_ records: [(record: Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError)
+    func saveRecords(_ records: consuming [(record: Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError)
     /// Deletes the record and leaves a tombstone (its ID and type) at `sequence`.
     func deleteRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError)
     func saveSubscription(_ subscription: Subscription, in database: StoredDatabase) throws(ContainerError)

@@ -509,20 +509,23 @@ struct MemoryTransaction: StorageWriteTransaction {
 
     /// Saves records in order, finding their zone once per run of records in one zone (a file's
     /// modify replays its saves here, 200 at a time).
-    func saveRecords(_ records: [(record: Record, sequence: Int64)], in stored: StoredDatabase) throws(ContainerError) {
+    func saveRecords(_ records: consuming [(record: Record, sequence: Int64)], in stored: StoredDatabase) throws(ContainerError) {
         let database = try database(stored)
         var current: (zoneID: ZoneID, zone: MemoryZone)?
-        // By position: iterating copied each record once more before the copy `save` keeps.
-        for position in records.indices {
+        // The list is handed over: its records are moved out of it, in order, into their zones
+        // (read in place, each was copied once more before the copy `save` keeps).
+        var records = records
+        records.reverse()
+        while let (record, sequence) = records.popLast() {
             let zone: MemoryZone
-            if let current, current.zoneID == records[position].record.recordID.zoneID {
+            if let current, current.zoneID == record.recordID.zoneID {
                 zone = current.zone
             } else {
-                let zoneID = records[position].record.recordID.zoneID
+                let zoneID = record.recordID.zoneID
                 zone = recordZone(zoneID, of: database)
                 current = (zoneID, zone)
             }
-            save(records[position].record, sequence: records[position].sequence, in: zone)
+            save(record, sequence: sequence, in: zone)
         }
     }
 
@@ -533,7 +536,8 @@ struct MemoryTransaction: StorageWriteTransaction {
         let old = zone.records.updateValue((consume record, sequence), forKey: name)
         // Most zones keep no tombstone: not hashed for then.
         let tombstone = zone.tombstones.isEmpty ? nil : zone.tombstones.removeValue(forKey: name)
-        let oldReferences = old?.record.trackedReferences ?? []
+        // A zone no record refers in holds no record with references: not looked for then.
+        let oldReferences = zone.referrers.isEmpty ? [] : old?.record.trackedReferences ?? []
         if !oldReferences.isEmpty || !newReferences.isEmpty {
             zone.index(oldReferences, of: name, adding: false)
             zone.index(newReferences, of: name, adding: true)

@@ -691,7 +691,8 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     /// The most rows one INSERT writes (7 parameters each, well under SQLite's limit).
     private static let rowsPerInsert = 50
 
-    func saveRecords(_ records: [(record: KQuery.Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError) {
+    func saveRecords(_ records: consuming [(record: KQuery.Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError) {
+        let records = records
         // What the file holds for a record this write has not touched is what the mirror holds:
         // the statements that would delete nothing are skipped (two of the four a record took).
         var leftovers = [(tombstone: Bool, references: Bool)](repeating: (true, true), count: records.count)

@@ -118,14 +118,14 @@ struct ZoneStaging {
 
     /// Applies operation `index` to the staged records, or throws the error it fails with.
     mutating func apply(_ index: Int, _ operation: RecordOperation) throws(ContainerError) {
-        let incoming = operation.record
-        let name = incoming.recordID.recordName
+        // The operation's record is read where it lies (a copy of it retained all it holds).
+        let name = operation.record.recordID.recordName
         let existing = try current(name)
-        for reference in incoming.trackedReferences where reference.recordID.zoneID != zoneID {
+        for reference in operation.record.trackedReferences where reference.recordID.zoneID != zoneID {
             throw ContainerError(.badRequest, "record '\(name)': a \(reference.action.rawValue) reference must point into its own zone, not to '\(reference.recordID.recordName)' in zone '\(reference.recordID.zoneID.zoneName)'")
         }
         func checkTag(_ existing: Record) throws(ContainerError) {
-            guard let tag = incoming.recordChangeTag else {
+            guard let tag = operation.record.recordChangeTag else {
                 throw ContainerError(.badRequest, "\(operation.kind.rawValue) of record '\(name)' needs its recordChangeTag (force\(operation.kind.rawValue.prefix(1).uppercased() + operation.kind.rawValue.dropFirst()) does not)")
             }
             guard tag == existing.recordChangeTag else {
@@ -133,29 +133,29 @@ struct ZoneStaging {
             }
         }
         func checkType(_ existing: Record) throws(ContainerError) {
-            guard existing.recordType == incoming.recordType else {
-                throw ContainerError(.badRequest, "record '\(name)' is a '\(existing.recordType)' and cannot become a '\(incoming.recordType)'")
+            guard existing.recordType == operation.record.recordType else {
+                throw ContainerError(.badRequest, "record '\(name)' is a '\(existing.recordType)' and cannot become a '\(operation.record.recordType)'")
             }
         }
         switch operation.kind {
         case .create:
             guard existing == nil else { throw ContainerError(.exists, "record '\(name)' already exists") }
-            save(index, created(incoming.fields), before: nil)
+            save(index, created(operation.record.fields), before: nil)
         case .update, .forceUpdate, .replace, .forceReplace:
             guard let existing else {
                 guard operation.kind == .forceUpdate || operation.kind == .forceReplace else {
                     throw ContainerError(.notFound, "record '\(name)' does not exist")
                 }
-                save(index, created(incoming.fields), before: nil)
+                save(index, created(operation.record.fields), before: nil)
                 return
             }
             if operation.kind == .update || operation.kind == .replace { try checkTag(existing) }
             try checkType(existing)
             var record = existing
             if operation.kind == .update || operation.kind == .forceUpdate {
-                for (key, value) in incoming.fields { record.fields[key] = value }
+                for (key, value) in operation.record.fields { record.fields[key] = value }
             } else {
-                record.fields = incoming.fields
+                record.fields = operation.record.fields
             }
             record.modificationDate = now
             record.lastModifiedUserRecordName = user
@@ -168,7 +168,7 @@ struct ZoneStaging {
 
         /// A new record of the operation's type and ID with `fields`, stamped now by the user.
         func created(_ fields: Fields) -> Record {
-            Record(recordType: incoming.recordType, recordID: incoming.recordID, fields: fields, creationDate: now, creatorUserRecordName: user,
+            Record(recordType: operation.record.recordType, recordID: operation.record.recordID, fields: fields, creationDate: now, creatorUserRecordName: user,
                    modificationDate: now, lastModifiedUserRecordName: user)
         }
     }
