@@ -75,7 +75,10 @@ extension ContainerDatabase {
                     }
                     continue
                 }
-                let staged = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, tx: tx, database: stored, user: user, now: now)
+                // Each change takes the next sequence, the zones' changes in turn.
+                let firstSequence = (stored?.sequence ?? 0) + 1 + Int64(changes.count)
+                let staged = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, tx: tx, database: stored, user: user, now: now,
+                                       firstSequence: firstSequence)
                 // One zone's changes are taken as they are rather than copied into empty lists.
                 if changes.isEmpty {
                     changes = staged.changes
@@ -92,10 +95,13 @@ extension ContainerDatabase {
             let database = if let stored { stored } else { try tx.existingOrNewDatabase(key) }
             // Cascaded deletions follow their root; operations keep request order across zones.
             // (Already in order when there is one zone: no sort.)
+            // Staging tagged each saved record with the sequence its place gives it; sorted, the
+            // places change, and so do the tags.
             if !zip(causes, causes.dropFirst()).allSatisfy({ $0 <= $1 }) {
                 let order = causes.indices.sorted { (causes[$0], $0) < (causes[$1], $1) }
                 changes = order.map { changes[$0] }
                 causes = order.map { causes[$0] }
+                for position in changes.indices { changes[position].setRecordChangeTag(Self.changeTag(database.sequence + 1 + Int64(position))) }
             }
             var sequence = database.sequence
             var zoneChanged: [ZoneID: Int64] = [:]
@@ -104,8 +110,6 @@ extension ContainerDatabase {
             var saves: [(record: Record, sequence: Int64)] = []
             for position in changes.indices {
                 sequence += 1
-                // Stamped where it lies: the change is committed as it is, not copied.
-                changes[position].setRecordChangeTag(Self.changeTag(sequence))
                 // Read in place: a change copied out copies both its records.
                 let id = changes[position].recordID
                 let isDeletion = if case .deleted = changes[position] { true } else { false }
@@ -142,6 +146,7 @@ extension ContainerDatabase {
     }
 
     /// A record's change tag: its change sequence in base 36 (short: a small string, no allocation).
+    /// Staging sets it as it makes each change, from the sequence the change will take.
     static func changeTag(_ sequence: Int64) -> String {
         guard sequence >= 0 else { return String(sequence, radix: 36) }
         // Thirteen digits hold any Int64 in base 36, written back to front.
@@ -164,11 +169,11 @@ extension ContainerDatabase {
     /// left out and the rest staged again, until none does.
     private func stage(
         _ operations: [RecordOperation], _ indices: [Int], in zone: ZoneID, atomic: Bool,
-        tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64
+        tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64, firstSequence: Int64
     ) throws(ContainerError) -> (changes: [RecordChange], causes: [Int], errors: [Int: ContainerError]) {
         var excluded: [Int: ContainerError] = [:]
         while true {
-            var staging = ZoneStaging(zoneID: zone, tx: tx, database: database, user: user, now: now)
+            var staging = ZoneStaging(zoneID: zone, tx: tx, database: database, user: user, now: now, firstSequence: firstSequence)
             staging.reserveCapacity(indices.count)
             var errors = excluded
             for index in indices where excluded[index] == nil {

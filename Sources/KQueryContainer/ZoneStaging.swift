@@ -15,6 +15,10 @@ struct ZoneStaging {
     let database: StoredDatabase?
     let user: String
     let now: Int64
+    /// The sequence the group's first change takes (each change the next): a saved record's
+    /// change tag is its change's sequence, set as the record is made rather than on the change
+    /// when it commits (changing a change in place copies its records).
+    let firstSequence: Int64
 
     /// A record the group has read or changed: as storage holds it (once `isRead`) and as the
     /// group leaves it (once `isStaged`; nil: deleted). Flags beside plain optionals: testing a
@@ -45,12 +49,13 @@ struct ZoneStaging {
     /// Whether a record saved holds a DELETE_SELF or VALIDATE reference.
     private var savesReferences = false
 
-    init(zoneID: ZoneID, tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64) {
+    init(zoneID: ZoneID, tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64, firstSequence: Int64) {
         self.zoneID = zoneID
         self.tx = tx
         self.database = database
         self.user = user
         self.now = now
+        self.firstSequence = firstSequence
     }
 
     /// Makes room for `count` operations' records and changes at once, rather than growing (and
@@ -174,6 +179,7 @@ struct ZoneStaging {
     }
 
     private mutating func save(_ index: Int, _ record: consuming Record, before: consuming Record?) {
+        record.recordChangeTag = ContainerDatabase.changeTag(firstSequence + Int64(changes.count))
         let position = entry(record.recordID.recordName)
         entries[position].staged = record
         entries[position].isStaged = true

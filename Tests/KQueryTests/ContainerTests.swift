@@ -112,6 +112,25 @@ private typealias F = ContainerFixture
         #expect(ContainerDatabase.changeTag(sequence) == String(sequence, radix: 36))
     }
 
+    /// Each change takes the next sequence in request order, across zones, and a saved record's
+    /// tag is its change's sequence: operations alternating between two zones are staged zone by
+    /// zone, then tagged again in request order.
+    @Test(arguments: ContainerFixture.Storage.allCases) func changeTagsFollowRequestOrderAcrossZones(storage: ContainerFixture.Storage) throws {
+        let database = try F.privateDatabase(F.container(storage))
+        let names = ["a", "b", "c", "d", "e"]
+        let result = try database.modify(names.enumerated().map { index, name in
+            F.operation(.create, F.record(name, zone: index.isMultiple(of: 2) ? F.zone : F.otherZone))
+        })
+        let tags = result.results.map { $0.record?.recordChangeTag ?? "" }
+        let sequences = tags.compactMap { Int64($0, radix: 36) }
+        #expect(sequences.count == names.count)
+        #expect(sequences == Array(sequences[0]..<sequences[0] + Int64(names.count)))
+        // The stored records carry the tags the results gave.
+        for saved in result.results { #expect(try database.record(saved.recordID)?.recordChangeTag == saved.record?.recordChangeTag) }
+        let next = try database.modify([F.operation(.forceReplace, F.record("a", zone: F.zone))]).results[0].record?.recordChangeTag
+        #expect(next.flatMap { Int64($0, radix: 36) } == sequences[0] + Int64(names.count))
+    }
+
     @Test(arguments: ContainerFixture.Storage.allCases) func updatesCheckChangeTags(storage: ContainerFixture.Storage) throws {
         let database = try F.privateDatabase(F.container(storage))
         let created = try #require(try database.modify([F.operation(.create, F.record("n", ["a": .int64(1), "b": .int64(2)]))]).results[0].record)
