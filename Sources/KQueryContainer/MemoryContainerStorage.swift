@@ -76,7 +76,8 @@ final class UndoLog {
     /// One change to take back. Those every modify makes are cases of their own, logged without
     /// allocating a closure; the rest are closures.
     enum Action {
-        /// A record saved: its zone's log length before, and what the name held before.
+        /// A record saved or deleted: its zone's log length before, what the name held before, and
+        /// the references indexed for it before and after.
         case record(MemoryZone, name: String, logCount: Int, old: (record: Record, sequence: Int64)?,
                     tombstone: (recordType: String, sequence: Int64)?, references: (old: [Reference], new: [Reference]))
         /// A database's sequence moved on from this one.
@@ -495,12 +496,18 @@ struct MemoryTransaction: StorageWriteTransaction {
         return zone
     }
 
-    private func appendLog(_ zone: MemoryZone, _ sequence: Int64, _ name: String, replacing: Bool) {
-        let count = zone.log.entries.count
+    /// Logs a record's save or deletion at `sequence` in its zone's change log, with one undo entry
+    /// for both: what the name held before (`old`, `tombstone`) and the references indexed for it
+    /// before and now.
+    private func logChange(
+        _ zone: MemoryZone, _ name: String, _ sequence: Int64, old: (record: Record, sequence: Int64)?,
+        tombstone: (recordType: String, sequence: Int64)?, references: (old: [Reference], new: [Reference])
+    ) {
+        let logCount = zone.log.entries.count
         zone.log.append(sequence, name)
-        if replacing { zone.log.stale += 1 }
-        undo.add { zone.log.truncate(to: count) }
+        if old != nil || tombstone != nil { zone.log.stale += 1 }
         undo.touch(zone)
+        undo.add(.record(zone, name: name, logCount: logCount, old: old, tombstone: tombstone, references: references))
     }
 
     func saveRecord(_ record: Record, sequence: Int64, in stored: StoredDatabase) throws(ContainerError) {
@@ -542,12 +549,7 @@ struct MemoryTransaction: StorageWriteTransaction {
             zone.index(oldReferences, of: name, adding: false)
             zone.index(newReferences, of: name, adding: true)
         }
-        // One undo entry for the record and its log entry: a modify's every record takes one.
-        let logCount = zone.log.entries.count
-        zone.log.append(sequence, name)
-        if old != nil || tombstone != nil { zone.log.stale += 1 }
-        undo.touch(zone)
-        undo.add(.record(zone, name: name, logCount: logCount, old: old, tombstone: tombstone, references: (oldReferences, newReferences)))
+        logChange(zone, name, sequence, old: old, tombstone: tombstone, references: (oldReferences, newReferences))
     }
 
     func deleteRecord(_ record: Record, sequence: Int64, in stored: StoredDatabase) throws(ContainerError) {
@@ -558,12 +560,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let oldReferences = old?.record.trackedReferences ?? []
         zone.index(oldReferences, of: name, adding: false)
         zone.tombstones[name] = (record.recordType, sequence)
-        undo.add {
-            zone.records[name] = old
-            zone.tombstones[name] = tombstone
-            zone.index(oldReferences, of: name, adding: true)
-        }
-        appendLog(zone, sequence, name, replacing: old != nil || tombstone != nil)
+        logChange(zone, name, sequence, old: old, tombstone: tombstone, references: (oldReferences, []))
     }
 
     func saveSubscription(_ subscription: Subscription, in stored: StoredDatabase) throws(ContainerError) {
