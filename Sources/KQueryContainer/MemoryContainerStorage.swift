@@ -498,10 +498,11 @@ struct MemoryTransaction: StorageWriteTransaction {
 
     /// Logs a record's save or deletion at `sequence` in its zone's change log, with one undo entry
     /// for both: what the name held before (`old`, `tombstone`) and the references indexed for it
-    /// before and now.
+    /// before and now. They are handed over (`consuming`): passed borrowed, the old record was
+    /// copied into the undo entry, about 1,100 instructions a modify.
     private func logChange(
-        _ zone: MemoryZone, _ name: String, _ sequence: Int64, old: (record: Record, sequence: Int64)?,
-        tombstone: (recordType: String, sequence: Int64)?, references: (old: [Reference], new: [Reference])
+        _ zone: MemoryZone, _ name: String, _ sequence: Int64, old: consuming (record: Record, sequence: Int64)?,
+        tombstone: consuming (recordType: String, sequence: Int64)?, references: consuming (old: [Reference], new: [Reference])
     ) {
         let logCount = zone.log.entries.count
         zone.log.append(sequence, name)
