@@ -66,6 +66,9 @@ extension ContainerDatabase {
             var changes: [RecordChange] = []
             var causes: [Int] = []
             let stored = try tx.database(key)
+            // Change `position` of the modify takes this sequence plus `position` (a new
+            // database starts at 0).
+            let firstSequence = (stored?.sequence ?? 0) + 1
             for (zone, indices) in groups {
                 var exists = zone.isDefaultZone
                 if !exists, scope == .private, let stored { exists = try tx.zone(zone, in: stored) != nil }
@@ -75,10 +78,9 @@ extension ContainerDatabase {
                     }
                     continue
                 }
-                // Each change takes the next sequence, the zones' changes in turn.
-                let firstSequence = (stored?.sequence ?? 0) + 1 + Int64(changes.count)
+                // The zones' changes follow one another.
                 let staged = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, tx: tx, database: stored, user: user, now: now,
-                                       firstSequence: firstSequence)
+                                       firstSequence: firstSequence + Int64(changes.count))
                 // One zone's changes are taken as they are rather than copied into empty lists.
                 if changes.isEmpty {
                     changes = staged.changes
@@ -93,23 +95,21 @@ extension ContainerDatabase {
 
             // The bookkeeping read above is still current: staging writes nothing.
             let database = if let stored { stored } else { try tx.existingOrNewDatabase(key) }
-            // Cascaded deletions follow their root; operations keep request order across zones.
-            // (Already in order when there is one zone: no sort.)
-            // Staging tagged each saved record with the sequence its place gives it; sorted, the
-            // places change, and so do the tags.
+            // Cascaded deletions follow their root; operations keep request order across zones
+            // (already in order when there is one zone: no sort). Staging tagged each saved record
+            // with the sequence its place gives it: sorted, the places change, and so do the tags.
             if !zip(causes, causes.dropFirst()).allSatisfy({ $0 <= $1 }) {
                 let order = causes.indices.sorted { (causes[$0], $0) < (causes[$1], $1) }
                 changes = order.map { changes[$0] }
                 causes = order.map { causes[$0] }
-                for position in changes.indices { changes[position].setRecordChangeTag(Self.changeTag(database.sequence + 1 + Int64(position))) }
+                for position in changes.indices { changes[position].setRecordChangeTag(Self.changeTag(firstSequence + Int64(position))) }
             }
-            var sequence = database.sequence
             var zoneChanged: [ZoneID: Int64] = [:]
             // Saves are written in runs (a file writes a run in a few statements); a delete ends a
             // run, so a record deleted and created again in one modify is written in that order.
             var saves: [(record: Record, sequence: Int64)] = []
             for position in changes.indices {
-                sequence += 1
+                let sequence = firstSequence + Int64(position)
                 // Read in place: a change copied out copies both its records.
                 let id = changes[position].recordID
                 let isDeletion = if case .deleted = changes[position] { true } else { false }
@@ -133,7 +133,7 @@ extension ContainerDatabase {
                 zone.changedSequence = sequence
                 try tx.saveZone(zone, in: database)
             }
-            try tx.setSequence(sequence, of: database)
+            try tx.setSequence(firstSequence + Int64(changes.count) - 1, of: database)
             if let keep = container.changeHistoryRetention, changes.contains(where: { if case .deleted = $0 { true } else { false } }) {
                 _ = try tx.compactHistory(of: database, keepingLast: keep)
             }
