@@ -38,7 +38,7 @@ public final class Container: Sendable {
     let writer = Locked(WriterState())
     /// Each database's records in memory, for queries: built from storage on the first query,
     /// then kept up to date by the writes that commit.
-    let queryStores = Locked<[DatabaseKey: QueryStore]>([:])
+    let queryStores = Locked(QueryStores())
 
     struct WriterState {
         /// The subscriptions of each database: those stored, restored at open; a database without
@@ -351,11 +351,19 @@ public final class Container: Sendable {
         let isBuilt = Locked(false)
     }
 
+    /// The query stores by database, and the one asked for last: a server's requests, and an app's,
+    /// mostly go to one database, found by comparing its key instead of hashing it.
+    struct QueryStores {
+        var stores: [DatabaseKey: QueryStore] = [:]
+        var last: (key: DatabaseKey, store: QueryStore)?
+    }
+
     func queryStore(_ key: DatabaseKey) -> QueryStore {
         queryStores.withLock { stores in
-            if let store = stores[key] { return store }
-            let store = QueryStore()
-            stores[key] = store
+            if let last = stores.last, last.key == key { return last.store }
+            let store = stores.stores[key] ?? QueryStore()
+            stores.stores[key] = store
+            stores.last = (key, store)
             return store
         }
     }
