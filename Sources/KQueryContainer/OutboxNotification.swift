@@ -11,7 +11,13 @@ public struct OutboxNotification: Hashable, Sendable {
     /// The user it goes to.
     public var owner: String
     /// The push (`{"aps":..., "ck":...}`); its `ck.nid` is shared by the pushes of one change.
-    public var payload: JSON
+    public var payload: JSON {
+        get { payloadContent.json }
+        set { payloadContent = PushJSON(newValue) }
+    }
+    /// The push as kept: a query push from a template is made into JSON when read (in memory the
+    /// outbox keeps it so; a file writes its JSON).
+    public var payloadContent: PushJSON
     /// APNs priority: 10, or 5 for a silent push.
     public var priority: Int
     /// `alert` or `background`.
@@ -26,9 +32,17 @@ public struct OutboxNotification: Hashable, Sendable {
 }
 
 extension OutboxNotification {
+    init(
+        id: Int64, database: DatabaseKey, subscriptionID: String, owner: String, payload: JSON, priority: Int, pushType: String, created: Int64,
+        collapseID: String? = nil, excludedDevice: String? = nil
+    ) {
+        self.init(id: id, database: database, subscriptionID: subscriptionID, owner: owner, payloadContent: PushJSON(payload), priority: priority,
+                  pushType: pushType, created: created, collapseID: collapseID, excludedDevice: excludedDevice)
+    }
+
     /// A push to queue: the outbox numbers it (`id` 0 until then).
     init(database: DatabaseKey, subscriptionID: String, owner: String, payload: PushPayload, created: Int64, excludedDevice: String? = nil) {
-        self.init(id: 0, database: database, subscriptionID: subscriptionID, owner: owner, payload: payload.json, priority: payload.priority,
+        self.init(id: 0, database: database, subscriptionID: subscriptionID, owner: owner, payloadContent: payload.content, priority: payload.priority,
                   pushType: payload.pushType, created: created, collapseID: payload.collapseID, excludedDevice: excludedDevice)
     }
 }

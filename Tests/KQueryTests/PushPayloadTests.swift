@@ -627,6 +627,9 @@ struct PushPayloadTests {
                 if let filled = template.payload(record: record, reason: reason, notificationID: notificationID) {
                     #expect(filled == built)
                     #expect(filled.json.serialized == built.json.serialized)
+                    // Kept as the template and its holes, equal to the JSON made and hashed alike.
+                    #expect(filled.content == PushJSON(built.json))
+                    #expect(Set([filled, built]).count == 1)
                 } else {
                     // Left to the builder only when the unpruned push's size bound is over the
                     // limit: a pruned push was over the limit itself.

@@ -109,7 +109,13 @@ public struct PushContext: Hashable, Sendable {
 ///   `maximumSize` is never returned.
 public struct PushPayload: Hashable, Sendable {
     /// The payload: `{"aps": {...}, "ck": {...}}`.
-    public var json: JSON
+    public var json: JSON {
+        get { content.json }
+        set { content = PushJSON(newValue) }
+    }
+    /// The payload as kept: JSON, or a query template and the values of its holes, made into JSON
+    /// when read (`QueryPushTemplate`).
+    public var content: PushJSON
     /// 10 for a visible push (alert, sound or badge), 5 for a silent (background) push.
     public var priority: Int
     /// "alert" or "background".
@@ -122,6 +128,18 @@ public struct PushPayload: Hashable, Sendable {
 
     /// APNs' limit on `apns-collapse-id`, in UTF-8 bytes.
     public static let maximumCollapseIDSize = 64
+
+    public init(json: JSON, priority: Int, pushType: String, isPruned: Bool, collapseID: String? = nil) {
+        self.init(content: PushJSON(json), priority: priority, pushType: pushType, isPruned: isPruned, collapseID: collapseID)
+    }
+
+    init(content: PushJSON, priority: Int, pushType: String, isPruned: Bool, collapseID: String?) {
+        self.content = content
+        self.priority = priority
+        self.pushType = pushType
+        self.isPruned = isPruned
+        self.collapseID = collapseID
+    }
 
     /// `{"payload": {...}, "priority": 10, "pushType": "alert"}` — one line of `kquery simulate` output.
     public var envelope: JSON {
@@ -353,33 +371,50 @@ public final class QueryPushTemplate: Sendable {
         (priority, pushType, collapseIDKey) = (push.priority, push.pushType, notificationInfo.collapseIDKey)
     }
 
-    /// The push for `record`, as `PushPayload.query` makes it; nil when it might need pruning.
+    /// The push for `record`, as `PushPayload.query` makes it; nil when it might need pruning. Its
+    /// JSON is made from the template when first read (a queued push is often read only when it is
+    /// delivered, or never, when another channel takes it).
     public func payload(record: Record, reason: QueryNotificationReason, notificationID: String) -> PushPayload? {
         let id = record.recordID
         // An empty string's bound is 2; each byte of text adds at most 6 (`\u001f`).
         let bound = emptyBound + 6 * (id.recordName.utf8.count + id.zoneID.zoneName.utf8.count + id.zoneID.ownerName.utf8.count + notificationID.utf8.count)
         guard bound <= PushPayload.maximumSize else { return nil }
+        let holes = Holes(recordName: id.recordName, zoneName: id.zoneID.zoneName, ownerName: id.zoneID.ownerName, reason: reason,
+                          notificationID: notificationID)
+        return PushPayload(content: PushJSON(self, holes), priority: priority, pushType: pushType, isPruned: false,
+                           collapseID: PushPayload.collapseID(collapseIDKey, of: record))
+    }
+
+    /// What fills a template's holes.
+    struct Holes: Sendable {
+        let recordName: String
+        let zoneName: String
+        let ownerName: String
+        let reason: QueryNotificationReason
+        let notificationID: String
+    }
+
+    /// The push's JSON with `holes` filled.
+    func json(_ holes: Holes) -> JSON {
         // Made member by member: changing copies of the template's lists copied each member
         // through its value witness, most of the cost.
         let section = Self.members(self.section) { position in
             switch position {
-            case recordNameAt: .string(id.recordName)
-            case zoneNameAt: .string(id.zoneID.zoneName)
-            case ownerNameAt: .string(id.zoneID.ownerName)
-            case reasonAt: .int(Int64(reason.rawValue))
+            case recordNameAt: .string(holes.recordName)
+            case zoneNameAt: .string(holes.zoneName)
+            case ownerNameAt: .string(holes.ownerName)
+            case reasonAt: .int(Int64(holes.reason.rawValue))
             default: nil
             }
         }
         let ck = Self.members(ck) { position in
             switch position {
-            case notificationIDAt: .string(notificationID)
+            case notificationIDAt: .string(holes.notificationID)
             case sectionAt: .object(section)
             default: nil
             }
         }
-        var payload = PushPayload(json: .object([aps, ("ck", .object(ck))]), priority: priority, pushType: pushType, isPruned: false)
-        payload.collapseID = PushPayload.collapseID(collapseIDKey, of: record)
-        return payload
+        return .object([aps, ("ck", .object(ck))])
     }
 
     /// `members` with the values `replacement` gives in place of theirs.
@@ -390,6 +425,34 @@ public final class QueryPushTemplate: Sendable {
         for position in members.indices { result.append((members[position].0, replacement(position) ?? members[position].1)) }
         return result
     }
+}
+
+/// A push payload's JSON as kept: the JSON itself, or a query push template and the values of its
+/// holes, made into JSON each time it is read. Equal when their JSON is.
+public struct PushJSON: Hashable, Sendable {
+    private enum Storage: Sendable {
+        case json(JSON)
+        case template(QueryPushTemplate, QueryPushTemplate.Holes)
+    }
+    private let storage: Storage
+
+    public init(_ json: JSON) {
+        storage = .json(json)
+    }
+
+    init(_ template: QueryPushTemplate, _ holes: QueryPushTemplate.Holes) {
+        storage = .template(template, holes)
+    }
+
+    public var json: JSON {
+        switch storage {
+        case .json(let json): json
+        case .template(let template, let holes): template.json(holes)
+        }
+    }
+
+    public static func == (a: PushJSON, b: PushJSON) -> Bool { a.json == b.json }
+    public func hash(into hasher: inout Hasher) { hasher.combine(json) }
 }
 
 /// The query push templates of a database's subscriptions, by subscription ID, each kept with
