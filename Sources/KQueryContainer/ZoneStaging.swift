@@ -20,15 +20,15 @@ struct ZoneStaging {
     /// when it commits (changing a change in place copies its records).
     let firstSequence: Int64
 
-    /// A record the group has read or changed: as storage holds it (once `isRead`) and as the
-    /// group leaves it (once `isStaged`; nil: deleted). Flags beside plain optionals: testing a
-    /// `Record??` copied the record out first.
+    /// A record the group has read or changed: as storage holds it (once `isRead`), and the change
+    /// that leaves it as the group leaves it (its position in `changes`; -1: none yet). A flag
+    /// beside a plain optional: testing a `Record??` copied the record out first. The staged record
+    /// is read from its change rather than kept here too (a copy for every record saved).
     private struct Entry {
         let name: String
         var isRead = false
-        var isStaged = false
+        var stagedBy = -1
         var stored: Record?
-        var staged: Record?
 
         init(name: String) {
             self.name = name
@@ -102,8 +102,14 @@ struct ZoneStaging {
 
     private mutating func current(_ name: String) throws(ContainerError) -> Record? {
         let position = entry(name)
-        if entries[position].isStaged { return entries[position].staged }
+        let change = entries[position].stagedBy
+        if change >= 0 { return isDeletion(change) ? nil : changes[change].record }
         return try storedRecord(at: position)
+    }
+
+    /// Whether change `position` deletes its record.
+    private func isDeletion(_ position: Int) -> Bool {
+        if case .deleted = changes[position] { true } else { false }
     }
 
     /// The records that now hold a reference with `action` to `target`, by name.
@@ -111,7 +117,7 @@ struct ZoneStaging {
         var candidates = Set(try database.map { database throws(ContainerError) in
             try tx.referrers(to: RecordID(recordName: target, zoneID: zoneID), action: action, in: database)
         } ?? [])
-        for entry in entries where entry.isStaged && entry.staged != nil { candidates.insert(entry.name) }
+        for entry in entries where entry.stagedBy >= 0 && !isDeletion(entry.stagedBy) { candidates.insert(entry.name) }
         var referrers: [String] = []
         for name in candidates.sorted() {
             if let record = try current(name), record.references(target, action: action) { referrers.append(name) }
@@ -181,8 +187,7 @@ struct ZoneStaging {
     private mutating func save(_ index: Int, _ record: consuming Record, before: consuming Record?) {
         record.recordChangeTag = ContainerDatabase.changeTag(firstSequence + Int64(changes.count))
         let position = entry(record.recordID.recordName)
-        entries[position].staged = record
-        entries[position].isStaged = true
+        entries[position].stagedBy = changes.count
         if !savesReferences { savesReferences = !record.trackedReferences.isEmpty }
         if let before = consume before {
             changes.append(.updated(before: before, after: record))
@@ -210,8 +215,7 @@ struct ZoneStaging {
     private mutating func remove(_ record: Record, by index: Int) {
         let name = record.recordID.recordName
         let position = entry(name)
-        entries[position].staged = nil
-        entries[position].isStaged = true
+        entries[position].stagedBy = changes.count
         deletedBy[name] = index
         changes.append(.deleted(record))
         causes.append(index)
