@@ -231,7 +231,17 @@ final class MemoryZone {
 
     func tidy() {
         guard log.needsRebuild else { return }
-        log.rebuild(records.map { ($0.value.sequence, $0.key) } + tombstones.map { ($0.value.sequence, $0.key) })
+        // Read by position: mapping the records copied each one out (retaining all it holds)
+        // through the generic tuple copy, most of a rebuild's cost.
+        var live: [(sequence: Int64, name: String)] = []
+        live.reserveCapacity(records.count + tombstones.count)
+        var index = records.startIndex
+        while index != records.endIndex {
+            live.append((records.values[index].sequence, records.keys[index]))
+            records.formIndex(after: &index)
+        }
+        for (name, tombstone) in tombstones { live.append((tombstone.sequence, name)) }
+        log.rebuild(live)
     }
 }
 
