@@ -41,13 +41,25 @@ public final class Container: Sendable {
     let queryStores = Locked(QueryStores())
 
     struct WriterState {
-        /// The subscriptions of each database: those stored, restored at open; a database without
-        /// any gets its set at its first write. A set is changed in place: copying it for each
-        /// write (so a failed one could put the copy back) made saving n subscriptions O(n²).
-        var subscriptionSets: [DatabaseKey: SubscriptionSet] = [:]
-        /// Each database's query push templates (`QueryPushTemplates`): a cache, each entry checked
-        /// against the subscription it serves when used, so a write that fails leaves it valid.
-        var pushTemplates: [DatabaseKey: QueryPushTemplates] = [:]
+        /// Each database's subscriptions, with their push templates: those stored, restored at
+        /// open; a database without any gets its set at its first write. A set is changed in
+        /// place: copying it for each write (so a failed one could put the copy back) made saving
+        /// n subscriptions O(n²). One table for both: a modify finds them with one lookup.
+        private(set) var databases: [DatabaseKey: DatabaseState] = [:]
+
+        /// One database's subscriptions and its query push templates (`QueryPushTemplates`: a
+        /// cache, each entry checked against the subscription it serves when used, so a write that
+        /// fails leaves it valid).
+        struct DatabaseState {
+            var subscriptions: SubscriptionSet
+            var pushTemplates = QueryPushTemplates()
+        }
+
+        /// The database's subscriptions, if they are in memory.
+        func subscriptionSet(_ key: DatabaseKey) -> SubscriptionSet? { databases[key]?.subscriptions }
+
+        /// The databases whose subscriptions are in memory.
+        var subscribedDatabases: Dictionary<DatabaseKey, DatabaseState>.Keys { databases.keys }
         /// The sets the running write changed. If it does not commit they are dropped, and read
         /// again from storage (which rolled back) when next needed: failed writes are rare, copies
         /// for every write were not. A list: a write changes one database's set, or a few.
@@ -59,15 +71,22 @@ public final class Container: Sendable {
         mutating func changeSubscriptionSet<T>(
             _ key: DatabaseKey, load: () throws(ContainerError) -> SubscriptionSet, _ change: (inout SubscriptionSet) throws(ContainerError) -> T
         ) throws(ContainerError) -> T {
+            try changeDatabase(key, load: load) { database throws(ContainerError) in try change(&database.subscriptions) }
+        }
+
+        /// `changeSubscriptionSet` for the database's subscriptions and push templates together.
+        mutating func changeDatabase<T>(
+            _ key: DatabaseKey, load: () throws(ContainerError) -> SubscriptionSet, _ change: (inout DatabaseState) throws(ContainerError) -> T
+        ) throws(ContainerError) -> T {
             // Changed where it lies, found by one lookup: its storage stays uniquely referenced,
             // so it changes in place.
-            var index = subscriptionSets.index(forKey: key)
+            var index = databases.index(forKey: key)
             if index == nil {
                 loaded(try load(), for: key)
-                index = subscriptionSets.index(forKey: key)
+                index = databases.index(forKey: key)
             }
             guard let index else { throw ContainerError(.internalError, "the subscriptions of the \(key.scope.name) database were not kept") }
-            let result = try change(&subscriptionSets.values[index])
+            let result = try change(&databases.values[index])
             markChanged(key)
             return result
         }
@@ -75,7 +94,7 @@ public final class Container: Sendable {
         /// Keeps a set read from storage during the write (forgotten, as a changed one, if the
         /// write does not commit: it may hold the write's own changes).
         mutating func loaded(_ set: SubscriptionSet, for key: DatabaseKey) {
-            subscriptionSets[key] = set
+            databases[key] = DatabaseState(subscriptions: set)
             markChanged(key)
         }
 
@@ -86,7 +105,7 @@ public final class Container: Sendable {
         /// Ends a write: keeps the sets it changed, or with `rollingBack` forgets them.
         mutating func end(rollingBack: Bool) {
             if rollingBack {
-                for key in changed { subscriptionSets[key] = nil }
+                for key in changed { databases[key] = nil }
             }
             changed.removeAll(keepingCapacity: true)
         }
@@ -94,7 +113,7 @@ public final class Container: Sendable {
         /// Forgets every set (a batch of writes did not commit): each is read again from storage
         /// when next needed.
         mutating func forgetAll() {
-            subscriptionSets.removeAll()
+            databases.removeAll()
             changed.removeAll()
         }
     }
@@ -313,7 +332,7 @@ public final class Container: Sendable {
 
     /// The database's subscriptions: those in memory, else those stored.
     func subscriptionSet(_ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction) throws(ContainerError) -> SubscriptionSet {
-        if let set = state.subscriptionSets[key] { return set }
+        if let set = state.subscriptionSet(key) { return set }
         let set = try storedSubscriptionSet(key, tx)
         state.loaded(set, for: key)
         return set
@@ -324,6 +343,14 @@ public final class Container: Sendable {
         _ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction, _ change: (inout SubscriptionSet) throws(ContainerError) -> T
     ) throws(ContainerError) -> T {
         try state.changeSubscriptionSet(key, load: { () throws(ContainerError) in try storedSubscriptionSet(key, tx) }, change)
+    }
+
+    /// Changes the database's subscriptions and push templates in place (see
+    /// `WriterState.changeDatabase`).
+    func changeDatabase<T>(
+        _ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction, _ change: (inout WriterState.DatabaseState) throws(ContainerError) -> T
+    ) throws(ContainerError) -> T {
+        try state.changeDatabase(key, load: { () throws(ContainerError) in try storedSubscriptionSet(key, tx) }, change)
     }
 
     /// The database's subscriptions as stored.

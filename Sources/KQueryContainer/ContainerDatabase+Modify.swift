@@ -138,9 +138,11 @@ extension ContainerDatabase {
                 _ = try tx.compactHistory(of: database, keepingLast: keep)
             }
 
-            let firings = try container.changeSubscriptionSet(key, &state, tx) { set in changes.map { set.apply($0, now: now) } }
-            let notifications = try notify(changes, firings, database: database, tx: tx, now: now, device: device,
-                                           templates: &state.pushTemplates[key, default: QueryPushTemplates()])
+            // The subscriptions that fire, and their pushes, from one lookup of the database's state.
+            let notifications = try container.changeDatabase(key, &state, tx) { subscribed throws(ContainerError) in
+                let firings = changes.map { subscribed.subscriptions.apply($0, now: now) }
+                return try notify(changes, firings, database: database, tx: tx, now: now, device: device, templates: &subscribed.pushTemplates)
+            }
             return (ModifyResult(results: results, notifications: try tx.enqueue(notifications)), Container.QueryStoreUpdate(store: queryStore, changes: changes))
         }
     }
@@ -176,15 +178,17 @@ extension ContainerDatabase {
             var staging = ZoneStaging(zoneID: zone, tx: tx, database: database, user: user, now: now, firstSequence: firstSequence)
             staging.reserveCapacity(indices.count)
             var errors = excluded
-            for index in indices where excluded[index] == nil {
-                do throws(ContainerError) {
-                    try staging.apply(index, operations[index])
-                } catch {
-                    errors[index] = error
+            operations.withUnsafeBufferPointer { operations in
+                for index in indices where excluded[index] == nil {
+                    do throws(ContainerError) {
+                        try staging.apply(index, in: operations)
+                    } catch {
+                        errors[index] = error
+                    }
                 }
             }
             let violations = try staging.referenceViolations()
-            errors.merge(violations) { first, _ in first }
+            if !violations.isEmpty { errors.merge(violations) { first, _ in first } }
             if atomic {
                 guard !errors.isEmpty else { return (staging.changes, staging.causes, [:]) }
                 let sibling = ContainerError(.atomicError, "not applied: another operation on atomic zone '\(zone.zoneName)' failed")

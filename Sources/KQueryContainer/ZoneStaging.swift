@@ -127,59 +127,65 @@ struct ZoneStaging {
 
     // MARK: Operations
 
-    /// Applies operation `index` to the staged records, or throws the error it fails with.
-    mutating func apply(_ index: Int, _ operation: RecordOperation) throws(ContainerError) {
-        // The operation's record is read where it lies (a copy of it retained all it holds).
-        let name = operation.record.recordID.recordName
+    /// Applies operation `index` of `operations` to the staged records, or throws the error it
+    /// fails with.
+    mutating func apply(_ index: Int, in operations: UnsafeBufferPointer<RecordOperation>) throws(ContainerError) {
+        // The operation is read where it lies, through a pointer: passed as a value it was copied
+        // (its record retaining all it holds) and destroyed again.
+        guard let base = operations.baseAddress, operations.indices.contains(index) else {
+            throw ContainerError(.internalError, "operation \(index) is not among the \(operations.count) staged")
+        }
+        let operation = base + index
+        let name = operation.pointee.record.recordID.recordName
         let existing = try current(name)
-        for reference in operation.record.trackedReferences where reference.recordID.zoneID != zoneID {
+        for reference in operation.pointee.record.trackedReferences where reference.recordID.zoneID != zoneID {
             throw ContainerError(.badRequest, "record '\(name)': a \(reference.action.rawValue) reference must point into its own zone, not to '\(reference.recordID.recordName)' in zone '\(reference.recordID.zoneID.zoneName)'")
         }
         func checkTag(_ existing: Record) throws(ContainerError) {
-            guard let tag = operation.record.recordChangeTag else {
-                throw ContainerError(.badRequest, "\(operation.kind.rawValue) of record '\(name)' needs its recordChangeTag (force\(operation.kind.rawValue.prefix(1).uppercased() + operation.kind.rawValue.dropFirst()) does not)")
+            guard let tag = operation.pointee.record.recordChangeTag else {
+                throw ContainerError(.badRequest, "\(operation.pointee.kind.rawValue) of record '\(name)' needs its recordChangeTag (force\(operation.pointee.kind.rawValue.prefix(1).uppercased() + operation.pointee.kind.rawValue.dropFirst()) does not)")
             }
             guard tag == existing.recordChangeTag else {
                 throw ContainerError(.conflict, "record '\(name)' has changed: recordChangeTag '\(tag)' is not the server's '\(existing.recordChangeTag ?? "")'")
             }
         }
         func checkType(_ existing: Record) throws(ContainerError) {
-            guard existing.recordType == operation.record.recordType else {
-                throw ContainerError(.badRequest, "record '\(name)' is a '\(existing.recordType)' and cannot become a '\(operation.record.recordType)'")
+            guard existing.recordType == operation.pointee.record.recordType else {
+                throw ContainerError(.badRequest, "record '\(name)' is a '\(existing.recordType)' and cannot become a '\(operation.pointee.record.recordType)'")
             }
         }
-        switch operation.kind {
+        switch operation.pointee.kind {
         case .create:
             guard existing == nil else { throw ContainerError(.exists, "record '\(name)' already exists") }
-            save(index, created(operation.record.fields), before: nil)
+            save(index, created(operation.pointee.record.fields), before: nil)
         case .update, .forceUpdate, .replace, .forceReplace:
             guard let existing else {
-                guard operation.kind == .forceUpdate || operation.kind == .forceReplace else {
+                guard operation.pointee.kind == .forceUpdate || operation.pointee.kind == .forceReplace else {
                     throw ContainerError(.notFound, "record '\(name)' does not exist")
                 }
-                save(index, created(operation.record.fields), before: nil)
+                save(index, created(operation.pointee.record.fields), before: nil)
                 return
             }
-            if operation.kind == .update || operation.kind == .replace { try checkTag(existing) }
+            if operation.pointee.kind == .update || operation.pointee.kind == .replace { try checkTag(existing) }
             try checkType(existing)
             var record = existing
-            if operation.kind == .update || operation.kind == .forceUpdate {
-                for (key, value) in operation.record.fields { record.fields[key] = value }
+            if operation.pointee.kind == .update || operation.pointee.kind == .forceUpdate {
+                for (key, value) in operation.pointee.record.fields { record.fields[key] = value }
             } else {
-                record.fields = operation.record.fields
+                record.fields = operation.pointee.record.fields
             }
             record.modificationDate = now
             record.lastModifiedUserRecordName = user
             save(index, record, before: existing)
         case .delete, .forceDelete:
             guard let existing else { throw ContainerError(.notFound, "record '\(name)' does not exist") }
-            if operation.kind == .delete { try checkTag(existing) }
+            if operation.pointee.kind == .delete { try checkTag(existing) }
             try delete(index, existing)
         }
 
         /// A new record of the operation's type and ID with `fields`, stamped now by the user.
         func created(_ fields: Fields) -> Record {
-            Record(recordType: operation.record.recordType, recordID: operation.record.recordID, fields: fields, creationDate: now, creatorUserRecordName: user,
+            Record(recordType: operation.pointee.record.recordType, recordID: operation.pointee.record.recordID, fields: fields, creationDate: now, creatorUserRecordName: user,
                    modificationDate: now, lastModifiedUserRecordName: user)
         }
     }

@@ -352,7 +352,7 @@ private typealias F = ContainerFixture
         #expect(containerError { try sharedDatabase.saveSubscription(query) }?.code == .badRequest)
         #expect(containerError { try privateDatabase.saveSubscription(Subscription(subscriptionID: "z", kind: .recordZone(zoneID: ZoneID(zoneName: "Nope"), recordType: nil))) }?.code == .zoneNotFound)
         // The refused save was undone in memory too: nothing fires for it.
-        #expect(container.writer.withLock { $0.subscriptionSets[privateDatabase.key]?["z"] } == nil)
+        #expect(container.writer.withLock { $0.subscriptionSet(privateDatabase.key)?["z"] } == nil)
         try sharedDatabase.saveSubscription(databaseSubscription)
         try publicDatabase.saveSubscription(query)
         for subscription in [zoneSubscription, databaseSubscription, query] { try privateDatabase.saveSubscription(subscription) }
@@ -483,7 +483,7 @@ private typealias F = ContainerFixture
             #expect(try container.pendingNotifications().count == 2)
         }
         let container = try F.container(path: path)
-        #expect(container.writer.withLock { $0.subscriptionSets.keys.map(\.description) } == ["development/private/_u1"])
+        #expect(container.writer.withLock { $0.subscribedDatabases.map(\.description) } == ["development/private/_u1"])
         let database = try container.database(.private, user: "_u1")
         #expect(try database.subscriptions().map(\.subscriptionID) == ["notes"])
         #expect(try container.pendingNotifications().map(\.subscriptionID) == ["notes", "once"])
