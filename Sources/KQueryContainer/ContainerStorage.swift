@@ -66,7 +66,9 @@ protocol StorageTransaction {
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone?
     func zones(in database: StoredDatabase) throws(ContainerError) -> [StoredZone]
     func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record?
-    /// Every record of the database, for building its query store.
+    /// Every record of the database, for building its query store, in change order (by the
+    /// sequence of each one's last change; sequences are unique in a database): the order a store
+    /// that saw the same records saved would have filed them in, whichever storage lists them.
     func records(in database: StoredDatabase) throws(ContainerError) -> [Record]
     /// The names of the records of `target`'s zone that hold a reference with `action` to it.
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String]

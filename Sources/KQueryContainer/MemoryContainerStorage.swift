@@ -360,10 +360,20 @@ struct MemoryTransaction: StorageWriteTransaction {
 
     func records(in database: StoredDatabase) throws(ContainerError) -> [Record] {
         guard let database = state.database(database) else { return [] }
-        // In the file's order (zone, then record name), so a store built from either storage is the same.
-        return database.recordZones.sorted { ($0.key.zoneName, $0.key.ownerName) < ($1.key.zoneName, $1.key.ownerName) }.flatMap { _, zone in
-            zone.records.sorted { $0.key < $1.key }.map(\.value.record)
+        // In change order, as the file lists them: where each record lies is sorted by its
+        // sequence, then each is copied out once (sorting the records themselves moved them all).
+        let zones = Array(database.recordZones.values)
+        var places: [(sequence: Int64, zone: Int, index: Dictionary<String, (record: Record, sequence: Int64)>.Index)] = []
+        places.reserveCapacity(zones.reduce(0) { $0 + $1.records.count })
+        for (position, zone) in zones.enumerated() {
+            var index = zone.records.startIndex
+            while index != zone.records.endIndex {
+                places.append((zone.records.values[index].sequence, position, index))
+                zone.records.formIndex(after: &index)
+            }
         }
+        places.sort { $0.sequence < $1.sequence }
+        return places.map { zones[$0.zone].records.values[$0.index].record }
     }
 
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {

@@ -446,7 +446,7 @@ private struct SQLiteTransaction: StorageWriteTransaction {
     func records(in database: StoredDatabase) throws(ContainerError) -> [KQuery.Record] {
         try sql {
             var names = RecordCoding.FieldNames()
-            return try Row.fetchAll(db, SQLRequest(sql: "SELECT recordName, body FROM records WHERE databaseID = ?", arguments: [database.id], cached: true))
+            return try Row.fetchAll(db, SQLRequest(sql: "SELECT recordName, body FROM records WHERE databaseID = ? ORDER BY changeSequence", arguments: [database.id], cached: true))
                 .map { row in try decode(row[1], row[0], names: &names) }
         }
     }

@@ -30,6 +30,24 @@ private typealias F = ContainerFixture
         #expect(containerError { try database.deleteZone(.default) }?.code == .badRequest)
     }
 
+    /// A query store is built from the database's records in change order, by each record's last
+    /// change and across zones, on either storage (a store that saw the saves files them so).
+    @Test(arguments: ContainerFixture.Storage.allCases) func queryStoresAreBuiltInChangeOrder(storage: ContainerFixture.Storage) throws {
+        let container = try F.container(storage)
+        let database = try container.database(.private, user: "_u1")
+        try database.createZone(F.zone)
+        try database.createZone(F.otherZone)
+        _ = try database.modify([RecordOperation(kind: .create, record: F.record("b", zone: F.zone))])
+        _ = try database.modify([RecordOperation(kind: .create, record: F.record("a", zone: F.otherZone)),
+                                 RecordOperation(kind: .create, record: F.record("d"))])
+        _ = try database.modify([RecordOperation(kind: .create, record: F.record("c", zone: F.zone))])
+        _ = try database.modify([RecordOperation(kind: .forceReplace, record: F.record("b", zone: F.zone, ["v": .int64(2)]))])
+        let names = try container.storage.read { tx throws(ContainerError) in
+            try tx.database(database.key).map { stored throws(ContainerError) in try tx.records(in: stored).map(\.recordID.recordName) } ?? []
+        }
+        #expect(names == ["a", "d", "c", "b"])
+    }
+
     @Test(arguments: ContainerFixture.Storage.allCases) func zoneNamesAreValidated(storage: ContainerFixture.Storage) throws {
         let database = try F.container(storage).database(.private, user: "_u1")
         for name in ["", "_mine", "has space", "semi;colon", String(repeating: "z", count: 256)] {
