@@ -379,19 +379,30 @@ public final class QueryPushTemplate: Sendable {
         // An empty string's bound is 2; each byte of text adds at most 6 (`\u001f`).
         let bound = emptyBound + 6 * (id.recordName.utf8.count + id.zoneID.zoneName.utf8.count + id.zoneID.ownerName.utf8.count + notificationID.utf8.count)
         guard bound <= PushPayload.maximumSize else { return nil }
-        let holes = Holes(recordName: id.recordName, zoneName: id.zoneID.zoneName, ownerName: id.zoneID.ownerName, reason: reason,
+        let holes = Holes(template: self, recordName: id.recordName, zoneName: id.zoneID.zoneName, ownerName: id.zoneID.ownerName, reason: reason,
                           notificationID: notificationID)
-        return PushPayload(content: PushJSON(self, holes), priority: priority, pushType: pushType, isPruned: false,
+        return PushPayload(content: PushJSON(holes), priority: priority, pushType: pushType, isPruned: false,
                            collapseID: PushPayload.collapseID(collapseIDKey, of: record))
     }
 
-    /// What fills a template's holes.
-    struct Holes: Sendable {
+    /// What fills a template's holes, with the template: one object, so that a push copied from
+    /// list to list (made, queued, returned) retains one reference rather than six.
+    final class Holes: Sendable {
+        let template: QueryPushTemplate
         let recordName: String
         let zoneName: String
         let ownerName: String
         let reason: QueryNotificationReason
         let notificationID: String
+
+        init(template: QueryPushTemplate, recordName: String, zoneName: String, ownerName: String, reason: QueryNotificationReason, notificationID: String) {
+            self.template = template
+            self.recordName = recordName
+            self.zoneName = zoneName
+            self.ownerName = ownerName
+            self.reason = reason
+            self.notificationID = notificationID
+        }
     }
 
     /// The push's JSON with `holes` filled.
@@ -432,7 +443,7 @@ public final class QueryPushTemplate: Sendable {
 public struct PushJSON: Hashable, Sendable {
     private enum Storage: Sendable {
         case json(JSON)
-        case template(QueryPushTemplate, QueryPushTemplate.Holes)
+        case template(QueryPushTemplate.Holes)
     }
     private let storage: Storage
 
@@ -440,14 +451,14 @@ public struct PushJSON: Hashable, Sendable {
         storage = .json(json)
     }
 
-    init(_ template: QueryPushTemplate, _ holes: QueryPushTemplate.Holes) {
-        storage = .template(template, holes)
+    init(_ holes: QueryPushTemplate.Holes) {
+        storage = .template(holes)
     }
 
     public var json: JSON {
         switch storage {
         case .json(let json): json
-        case .template(let template, let holes): template.json(holes)
+        case .template(let holes): holes.template.json(holes)
         }
     }
 
@@ -462,6 +473,10 @@ public struct QueryPushTemplates: Sendable {
     /// Each subscription's entry: its position in the lists below (read in place there: an entry
     /// struct copied out of a dictionary retained all it held).
     private var positions: [String: Int] = [:]
+    /// The subscription of each entry, and the entry used last: a database's modifies mostly fire
+    /// the same subscription, found again by comparing its ID rather than hashing it.
+    private var subscriptionIDs: [String] = []
+    private var lastUsed = 0
     /// What each template was made from. The info is held, so its identity cannot pass to another
     /// info while the entry lives.
     private var notificationInfos: [SharedNotificationInfo] = []
@@ -477,19 +492,25 @@ public struct QueryPushTemplates: Sendable {
 
     /// The template for a firing's subscription with `notificationInfo` in `context`, made if needed.
     mutating func template(_ subscriptionID: String, _ notificationInfo: SharedNotificationInfo, _ context: PushContext) -> QueryPushTemplate? {
-        let known = positions[subscriptionID]
-        if let known, notificationInfos[known] === notificationInfo, contexts[known] == context { return templates[known] }
+        let known = lastUsed < subscriptionIDs.count && subscriptionIDs[lastUsed] == subscriptionID ? lastUsed : positions[subscriptionID]
+        if let known {
+            lastUsed = known
+            if notificationInfos[known] === notificationInfo, contexts[known] == context { return templates[known] }
+        }
         let template = QueryPushTemplate(subscriptionID: subscriptionID, notificationInfo: notificationInfo.value, context: context)
         if let known {
             (notificationInfos[known], contexts[known], templates[known]) = (notificationInfo, context, template)
         } else {
             if positions.count >= capacity {
                 positions.removeAll(keepingCapacity: true)
+                subscriptionIDs.removeAll(keepingCapacity: true)
                 notificationInfos.removeAll(keepingCapacity: true)
                 contexts.removeAll(keepingCapacity: true)
                 templates.removeAll(keepingCapacity: true)
             }
             positions[subscriptionID] = templates.count
+            lastUsed = templates.count
+            subscriptionIDs.append(subscriptionID)
             notificationInfos.append(notificationInfo)
             contexts.append(context)
             templates.append(template)
