@@ -176,26 +176,18 @@ public struct SubscriptionFiring: Hashable, Sendable {
     public var owner: String { batch.subscriptions[position].owner }
     public var options: SubscriptionOptions { batch.subscriptions[position].options }
     /// Whether a query subscription fired (zone and database subscriptions fire once per zone).
-    public var isQuery: Bool {
-        switch batch.scope(at: position) {
-        case .query, .given(.query): true
-        case .given: false
-        }
-    }
+    public var isQuery: Bool { batch.isQuery(at: position) }
 
     /// The push `payload(context:notificationID:)` makes, from the subscription's template in
     /// `templates` when it has one (made there on first use).
     public func payload(context: PushContext, notificationID: String, templates: inout QueryPushTemplates) -> PushPayload {
-        switch batch.scope(at: position) {
-        case .query, .given(.query):
+        if batch.isQuery(at: position) {
             var context = context
             context.userRecordName = batch.subscriptions[position].owner
             if let template = templates.template(batch.subscriptions[position].subscriptionID, batch.sharedNotificationInfo(at: position), context),
                let payload = template.payload(record: batch.record, reason: reason, notificationID: notificationID) {
                 return payload
             }
-        case .given:
-            break
         }
         return payload(context: context, notificationID: notificationID)
     }
@@ -288,6 +280,10 @@ final class FiringBatch: Sendable {
 
     func scope(at position: Int) -> SubscriptionParts.Scope { scopes[subscriptions[position].scope] }
 
+    /// Whether the subscription at `position` is a query subscription, read in place (`scope(at:)`
+    /// copies the scope out, retaining what it holds).
+    func isQuery(at position: Int) -> Bool { scopes.isQuery(subscriptions[position].scope) }
+
     func subscription(at position: Int) -> Subscription {
         let parts = subscriptions[position]
         return parts.subscription(notificationInfo: notificationInfos[parts.notificationInfo].value, scope: scopes[parts.scope])
@@ -351,6 +347,23 @@ struct SharedValues<Value: Sendable>: Sendable {
     }
 
     subscript(position: UInt32) -> Value { position == 0 ? first : others[Int(position) - 1] }
+
+    /// `body` on the value at `position`, borrowed where it lies.
+    func withValue<Result>(at position: UInt32, _ body: (borrowing Value) -> Result) -> Result {
+        position == 0 ? body(first) : others.withUnsafeBufferPointer { body($0[Int(position) - 1]) }
+    }
+}
+
+extension SharedValues where Value == SubscriptionParts.Scope {
+    /// Whether the scope at `position` is a query subscription's.
+    func isQuery(_ position: UInt32) -> Bool {
+        withValue(at: position) { scope in
+            switch scope {
+            case .query, .given(.query): true
+            case .given: false
+            }
+        }
+    }
 }
 
 /// Collects the values a batch's firings share, in order of first use, each found by a key
