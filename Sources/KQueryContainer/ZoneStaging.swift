@@ -107,6 +107,18 @@ struct ZoneStaging {
         return try storedRecord(at: position)
     }
 
+    /// `current(name)` for the operation on `name`, which stages it if it succeeds: a record read
+    /// from storage is not also kept in the entry (a copy for every record). A later read of the
+    /// stored record, which few modifies make, reads storage again: staging writes nothing there.
+    private mutating func currentForOperation(_ name: String) throws(ContainerError) -> Record? {
+        let position = entry(name)
+        let change = entries[position].stagedBy
+        if change >= 0 { return isDeletion(change) ? nil : changes[change].record }
+        if entries[position].isRead { return entries[position].stored }
+        let id = RecordID(recordName: name, zoneID: zoneID)
+        return try database.flatMap { database throws(ContainerError) in try tx.record(id, in: database) }
+    }
+
     /// Whether change `position` deletes its record.
     private func isDeletion(_ position: Int) -> Bool {
         if case .deleted = changes[position] { true } else { false }
@@ -137,7 +149,7 @@ struct ZoneStaging {
         }
         let operation = base + index
         let name = operation.pointee.record.recordID.recordName
-        let existing = try current(name)
+        let existing = try currentForOperation(name)
         for reference in operation.pointee.record.trackedReferences where reference.recordID.zoneID != zoneID {
             throw ContainerError(.badRequest, "record '\(name)': a \(reference.action.rawValue) reference must point into its own zone, not to '\(reference.recordID.recordName)' in zone '\(reference.recordID.zoneID.zoneName)'")
         }
