@@ -140,7 +140,7 @@ extension ContainerDatabase {
 
             // The subscriptions that fire, and their pushes, from one lookup of the database's state.
             let notifications = try container.changeDatabase(key, &state, tx) { subscribed throws(ContainerError) in
-                let firings = changes.map { subscribed.subscriptions.apply($0, now: now) }
+                let firings = subscribed.subscriptions.apply(&changes, now: now)
                 return try notify(changes, firings, database: database, tx: tx, now: now, device: device, templates: &subscribed.pushTemplates)
             }
             return (ModifyResult(results: results, notifications: try tx.enqueue(notifications)), Container.QueryStoreUpdate(store: queryStore, changes: changes))

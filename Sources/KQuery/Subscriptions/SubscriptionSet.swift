@@ -486,6 +486,20 @@ public struct SubscriptionSet: Sendable {
         return firings
     }
 
+    /// `apply(_:now:)` for each change of `changes`, in order. They are reached in place (`inout`,
+    /// though none is changed): each passed from its list by value was copied first, both its
+    /// records retained, and destroyed again.
+    package mutating func apply(_ changes: inout [RecordChange], now: Int64) -> [SubscriptionFirings] {
+        var firings: [SubscriptionFirings] = []
+        firings.reserveCapacity(changes.count)
+        for position in changes.indices { firings.append(apply(inPlace: &changes[position], now: now)) }
+        return firings
+    }
+
+    private mutating func apply(inPlace change: inout RecordChange, now: Int64) -> SubscriptionFirings {
+        apply(change, now: now)
+    }
+
     /// Finds the firings for a change and removes the firesOnce subscriptions that fired.
     public mutating func apply(_ change: RecordChange, now: Int64) -> SubscriptionFirings {
         let fired = firings(for: change, now: now)
