@@ -219,7 +219,7 @@ public final class Container: Sendable {
             return result
         }
         let result = try writer.withLock { state throws(ContainerError) -> T in
-            let (result, update) = try Self.write(&state, storage, nil, body)
+            var (result, update) = try Self.write(&state, storage, nil, body)
             update?.apply()
             return result
         }
@@ -231,15 +231,26 @@ public final class Container: Sendable {
     /// a closure capturing them was allocated for every modify).
     struct QueryStoreUpdate: Sendable {
         let store: QueryStore
-        let changes: [RecordChange]
+        private(set) var changes: [RecordChange]
         var deletedZones: [ZoneID] = []
 
+        init(store: QueryStore, changes: [RecordChange], deletedZones: [ZoneID] = []) {
+            self.store = store
+            self.changes = changes
+            self.deletedZones = deletedZones
+        }
+
         /// Brings a built store up to date (a store not built yet will read the changes from
-        /// storage when it is).
-        func apply() {
+        /// storage when it is). The changes are handed over (the update is left without them):
+        /// the store moves them out of the only reference to their list instead of copying them.
+        mutating func apply() {
+            var changes: [RecordChange] = []
+            swap(&changes, &self.changes)
             store.store.withLock { store in
                 guard let store else { return }
-                store.applyCommitted(changes)
+                var taken: [RecordChange] = []
+                swap(&taken, &changes)
+                store.applyCommitted(consume taken)
                 for zone in deletedZones where store.zones.contains(zone) { try? store.deleteZone(zone) }
             }
         }
@@ -294,7 +305,7 @@ public final class Container: Sendable {
                     pointer.pointee.forgetAll()
                     throw error
                 }
-                for update in updates { update.apply() }
+                for index in updates.indices { updates[index].apply() }
                 return result
             }
         }

@@ -235,18 +235,30 @@ public final class Database {
     /// records in its own storage and queries them here): each record as it is, tags and dates
     /// kept. A change the store already holds leaves it as it is, so a store built from storage
     /// just after a commit may be handed that commit's changes too.
-    public func applyCommitted(_ changes: [RecordChange]) {
-        for change in changes {
-            let record = change.record
-            let id = record.recordID
+    public func applyCommitted(_ changes: consuming [RecordChange]) {
+        // Taken from the list one by one: handed the only reference to it, the changes are moved
+        // out, where iterating copied each (both its records) and its record again.
+        changes.reverse()
+        while let change = changes.popLast() {
             generation += 1
+            let record: Record
+            let deleted: Bool
+            var updatedInType = false
+            switch consume change {
+            case .created(let created):
+                (record, deleted) = (created, false)
+            case .updated(let before, let after):
+                updatedInType = before.recordType == after.recordType
+                (record, deleted) = (after, false)
+            case .deleted(let old):
+                (record, deleted) = (old, true)
+            }
             // An update within its type (nearly every one) replaces the record where its table
             // holds it, found once: the zone is known, and no other table can hold it.
-            if case .updated(let before, _) = change, before.recordType == record.recordType,
-               let table = tables.index(forKey: record.recordType), tables.values[table].replaceExisting(record) {
+            if updatedInType, let table = tables.index(forKey: record.recordType), tables.values[table].replaceExisting(record) {
                 continue
             }
-            let deleted: Bool = if case .deleted = change { true } else { false }
+            let id = record.recordID
             // Deleted, or moved to another type: out of the table that holds it.
             if let holder = firstTable(preferring: record.recordType, { $0.contains(id) ? () : nil })?.index,
                deleted || tables.keys[holder] != record.recordType {
