@@ -473,10 +473,9 @@ public struct QueryPushTemplates: Sendable {
     /// Each subscription's entry: its position in the lists below (read in place there: an entry
     /// struct copied out of a dictionary retained all it held).
     private var positions: [String: Int] = [:]
-    /// The subscription of each entry, and the entry used last: a database's modifies mostly fire
-    /// the same subscription, found again by comparing its ID rather than hashing it.
-    private var subscriptionIDs: [String] = []
-    private var lastUsed = 0
+    /// The entry used last: a database's modifies mostly fire the same subscription, found again
+    /// by comparing its ID rather than hashing it.
+    private var last: (subscriptionID: String, position: Int)?
     /// What each template was made from. The info is held, so its identity cannot pass to another
     /// info while the entry lives.
     private var notificationInfos: [SharedNotificationInfo] = []
@@ -492,25 +491,26 @@ public struct QueryPushTemplates: Sendable {
 
     /// The template for a firing's subscription with `notificationInfo` in `context`, made if needed.
     mutating func template(_ subscriptionID: String, _ notificationInfo: SharedNotificationInfo, _ context: PushContext) -> QueryPushTemplate? {
-        let known = lastUsed < subscriptionIDs.count && subscriptionIDs[lastUsed] == subscriptionID ? lastUsed : positions[subscriptionID]
-        if let known {
-            lastUsed = known
-            if notificationInfos[known] === notificationInfo, contexts[known] == context { return templates[known] }
+        let known: Int?
+        if let last, last.subscriptionID == subscriptionID {
+            known = last.position
+        } else {
+            known = positions[subscriptionID]
+            if let known { last = (subscriptionID, known) }
         }
+        if let known, notificationInfos[known] === notificationInfo, contexts[known] == context { return templates[known] }
         let template = QueryPushTemplate(subscriptionID: subscriptionID, notificationInfo: notificationInfo.value, context: context)
         if let known {
             (notificationInfos[known], contexts[known], templates[known]) = (notificationInfo, context, template)
         } else {
             if positions.count >= capacity {
                 positions.removeAll(keepingCapacity: true)
-                subscriptionIDs.removeAll(keepingCapacity: true)
                 notificationInfos.removeAll(keepingCapacity: true)
                 contexts.removeAll(keepingCapacity: true)
                 templates.removeAll(keepingCapacity: true)
             }
             positions[subscriptionID] = templates.count
-            lastUsed = templates.count
-            subscriptionIDs.append(subscriptionID)
+            last = (subscriptionID, templates.count)
             notificationInfos.append(notificationInfo)
             contexts.append(context)
             templates.append(template)
