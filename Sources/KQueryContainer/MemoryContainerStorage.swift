@@ -235,11 +235,7 @@ final class MemoryZone {
         // through the generic tuple copy, most of a rebuild's cost.
         var live: [(sequence: Int64, name: String)] = []
         live.reserveCapacity(records.count + tombstones.count)
-        var index = records.startIndex
-        while index != records.endIndex {
-            live.append((records.values[index].sequence, records.keys[index]))
-            records.formIndex(after: &index)
-        }
+        for index in records.indices { live.append((records.values[index].sequence, records.keys[index])) }
         for (name, tombstone) in tombstones { live.append((tombstone.sequence, name)) }
         log.rebuild(live)
     }
@@ -366,11 +362,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         var places: [(sequence: Int64, zone: Int, index: Dictionary<String, (record: Record, sequence: Int64)>.Index)] = []
         places.reserveCapacity(zones.reduce(0) { $0 + $1.records.count })
         for (position, zone) in zones.enumerated() {
-            var index = zone.records.startIndex
-            while index != zone.records.endIndex {
-                places.append((zone.records.values[index].sequence, position, index))
-                zone.records.formIndex(after: &index)
-            }
+            for index in zone.records.indices { places.append((zone.records.values[index].sequence, position, index)) }
         }
         places.sort { $0.sequence < $1.sequence }
         return places.map { zones[$0.zone].records.values[$0.index].record }
