@@ -1,20 +1,20 @@
+import CKQuerySupport
 import KQuery
 
-/// The values of one user field across a table's records, by dense position: one contiguous array
-/// of a single kind, strings' bytes in one arena, and a presence bitmap.
+/// The values of one field across a table's records, by dense position: one contiguous array of a
+/// single kind, strings' bytes in one arena, and a presence bitmap. The columns are the only copy
+/// of a table's records (`Columns.record(at:recordType:)` makes a record from them).
 ///
 /// A full scan reads a column as a loop over contiguous memory instead of chasing every record's
 /// field pointer (the record-at-a-time scan was bound by those cache misses). A column holds one
 /// scalar kind; once its records hold another kind, a list, bytes, a reference or an asset ID, it
-/// becomes `.mixed`, keeps only presence, and scans that need its values fall back to the records.
-/// The layout (plain arrays, no pointers per value) is also what a memory-compact table and a
-/// mapped snapshot would store.
+/// becomes `.mixed` and keeps each value whole, and scans that need its values test the records.
 struct Column: Sendable {
     enum Kind: Sendable, Equatable {
         /// No record has held a value yet.
         case empty
         case int64, double, timestamp, string, location
-        /// Values of more than one kind, or of a kind the columns do not hold.
+        /// Values of more than one kind, or of a kind the columns do not hold in arrays of their own.
         case mixed
     }
 
@@ -22,12 +22,19 @@ struct Column: Sendable {
     private(set) var count = 0
     /// Bit `p` is set when the record at position `p` has the field.
     private(set) var present: [UInt64] = []
+    /// How many records have the field: when all do, reading a record's value skips the bitmap.
+    private(set) var presentCount = 0
     /// INT64 and TIMESTAMP values.
     private(set) var integers: [Int64] = []
     /// DOUBLE values, and a location's latitude.
     private(set) var numbers: [Double] = []
     private(set) var longitudes: [Double] = []
     private(set) var strings = SpanArena<UInt8>()
+    /// A location column's optional parts (altitude, accuracies...), by position; empty while no
+    /// location of the column has any.
+    private(set) var details: [Location.DetailsBox?] = []
+    /// A mixed column's values, whole, by position (nil where absent).
+    private(set) var values: [FieldValue?] = []
 
     /// A column of `count` positions, none holding a value.
     init(count: Int) {
@@ -68,6 +75,22 @@ struct Column: Sendable {
         }
     }
 
+    /// The value at `position`, as the record there holds it.
+    func value(at position: Int) -> FieldValue? {
+        guard isPresent(position) else { return nil }
+        switch kind {
+        case .empty: return nil
+        case .int64: return .int64(integers[position])
+        case .timestamp: return .timestamp(integers[position])
+        case .double: return .double(numbers[position])
+        case .location:
+            return .location(Location(latitude: numbers[position], longitude: longitudes[position],
+                                      detailsBox: details.isEmpty ? nil : details[position]))
+        case .string: return .string(strings.withValues(at: position) { String(decoding: $0, as: UTF8.self) })
+        case .mixed: return values[position]
+        }
+    }
+
     static func kind(of value: FieldValue) -> Kind {
         switch value {
         case .int64: .int64
@@ -86,38 +109,56 @@ struct Column: Sendable {
         numbers.trimExcessCapacity()
         longitudes.trimExcessCapacity()
         strings.trimExcessCapacity()
+        if values.capacity - values.count > values.count / 8 + 64 { values = Array(values) }
+        if details.capacity - details.count > details.count / 8 + 64 { details = Array(details) }
     }
 
     mutating func appendAbsent() {
         if count & 63 == 0 { present.append(0) }
         count += 1
         switch kind {
-        case .empty, .mixed: break
+        case .empty: break
+        case .mixed: values.append(nil)
         case .int64, .timestamp: integers.append(0)
         case .double: numbers.append(0)
         case .location:
             numbers.append(0)
             longitudes.append(0)
+            if !details.isEmpty { details.append(nil) }
         case .string: strings.append(EmptyCollection())
         }
     }
 
     mutating func set(_ value: FieldValue?, at position: Int) {
         guard let value else {
-            if kind == .string { strings.replace(at: position, with: EmptyCollection()) }
+            switch kind {
+            case .string: strings.replace(at: position, with: EmptyCollection())
+            case .mixed: values[position] = nil
+            case .location where !details.isEmpty: details[position] = nil
+            default: break
+            }
+            if isPresent(position) { presentCount -= 1 }
             present[position &>> 6] &= ~(1 &<< UInt64(position & 63))
             return
         }
-        present[position &>> 6] |= 1 &<< UInt64(position & 63)
         let valueKind = Self.kind(of: value)
         if kind == .empty { adopt(valueKind) }
-        guard valueKind == kind else { return becomeMixed() }
+        if valueKind != kind, kind != .mixed { becomeMixed() }
+        if !isPresent(position) { presentCount += 1 }
+        present[position &>> 6] |= 1 &<< UInt64(position & 63)
+        if kind == .mixed {
+            values[position] = value
+            return
+        }
         switch value {
         case .int64(let x), .timestamp(let x): integers[position] = x
         case .double(let x): numbers[position] = x
         case .location(let location):
             numbers[position] = location.latitude
             longitudes[position] = location.longitude
+            let box = location.detailsBox
+            if box != nil, details.isEmpty { details = Array(repeating: nil, count: count) }
+            if !details.isEmpty { details[position] = box }
         case .string(var text): text.withUTF8 { strings.replace(at: position, with: $0) }
         case .bytes, .reference, .assetID, .list: break
         }
@@ -126,15 +167,18 @@ struct Column: Sendable {
     /// Removes the last position, moving its value to `position` first (the table's swap-remove).
     mutating func removeLast(movingTo position: Int) {
         let last = count - 1
+        if isPresent(position) { presentCount -= 1 }
         if position != last {
             set(bit: isPresent(last), at: position)
             switch kind {
-            case .empty, .mixed: break
+            case .empty: break
+            case .mixed: values.swapAt(position, last)
             case .int64, .timestamp: integers[position] = integers[last]
             case .double: numbers[position] = numbers[last]
             case .location:
                 numbers[position] = numbers[last]
                 longitudes[position] = longitudes[last]
+                if !details.isEmpty { details.swapAt(position, last) }
             case .string: strings.move(from: last, to: position)
             }
         }
@@ -142,12 +186,14 @@ struct Column: Sendable {
         count = last
         if count & 63 == 0 { present.removeLast() }
         switch kind {
-        case .empty, .mixed: break
+        case .empty: break
+        case .mixed: values.removeLast()
         case .int64, .timestamp: integers.removeLast()
         case .double: numbers.removeLast()
         case .location:
             numbers.removeLast()
             longitudes.removeLast()
+            if !details.isEmpty { details.removeLast() }
         case .string: strings.removeLast()
         }
     }
@@ -160,7 +206,8 @@ struct Column: Sendable {
     private mutating func adopt(_ newKind: Kind) {
         kind = newKind
         switch newKind {
-        case .empty, .mixed: break
+        case .empty: break
+        case .mixed: values = Array(repeating: nil, count: count)
         case .int64, .timestamp: integers = Array(repeating: 0, count: count)
         case .double: numbers = Array(repeating: 0, count: count)
         case .location:
@@ -170,12 +217,187 @@ struct Column: Sendable {
         }
     }
 
+    /// Keeps every value whole from now on, those held so far included.
     private mutating func becomeMixed() {
+        var whole: [FieldValue?] = []
+        whole.reserveCapacity(count)
+        for position in 0..<count { whole.append(value(at: position)) }
         kind = .mixed
+        values = whole
         integers = []
         numbers = []
         longitudes = []
+        details = []
         strings = SpanArena()
+    }
+}
+
+/// Reads a table's records from its columns through pointers into their arrays, valid only during
+/// `Columns.withReader` (the columns are alive and unchanged then).
+struct ColumnsReader {
+    private let user: [(key: FieldKey, column: ColumnReader)]
+    private let system: [ColumnReader]
+    private let hasSystemValues: Bool
+    private let names: UnsafePointer<String>
+    private let zoneNumbers: UnsafePointer<UInt32>?
+    private let zones: [ZoneID]
+
+    fileprivate init(_ columns: Columns, keyOrder: [Int], hasSystemValues: Bool, zoneNumbers: [UInt32]) {
+        user = keyOrder.map { (columns.keys[$0], ColumnReader(columns.columns[$0])) }
+        system = columns.system.map(ColumnReader.init)
+        self.hasSystemValues = hasSystemValues
+        names = columns.names.unsafeBase
+        self.zoneNumbers = zoneNumbers.isEmpty ? nil : zoneNumbers.unsafeBase
+        zones = columns.zones
+    }
+
+    @inline(__always)
+    func recordID(at position: Int) -> RecordID {
+        RecordID(recordName: names[position], zoneID: zones[Int(zoneNumbers?[position] ?? 0)])
+    }
+
+    /// Makes the records at `positions` in that order, asking the CPU to load each one's values a
+    /// few records ahead: the values of one record lie in as many places as it has columns, and
+    /// read one after another each waited for memory (a query's results lie anywhere).
+    func records(at positions: some Collection<Int>, recordType: String) -> [Record] {
+        var records: [Record] = []
+        records.reserveCapacity(positions.count)
+        let ahead = 6
+        var next = positions.startIndex
+        var pending = 0
+        var made = positions.startIndex
+        while made != positions.endIndex {
+            // Values lead by `ahead` records; string bytes, whose address is read from the
+            // arena's starts (loaded by then), by half as many.
+            while next != positions.endIndex, pending < ahead {
+                prefetch(positions[next])
+                positions.formIndex(after: &next)
+                pending += 1
+            }
+            if pending > ahead / 2 {
+                prefetchBytes(positions[positions.index(made, offsetBy: ahead / 2)])
+            }
+            records.append(record(at: positions[made], recordType: recordType))
+            positions.formIndex(after: &made)
+            pending -= 1
+        }
+        return records
+    }
+
+    @inline(__always)
+    private func prefetch(_ position: Int) {
+        kquery_prefetch(names + position)
+        for index in user.indices { user[index].column.prefetch(position) }
+    }
+
+    @inline(__always)
+    private func prefetchBytes(_ position: Int) {
+        for index in user.indices { user[index].column.prefetchBytes(position) }
+    }
+
+    /// The user fields of the record at `position`, made in key order.
+    func fields(at position: Int) -> Fields {
+        var fields = Fields()
+        fields.reserveCapacity(user.count)
+        user.withUnsafeBufferPointer { user in
+            for index in user.indices {
+                if let value = user[index].column.value(at: position) { fields.appendUnordered(user[index].key, value) }
+            }
+        }
+        fields.sortAppended()
+        return fields
+    }
+
+    func record(at position: Int, recordType: String) -> Record {
+        var record = Record(recordType: recordType, recordID: recordID(at: position), fields: fields(at: position))
+        guard hasSystemValues else { return record }
+        func value(_ field: Columns.SystemField) -> FieldValue? { system[field.rawValue].value(at: position) }
+        if case .timestamp(let x)? = value(.creationDate) { record.creationDate = x }
+        if case .string(let x)? = value(.creator) { record.creatorUserRecordName = x }
+        if case .timestamp(let x)? = value(.modificationDate) { record.modificationDate = x }
+        if case .string(let x)? = value(.modifier) { record.lastModifiedUserRecordName = x }
+        if case .string(let x)? = value(.changeTag) { record.recordChangeTag = x }
+        if case .reference(let x)? = value(.parent) { record.parent = x }
+        if case .reference(let x)? = value(.share) { record.share = x }
+        return record
+    }
+}
+
+/// One column's arrays, as pointers (see `ColumnsReader`).
+struct ColumnReader {
+    private let kind: Column.Kind
+    /// Nil when every record has the field.
+    private let present: UnsafePointer<UInt64>?
+    private let integers: UnsafePointer<Int64>
+    private let numbers: UnsafePointer<Double>
+    private let longitudes: UnsafePointer<Double>
+    private let starts: UnsafePointer<Int>
+    private let lengths: UnsafePointer<UInt32>
+    private let bytes: UnsafePointer<UInt8>
+    private let details: UnsafePointer<Location.DetailsBox?>?
+    private let values: UnsafePointer<FieldValue?>
+
+    init(_ column: Column) {
+        kind = column.kind
+        present = column.presentCount == column.count ? nil : column.present.unsafeBase
+        integers = column.integers.unsafeBase
+        numbers = column.numbers.unsafeBase
+        longitudes = column.longitudes.unsafeBase
+        starts = column.strings.starts.unsafeBase
+        lengths = column.strings.lengths.unsafeBase
+        bytes = column.strings.elements.unsafeBase
+        details = column.details.isEmpty ? nil : column.details.unsafeBase
+        values = column.values.unsafeBase
+    }
+
+    /// Asks the CPU to load the record at `position`'s value (but a string's bytes).
+    @inline(__always)
+    func prefetch(_ position: Int) {
+        if let present { kquery_prefetch(present + (position &>> 6)) }
+        switch kind {
+        case .empty: break
+        case .int64, .timestamp: kquery_prefetch(integers + position)
+        case .double: kquery_prefetch(numbers + position)
+        case .location:
+            kquery_prefetch(numbers + position)
+            kquery_prefetch(longitudes + position)
+        case .string:
+            kquery_prefetch(starts + position)
+            kquery_prefetch(lengths + position)
+        case .mixed: kquery_prefetch(values + position)
+        }
+    }
+
+    /// Asks the CPU to load a string's bytes, once `prefetch` has loaded where they are.
+    @inline(__always)
+    func prefetchBytes(_ position: Int) {
+        if kind == .string { kquery_prefetch(bytes + starts[position]) }
+    }
+
+    /// As `Column.value(at:)`.
+    @inline(__always)
+    func value(at position: Int) -> FieldValue? {
+        if let present, present[position &>> 6] & (1 &<< UInt64(position & 63)) == 0 { return nil }
+        switch kind {
+        case .empty: return nil
+        case .int64: return .int64(integers[position])
+        case .timestamp: return .timestamp(integers[position])
+        case .double: return .double(numbers[position])
+        case .location:
+            return .location(Location(latitude: numbers[position], longitude: longitudes[position], detailsBox: details?[position]))
+        case .string:
+            return .string(String(decoding: UnsafeBufferPointer(start: bytes + starts[position], count: Int(lengths[position])), as: UTF8.self))
+        case .mixed: return values[position]
+        }
+    }
+}
+
+extension Array {
+    /// The address of the array's elements, for a reader that outlives the call (`ColumnsReader`):
+    /// valid only while the array is alive and unchanged. An empty array gives an address that
+    /// must not be read.
+    fileprivate var unsafeBase: UnsafePointer<Element> {
+        withUnsafeBufferPointer { $0.baseAddress ?? UnsafePointer(bitPattern: MemoryLayout<Element>.alignment).unsafelyUnwrapped }
     }
 }
 
@@ -267,14 +489,29 @@ struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
     }
 }
 
-/// A table's columns: one per user field any of its records has held, plus each record's search
-/// tokens, computed once when the record is saved (a token scan compares token numbers instead of
-/// tokenizing every record's text on every query). Tokens are kept only once a token scan has asked
-/// for them (`trackTokens`): tokenizing every save made opening a million records twice as slow.
+/// A table's records, column by column: each record's name and zone, one column per system field
+/// and one per user field any record has held, plus each record's search tokens, computed once
+/// when the record is saved (a token scan compares token numbers instead of tokenizing every
+/// record's text on every query). Tokens are kept only once a token scan has asked for them
+/// (`trackTokens`): tokenizing every save made opening a million records twice as slow.
 struct Columns: Sendable {
     private(set) var columns: [Column] = []
     private(set) var keys: [FieldKey] = []
     private var indexByKey: [FieldKey: Int] = [:]
+    /// The user columns' indexes in key order: a record's fields are made in that order.
+    private var keyOrder: [Int] = []
+    /// Each record's name, by position.
+    private(set) var names: [String] = []
+    /// Each record's zone, as its number in `zones`; empty while every record is in the default
+    /// zone (number 0).
+    private var zoneNumbers: [UInt32] = []
+    private(set) var zones: [ZoneID] = [.default]
+    private var zoneNumberByID: [ZoneID: UInt32] = [.default: 0]
+    /// The system fields besides the record ID, a column each, in `SystemField` order.
+    private(set) var system = Array(repeating: Column(count: 0), count: SystemField.allCases.count)
+    /// Whether any record has held a system field besides its ID (when none has, making a record
+    /// reads none of their columns).
+    private var hasSystemValues = false
     /// Each distinct token's number.
     private(set) var tokenNumbers: [String: UInt32] = [:]
     /// Each record's token numbers, sorted, when `tracksTokens`.
@@ -282,12 +519,21 @@ struct Columns: Sendable {
     private(set) var tracksTokens = false
     private(set) var count = 0
 
+    /// The system columns: timestamps, user record names and the change tag as strings, and the
+    /// parent and share as references.
+    enum SystemField: Int, CaseIterable {
+        case creationDate, creator, modificationDate, modifier, changeTag, parent, share
+    }
+
     /// Where the column of `key` is in `columns`, or nil when no record has held the field.
     func index(of key: FieldKey) -> Int? { indexByKey[key] }
 
     /// `recordTokens` are the record's search tokens, needed when `tracksTokens`.
     mutating func append(_ record: Record, tokens recordTokens: Set<String>?) {
         for index in columns.indices { columns[index].appendAbsent() }
+        for index in system.indices { system[index].appendAbsent() }
+        names.append(record.recordID.recordName)
+        if !zoneNumbers.isEmpty { zoneNumbers.append(0) }
         if tracksTokens { tokens.append(EmptyCollection()) }
         count += 1
         replace(at: count - 1, with: record, tokens: recordTokens)
@@ -308,18 +554,112 @@ struct Columns: Sendable {
                 var column = Column(count: count)
                 column.set(value, at: position)
                 columns.append(column)
+                keyOrder = keys.indices.sorted { keys[$0] < keys[$1] }
             }
         }
+        names[position] = record.recordID.recordName
+        setZone(record.recordID.zoneID, at: position)
+        setSystemFields(of: record, at: position)
         if tracksTokens { setTokens(recordTokens ?? [], at: position) }
     }
 
-    /// Starts keeping the tokens of `records` (the table's, by position), or computes them again
-    /// (the searchable fields changed).
-    mutating func trackTokens(of records: [Record], searchableFields: [FieldKey]?) {
+    private mutating func setZone(_ zone: ZoneID, at position: Int) {
+        if zoneNumbers.isEmpty, zone == zones[0] { return }
+        let number: UInt32
+        if let known = zoneNumberByID[zone] {
+            number = known
+        } else {
+            number = UInt32(truncatingIfNeeded: zones.count)
+            zones.append(zone)
+            zoneNumberByID[zone] = number
+        }
+        if zoneNumbers.isEmpty { zoneNumbers = Array(repeating: 0, count: count) }
+        zoneNumbers[position] = number
+    }
+
+    private mutating func setSystemFields(of record: Record, at position: Int) {
+        guard hasSystemValues || record.creationDate != nil || record.creatorUserRecordName != nil || record.modificationDate != nil
+                || record.lastModifiedUserRecordName != nil || record.recordChangeTag != nil || record.parent != nil || record.share != nil
+        else { return }
+        hasSystemValues = true
+        system[SystemField.creationDate.rawValue].set(record.creationDate.map(FieldValue.timestamp), at: position)
+        system[SystemField.creator.rawValue].set(record.creatorUserRecordName.map(FieldValue.string), at: position)
+        system[SystemField.modificationDate.rawValue].set(record.modificationDate.map(FieldValue.timestamp), at: position)
+        system[SystemField.modifier.rawValue].set(record.lastModifiedUserRecordName.map(FieldValue.string), at: position)
+        system[SystemField.changeTag.rawValue].set(record.recordChangeTag.map(FieldValue.string), at: position)
+        system[SystemField.parent.rawValue].set(record.parent.map(FieldValue.reference), at: position)
+        system[SystemField.share.rawValue].set(record.share.map(FieldValue.reference), at: position)
+    }
+
+    // MARK: Reading
+
+    /// The zone of the record at `position`.
+    @inline(__always)
+    func zoneNumber(at position: Int) -> UInt32 { zoneNumbers.isEmpty ? 0 : zoneNumbers[position] }
+
+    /// The number of `zone` if a record has been in it.
+    func zoneNumber(of zone: ZoneID) -> UInt32? { zoneNumberByID[zone] }
+
+    func recordID(at position: Int) -> RecordID {
+        RecordID(recordName: names[position], zoneID: zones[Int(zoneNumber(at: position))])
+    }
+
+    /// Whether the record at `position` has `id`.
+    @inline(__always)
+    func hasID(_ id: RecordID, at position: Int) -> Bool {
+        names[position] == id.recordName && zones[Int(zoneNumber(at: position))] == id.zoneID
+    }
+
+    /// The user fields of the record at `position`.
+    func fields(at position: Int) -> Fields {
+        withReader { $0.fields(at: position) }
+    }
+
+    /// The record at `position`, of `recordType`, as it was saved.
+    func record(at position: Int, recordType: String) -> Record {
+        withReader { $0.record(at: position, recordType: recordType) }
+    }
+
+    /// Calls `body` with a reader of the columns, for making many records: it reads the columns'
+    /// arrays through pointers taken once. Read through the columns' structs, every array was
+    /// retained and released for each value (more than half the time of making a record).
+    func withReader<T>(_ body: (ColumnsReader) -> T) -> T {
+        withExtendedLifetime(self) { body(ColumnsReader(self, keyOrder: keyOrder, hasSystemValues: hasSystemValues, zoneNumbers: zoneNumbers)) }
+    }
+
+    /// The value a predicate sees for `field` in the record at `position` (as `Record.value(of:)`).
+    func value(of field: FieldReference, at position: Int) -> FieldValue? {
+        func system(_ field: SystemField) -> FieldValue? { hasSystemValues ? self.system[field.rawValue].value(at: position) : nil }
+        func user(_ field: SystemField) -> FieldValue? {
+            guard case .string(let name)? = system(field) else { return nil }
+            return .reference(Reference(recordID: RecordID(recordName: name)))
+        }
+        switch field {
+        case .user(let key): return indexByKey[key].flatMap { columns[$0].value(at: position) }
+        case .recordID: return .reference(Reference(recordID: recordID(at: position)))
+        case .creationDate: return system(.creationDate)
+        case .modificationDate: return system(.modificationDate)
+        case .creatorUserRecordID: return user(.creator)
+        case .lastModifiedUserRecordID: return user(.modifier)
+        case .recordChangeTag: return system(.changeTag)
+        case .parent: return system(.parent)
+        case .share: return system(.share)
+        }
+    }
+
+    // MARK: Tokens
+
+    /// Starts keeping each record's tokens, or computes them again (the searchable fields changed).
+    mutating func trackTokens(searchableFields: [FieldKey]?) {
         tracksTokens = true
         tokenNumbers = [:]
         tokens = SpanArena(count: count)
-        for (position, record) in records.enumerated() { setTokens(record.searchTokens(in: searchableFields), at: position) }
+        for position in 0..<count { setTokens(searchTokens(at: position, in: searchableFields), at: position) }
+    }
+
+    /// The search tokens of the record at `position` (as `Record.searchTokens(in:)`).
+    func searchTokens(at position: Int, in searchableFields: [FieldKey]?) -> Set<String> {
+        Record(recordType: "", recordID: RecordID(recordName: ""), fields: fields(at: position)).searchTokens(in: searchableFields)
     }
 
     private mutating func setTokens(_ recordTokens: Set<String>, at position: Int) {
@@ -338,15 +678,31 @@ struct Columns: Sendable {
         tokens.replace(at: position, with: numbers)
     }
 
+    // MARK: Room and removal
+
+    mutating func reserveCapacity(_ count: Int) {
+        names.reserveCapacity(count)
+    }
+
     /// Gives back the room the columns grew into beyond what they hold (after a load).
     mutating func trimExcessCapacity() {
         for index in columns.indices { columns[index].trimExcessCapacity() }
+        for index in system.indices { system[index].trimExcessCapacity() }
         tokens.trimExcessCapacity()
+        if names.capacity - names.count > names.count / 8 + 64 { names = Array(names) }
+        zoneNumbers.trimExcessCapacity()
     }
 
     /// Removes the last position, moving its values to `position` first (the table's swap-remove).
     mutating func removeLast(movingTo position: Int) {
         for index in columns.indices { columns[index].removeLast(movingTo: position) }
+        for index in system.indices { system[index].removeLast(movingTo: position) }
+        names.swapAt(position, count - 1)
+        names.removeLast()
+        if !zoneNumbers.isEmpty {
+            zoneNumbers[position] = zoneNumbers[count - 1]
+            zoneNumbers.removeLast()
+        }
         if tracksTokens {
             if position != count - 1 { tokens.move(from: count - 1, to: position) }
             tokens.removeLast()
