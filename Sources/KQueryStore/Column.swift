@@ -232,6 +232,23 @@ struct Column: Sendable {
     }
 }
 
+/// A table's columns as they were when a query read them: the fields of the records it returns
+/// are read from here when first needed (`Fields(provider:position:)`).
+final class ColumnsSnapshot: FieldsProvider {
+    let columns: Columns
+
+    init(_ columns: Columns) { self.columns = columns }
+
+    func fields(at position: Int) -> Fields { columns.fields(at: position) }
+
+    /// The records at `positions`, their fields read from the snapshot when first needed.
+    func records(at positions: some Sequence<Int>, recordType: String) -> [Record] {
+        columns.withReader { reader in
+            positions.map { reader.lazyRecord(at: $0, recordType: recordType, provider: self) }
+        }
+    }
+}
+
 /// Reads a table's records from its columns through pointers into their arrays, valid only during
 /// `Columns.withReader` (the columns are alive and unchanged then).
 struct ColumnsReader {
@@ -308,8 +325,31 @@ struct ColumnsReader {
         return fields
     }
 
+    /// The record at `position` with fields that `provider` gives when first needed.
+    func lazyRecord(at position: Int, recordType: String, provider: ColumnsSnapshot) -> Record {
+        var record = Record(taking: recordType, recordID: recordID(at: position), fields: Fields(provider: provider, position: position))
+        if hasSystemValues { setSystemFields(of: &record, at: position) }
+        return record
+    }
+
+    private func setSystemFields(of record: inout Record, at position: Int) {
+        func value(_ field: Columns.SystemField) -> FieldValue? { system[field.rawValue].value(at: position) }
+        if case .timestamp(let x)? = value(.creationDate) { record.creationDate = x }
+        if case .string(let x)? = value(.creator) { record.creatorUserRecordName = x }
+        if case .timestamp(let x)? = value(.modificationDate) { record.modificationDate = x }
+        if case .string(let x)? = value(.modifier) { record.lastModifiedUserRecordName = x }
+        if case .string(let x)? = value(.changeTag) { record.recordChangeTag = x }
+        if case .reference(let x)? = value(.parent) { record.parent = x }
+        if case .reference(let x)? = value(.share) { record.share = x }
+    }
+
     func record(at position: Int, recordType: String) -> Record {
-        var record = Record(recordType: recordType, recordID: recordID(at: position), fields: fields(at: position))
+        withSystemFields(Record(recordType: recordType, recordID: recordID(at: position), fields: fields(at: position)), at: position)
+    }
+
+    @inline(__always)
+    private func withSystemFields(_ record: consuming Record, at position: Int) -> Record {
+        var record = record
         guard hasSystemValues else { return record }
         func value(_ field: Columns.SystemField) -> FieldValue? { system[field.rawValue].value(at: position) }
         if case .timestamp(let x)? = value(.creationDate) { record.creationDate = x }

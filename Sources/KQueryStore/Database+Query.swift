@@ -105,7 +105,7 @@ extension Database {
             let last = hits[limit - 1]
             cursor = QueryCursor(fingerprint: fingerprint, position: SortKey(values: last.values, recordID: table.columns.recordID(at: last.position)))
         }
-        var records = table.columns.withReader { reader in reader.records(at: hits.lazy.map(\.position), recordType: table.recordType) }
+        var records = ColumnsSnapshot(table.columns).records(at: hits.lazy.map(\.position), recordType: table.recordType)
         query.applyDesiredKeys(to: &records)
         return QueryResult(records: records, cursor: cursor)
     }

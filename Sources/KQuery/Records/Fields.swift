@@ -1,5 +1,11 @@
 import CKQuerySupport
 
+/// Gives a record's fields from elsewhere (a store's columns), for `Fields` that read them only
+/// when needed. Must give the same fields every time.
+package protocol FieldsProvider: AnyObject, Sendable {
+    func fields(at position: Int) -> Fields
+}
+
 /// A record's user fields: a small array of (key, value) entries kept sorted by key.
 ///
 /// Records have few fields (typically under 20), so one sorted contiguous buffer beats a dictionary
@@ -21,9 +27,40 @@ public struct Fields: Hashable, Sendable, Sequence {
         }
     }
 
-    @usableFromInline var _entries: ContiguousArray<_Entry> = []
+    @usableFromInline var _stored: ContiguousArray<_Entry> = []
+    /// Where the fields are read from until they are first read or changed (a store's columns).
+    @usableFromInline var _lazy: _LazySource?
+
+    @usableFromInline
+    struct _LazySource: Sendable {
+        let provider: any FieldsProvider
+        let position: Int
+    }
+
+    /// The entries, read from the lazy source when there is one.
+    @usableFromInline var _entries: ContiguousArray<_Entry> {
+        get {
+            if let lazy = _lazy { return lazy.provider.fields(at: lazy.position)._stored }
+            return _stored
+        }
+        _modify {
+            if let lazy = _lazy {
+                _stored = lazy.provider.fields(at: lazy.position)._stored
+                _lazy = nil
+            }
+            yield &_stored
+        }
+    }
 
     public init() {}
+
+    /// Fields read from `provider` at `position` when first needed.
+    package init(provider: any FieldsProvider, position: Int) {
+        _lazy = _LazySource(provider: provider, position: position)
+    }
+
+    public static func == (a: Fields, b: Fields) -> Bool { a._entries == b._entries }
+    public func hash(into hasher: inout Hasher) { hasher.combine(_entries) }
 
     public init<S: Sequence>(_ pairs: S) where S.Element == (String, FieldValue) {
         for (name, value) in pairs { self[name] = value }

@@ -57,6 +57,18 @@ public struct Record: Hashable, Sendable {
         self.recordChangeTag = recordChangeTag
     }
 
+    /// A record with no system fields that takes its parts as they are (a store making many).
+    package init(taking recordType: consuming String, recordID: consuming RecordID, fields: consuming Fields) {
+        self.recordType = recordType
+        self.recordID = recordID
+        self.fields = fields
+        creationDate = nil
+        creatorUserRecordName = nil
+        modificationDate = nil
+        lastModifiedUserRecordName = nil
+        recordChangeTag = nil
+    }
+
     public init(recordType: String, recordName: String, fields: [String: FieldValue] = [:]) {
         self.init(recordType: recordType, recordID: RecordID(recordName: recordName), fields: Fields(fields.map { ($0, $1) }))
     }
