@@ -1,7 +1,8 @@
 import KQuery
 
 /// The values of one user field across a table's records, by dense position: one contiguous array
-/// of a single kind, strings' bytes in one arena, and a presence bitmap.
+/// of a single kind, strings' bytes in one arena (or, while a column has few distinct strings, a
+/// code per position into a dictionary of them), and a presence bitmap.
 ///
 /// A full scan reads a column as a loop over contiguous memory instead of chasing every record's
 /// field pointer (the record-at-a-time scan was bound by those cache misses). A column holds one
@@ -27,7 +28,13 @@ struct Column: Sendable {
     /// DOUBLE values, and a location's latitude.
     private(set) var numbers: [Double] = []
     private(set) var longitudes: [Double] = []
+    /// A `.string` column's bytes by position, once it has left its dictionary (`dictionary` nil).
     private(set) var strings = SpanArena<UInt8>()
+    /// A `.string` column's distinct values while they are few (`isFewDistinct`): each position
+    /// holds its value's code in `codes`. A code is 4 bytes where a value in the arena took its
+    /// bytes and 12 more; a scan tests each distinct value once instead of every record's.
+    private(set) var dictionary: StringDictionary?
+    private(set) var codes: [UInt32] = []
 
     /// A column of `count` positions, none holding a value.
     init(count: Int) {
@@ -49,12 +56,31 @@ struct Column: Sendable {
     func forEachString(_ body: (Int, UnsafeBufferPointer<UInt8>) -> Void) {
         guard kind == .string else { return }
         present.withUnsafeBufferPointer { present in
-            strings.withArrays { starts, lengths, bytes in
-                for position in 0..<count where Self.isSet(present, position) {
-                    body(position, UnsafeBufferPointer(rebasing: bytes[starts[position]..<starts[position] + Int(lengths[position])]))
+            withStrings { string in
+                for position in 0..<count where Self.isSet(present, position) { body(position, string(position)) }
+            }
+        }
+    }
+
+    /// Calls `body` with a reader of a `.string` column's bytes by position, valid only during
+    /// the call (an absent value reads as empty).
+    func withStrings<T>(_ body: (StringReader) -> T) -> T {
+        let arena = dictionary?.values ?? strings
+        return arena.starts.withUnsafeBufferPointer { starts in
+            arena.lengths.withUnsafeBufferPointer { lengths in
+                arena.elements.withUnsafeBufferPointer { elements in
+                    codes.withUnsafeBufferPointer { codes in
+                        body(StringReader(spans: SpanReader(starts: starts, lengths: lengths, elements: elements),
+                                          codes: dictionary == nil ? nil : codes))
+                    }
                 }
             }
         }
+    }
+
+    /// The string at `position` of a `.string` column, as bytes (for tests and checks).
+    func withString<T>(at position: Int, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
+        withStrings { body($0(position)) }
     }
 
     /// Calls `body` with each present integer's position and value, in position order (an INT64
@@ -86,6 +112,7 @@ struct Column: Sendable {
         numbers.trimExcessCapacity()
         longitudes.trimExcessCapacity()
         strings.trimExcessCapacity()
+        codes.trimExcessCapacity()
     }
 
     mutating func appendAbsent() {
@@ -98,13 +125,14 @@ struct Column: Sendable {
         case .location:
             numbers.append(0)
             longitudes.append(0)
-        case .string: strings.append(EmptyCollection())
+        case .string:
+            if dictionary != nil { codes.append(0) } else { strings.append(EmptyCollection()) }
         }
     }
 
     mutating func set(_ value: FieldValue?, at position: Int) {
         guard let value else {
-            if kind == .string { strings.replace(at: position, with: EmptyCollection()) }
+            if kind == .string, dictionary == nil { strings.replace(at: position, with: EmptyCollection()) }
             present[position &>> 6] &= ~(1 &<< UInt64(position & 63))
             return
         }
@@ -118,9 +146,37 @@ struct Column: Sendable {
         case .location(let location):
             numbers[position] = location.latitude
             longitudes[position] = location.longitude
-        case .string(var text): text.withUTF8 { strings.replace(at: position, with: $0) }
+        case .string(var text): text.withUTF8 { setString($0, at: position) }
         case .bytes, .reference, .assetID, .list: break
         }
+    }
+
+    private mutating func setString(_ bytes: UnsafeBufferPointer<UInt8>, at position: Int) {
+        guard dictionary != nil else { return strings.replace(at: position, with: bytes) }
+        if let code = dictionary?.code(of: bytes) { codes[position] = code }
+        if let distinct = dictionary?.count, !Self.isFewDistinct(distinct, of: count) { leaveDictionary() }
+    }
+
+    /// Whether `distinct` strings among `count` values are few enough to keep in a dictionary: a
+    /// field of names, categories or states, not one of free text.
+    static func isFewDistinct(_ distinct: Int, of count: Int) -> Bool {
+        distinct <= 4_096 || distinct <= count / 4
+    }
+
+    /// Keeps the strings by position from now on (too many are distinct).
+    private mutating func leaveDictionary() {
+        var arena = SpanArena<UInt8>()
+        arena.reserveCapacity(count)
+        present.withUnsafeBufferPointer { present in
+            withStrings { string in
+                for position in 0..<count {
+                    if Self.isSet(present, position) { arena.append(string(position)) } else { arena.append(EmptyCollection()) }
+                }
+            }
+        }
+        strings = arena
+        dictionary = nil
+        codes = []
     }
 
     /// Removes the last position, moving its value to `position` first (the table's swap-remove).
@@ -135,7 +191,8 @@ struct Column: Sendable {
             case .location:
                 numbers[position] = numbers[last]
                 longitudes[position] = longitudes[last]
-            case .string: strings.move(from: last, to: position)
+            case .string:
+                if dictionary != nil { codes[position] = codes[last] } else { strings.move(from: last, to: position) }
             }
         }
         set(bit: false, at: last)
@@ -148,7 +205,8 @@ struct Column: Sendable {
         case .location:
             numbers.removeLast()
             longitudes.removeLast()
-        case .string: strings.removeLast()
+        case .string:
+            if dictionary != nil { codes.removeLast() } else { strings.removeLast() }
         }
     }
 
@@ -166,7 +224,9 @@ struct Column: Sendable {
         case .location:
             numbers = Array(repeating: 0, count: count)
             longitudes = Array(repeating: 0, count: count)
-        case .string: strings = SpanArena(count: count)
+        case .string:
+            dictionary = StringDictionary()
+            codes = Array(repeating: 0, count: count)
         }
     }
 
@@ -176,6 +236,66 @@ struct Column: Sendable {
         numbers = []
         longitudes = []
         strings = SpanArena()
+        dictionary = nil
+        codes = []
+    }
+}
+
+/// A string column's distinct values, each with a code (its place in `values`), found by a hash of
+/// their bytes: an open-addressing table of codes that keeps no second copy of the strings.
+struct StringDictionary: Sendable {
+    /// The distinct values by code.
+    private(set) var values = SpanArena<UInt8>()
+    /// `code + 1` at a value's slot; 0 is an empty slot.
+    private var slots: [UInt32] = Array(repeating: 0, count: 16)
+
+    var count: Int { values.count }
+
+    /// The code of `bytes`, added if new.
+    mutating func code(of bytes: UnsafeBufferPointer<UInt8>) -> UInt32 {
+        if (count + 1) * 2 > slots.count { grow() }
+        let mask = slots.count - 1
+        var slot = Int(truncatingIfNeeded: Self.hash(bytes)) & mask
+        while slots[slot] != 0 {
+            let code = slots[slot] - 1
+            if values.withValues(at: Int(code), { $0.elementsEqual(bytes) }) { return code }
+            slot = (slot + 1) & mask
+        }
+        let code = UInt32(truncatingIfNeeded: count)
+        values.append(bytes)
+        slots[slot] = code + 1
+        return code
+    }
+
+    /// FNV-1a over the bytes: the values are short, and any stable spread does.
+    private static func hash(_ bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
+        return hash ^ (hash >> 29)
+    }
+
+    private mutating func grow() {
+        var grown = [UInt32](repeating: 0, count: slots.count * 2)
+        let mask = grown.count - 1
+        for code in 0..<count {
+            var slot = Int(truncatingIfNeeded: values.withValues(at: code, Self.hash)) & mask
+            while grown[slot] != 0 { slot = (slot + 1) & mask }
+            grown[slot] = UInt32(truncatingIfNeeded: code) + 1
+        }
+        slots = grown
+    }
+}
+
+/// A string column's bytes by position, through unsafe buffers: from the arena by position, or
+/// through each position's code from the dictionary's arena.
+struct StringReader {
+    let spans: SpanReader<UInt8>
+    /// The codes by position, when the column keeps a dictionary.
+    let codes: UnsafeBufferPointer<UInt32>?
+
+    @inline(__always)
+    func callAsFunction(_ position: Int) -> UnsafeBufferPointer<UInt8> {
+        spans(codes.map { Int($0[position]) } ?? position)
     }
 }
 
@@ -198,6 +318,11 @@ struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
     }
 
     var count: Int { starts.count }
+
+    mutating func reserveCapacity(_ count: Int) {
+        starts.reserveCapacity(count)
+        lengths.reserveCapacity(count)
+    }
 
     mutating func append(_ values: some Collection<Element>) {
         starts.append(elements.count)
