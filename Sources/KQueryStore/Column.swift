@@ -2,7 +2,8 @@ import CKQuerySupport
 import KQuery
 
 /// The values of one field across a table's records, by dense position: one contiguous array of a
-/// single kind, strings' bytes in one arena, and a presence bitmap. The columns are the only copy
+/// single kind, strings' bytes in one arena (or, while a column has few distinct strings, a code
+/// per position into a dictionary of them), and a presence bitmap. The columns are the only copy
 /// of a table's records (`Columns.record(at:recordType:)` makes a record from them).
 ///
 /// A full scan reads a column as a loop over contiguous memory instead of chasing every record's
@@ -29,12 +30,18 @@ struct Column: Sendable {
     /// DOUBLE values, and a location's latitude.
     private(set) var numbers: [Double] = []
     private(set) var longitudes: [Double] = []
+    /// A `.string` column's bytes by position, once it has left its dictionary (`dictionary` nil).
     private(set) var strings = SpanArena<UInt8>()
     /// A location column's optional parts (altitude, accuracies...), by position; empty while no
     /// location of the column has any.
     private(set) var details: [Location.DetailsBox?] = []
     /// A mixed column's values, whole, by position (nil where absent).
     private(set) var values: [FieldValue?] = []
+    /// A `.string` column's distinct values while they are few (`isFewDistinct`): each position
+    /// holds its value's code in `codes`. A code is 4 bytes where a value in the arena took its
+    /// bytes and 12 more; a scan tests each distinct value once instead of every record's.
+    private(set) var dictionary: StringDictionary?
+    private(set) var codes: [UInt32] = []
 
     /// A column of `count` positions, none holding a value.
     init(count: Int) {
@@ -56,12 +63,31 @@ struct Column: Sendable {
     func forEachString(_ body: (Int, UnsafeBufferPointer<UInt8>) -> Void) {
         guard kind == .string else { return }
         present.withUnsafeBufferPointer { present in
-            strings.withArrays { starts, lengths, bytes in
-                for position in 0..<count where Self.isSet(present, position) {
-                    body(position, UnsafeBufferPointer(rebasing: bytes[starts[position]..<starts[position] + Int(lengths[position])]))
+            withStrings { string in
+                for position in 0..<count where Self.isSet(present, position) { body(position, string(position)) }
+            }
+        }
+    }
+
+    /// Calls `body` with a reader of a `.string` column's bytes by position, valid only during
+    /// the call (an absent value reads as empty).
+    func withStrings<T>(_ body: (StringReader) -> T) -> T {
+        let arena = dictionary?.values ?? strings
+        return arena.starts.withUnsafeBufferPointer { starts in
+            arena.lengths.withUnsafeBufferPointer { lengths in
+                arena.elements.withUnsafeBufferPointer { elements in
+                    codes.withUnsafeBufferPointer { codes in
+                        body(StringReader(spans: SpanReader(starts: starts, lengths: lengths, elements: elements),
+                                          codes: dictionary == nil ? nil : codes))
+                    }
                 }
             }
         }
+    }
+
+    /// The string at `position` of a `.string` column, as bytes (for tests and checks).
+    func withString<T>(at position: Int, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
+        withStrings { body($0(position)) }
     }
 
     /// Calls `body` with each present integer's position and value, in position order (an INT64
@@ -86,7 +112,7 @@ struct Column: Sendable {
         case .location:
             return .location(Location(latitude: numbers[position], longitude: longitudes[position],
                                       detailsBox: details.isEmpty ? nil : details[position]))
-        case .string: return .string(strings.withValues(at: position) { String(decoding: $0, as: UTF8.self) })
+        case .string: return .string(withString(at: position) { String(decoding: $0, as: UTF8.self) })
         case .mixed: return values[position]
         }
     }
@@ -111,6 +137,7 @@ struct Column: Sendable {
         strings.trimExcessCapacity()
         if values.capacity - values.count > values.count / 8 + 64 { values = Array(values) }
         if details.capacity - details.count > details.count / 8 + 64 { details = Array(details) }
+        codes.trimExcessCapacity()
     }
 
     mutating func appendAbsent() {
@@ -125,14 +152,15 @@ struct Column: Sendable {
             numbers.append(0)
             longitudes.append(0)
             if !details.isEmpty { details.append(nil) }
-        case .string: strings.append(EmptyCollection())
+        case .string:
+            if dictionary != nil { codes.append(0) } else { strings.append(EmptyCollection()) }
         }
     }
 
     mutating func set(_ value: FieldValue?, at position: Int) {
         guard let value else {
             switch kind {
-            case .string: strings.replace(at: position, with: EmptyCollection())
+            case .string where dictionary == nil: strings.replace(at: position, with: EmptyCollection())
             case .mixed: values[position] = nil
             case .location where !details.isEmpty: details[position] = nil
             default: break
@@ -159,9 +187,37 @@ struct Column: Sendable {
             let box = location.detailsBox
             if box != nil, details.isEmpty { details = Array(repeating: nil, count: count) }
             if !details.isEmpty { details[position] = box }
-        case .string(var text): text.withUTF8 { strings.replace(at: position, with: $0) }
+        case .string(var text): text.withUTF8 { setString($0, at: position) }
         case .bytes, .reference, .assetID, .list: break
         }
+    }
+
+    private mutating func setString(_ bytes: UnsafeBufferPointer<UInt8>, at position: Int) {
+        guard dictionary != nil else { return strings.replace(at: position, with: bytes) }
+        if let code = dictionary?.code(of: bytes) { codes[position] = code }
+        if let distinct = dictionary?.count, !Self.isFewDistinct(distinct, of: count) { leaveDictionary() }
+    }
+
+    /// Whether `distinct` strings among `count` values are few enough to keep in a dictionary: a
+    /// field of names, categories or states, not one of free text.
+    static func isFewDistinct(_ distinct: Int, of count: Int) -> Bool {
+        distinct <= 4_096 || distinct <= count / 4
+    }
+
+    /// Keeps the strings by position from now on (too many are distinct).
+    private mutating func leaveDictionary() {
+        var arena = SpanArena<UInt8>()
+        arena.reserveCapacity(count)
+        present.withUnsafeBufferPointer { present in
+            withStrings { string in
+                for position in 0..<count {
+                    if Self.isSet(present, position) { arena.append(string(position)) } else { arena.append(EmptyCollection()) }
+                }
+            }
+        }
+        strings = arena
+        dictionary = nil
+        codes = []
     }
 
     /// Removes the last position, moving its value to `position` first (the table's swap-remove).
@@ -179,7 +235,8 @@ struct Column: Sendable {
                 numbers[position] = numbers[last]
                 longitudes[position] = longitudes[last]
                 if !details.isEmpty { details.swapAt(position, last) }
-            case .string: strings.move(from: last, to: position)
+            case .string:
+                if dictionary != nil { codes[position] = codes[last] } else { strings.move(from: last, to: position) }
             }
         }
         set(bit: false, at: last)
@@ -194,7 +251,8 @@ struct Column: Sendable {
             numbers.removeLast()
             longitudes.removeLast()
             if !details.isEmpty { details.removeLast() }
-        case .string: strings.removeLast()
+        case .string:
+            if dictionary != nil { codes.removeLast() } else { strings.removeLast() }
         }
     }
 
@@ -213,7 +271,9 @@ struct Column: Sendable {
         case .location:
             numbers = Array(repeating: 0, count: count)
             longitudes = Array(repeating: 0, count: count)
-        case .string: strings = SpanArena(count: count)
+        case .string:
+            dictionary = StringDictionary()
+            codes = Array(repeating: 0, count: count)
         }
     }
 
@@ -229,6 +289,66 @@ struct Column: Sendable {
         longitudes = []
         details = []
         strings = SpanArena()
+        dictionary = nil
+        codes = []
+    }
+}
+
+/// A string column's distinct values, each with a code (its place in `values`), found by a hash of
+/// their bytes: an open-addressing table of codes that keeps no second copy of the strings.
+struct StringDictionary: Sendable {
+    /// The distinct values by code.
+    private(set) var values = SpanArena<UInt8>()
+    /// `code + 1` at a value's slot; 0 is an empty slot.
+    private var slots: [UInt32] = Array(repeating: 0, count: 16)
+
+    var count: Int { values.count }
+
+    /// The code of `bytes`, added if new.
+    mutating func code(of bytes: UnsafeBufferPointer<UInt8>) -> UInt32 {
+        if (count + 1) * 2 > slots.count { grow() }
+        let mask = slots.count - 1
+        var slot = Int(truncatingIfNeeded: Self.hash(bytes)) & mask
+        while slots[slot] != 0 {
+            let code = slots[slot] - 1
+            if values.withValues(at: Int(code), { $0.elementsEqual(bytes) }) { return code }
+            slot = (slot + 1) & mask
+        }
+        let code = UInt32(truncatingIfNeeded: count)
+        values.append(bytes)
+        slots[slot] = code + 1
+        return code
+    }
+
+    /// FNV-1a over the bytes: the values are short, and any stable spread does.
+    private static func hash(_ bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
+        return hash ^ (hash >> 29)
+    }
+
+    private mutating func grow() {
+        var grown = [UInt32](repeating: 0, count: slots.count * 2)
+        let mask = grown.count - 1
+        for code in 0..<count {
+            var slot = Int(truncatingIfNeeded: values.withValues(at: code, Self.hash)) & mask
+            while grown[slot] != 0 { slot = (slot + 1) & mask }
+            grown[slot] = UInt32(truncatingIfNeeded: code) + 1
+        }
+        slots = grown
+    }
+}
+
+/// A string column's bytes by position, through unsafe buffers: from the arena by position, or
+/// through each position's code from the dictionary's arena.
+struct StringReader {
+    let spans: SpanReader<UInt8>
+    /// The codes by position, when the column keeps a dictionary.
+    let codes: UnsafeBufferPointer<UInt32>?
+
+    @inline(__always)
+    func callAsFunction(_ position: Int) -> UnsafeBufferPointer<UInt8> {
+        spans(codes.map { Int($0[position]) } ?? position)
     }
 }
 
@@ -374,6 +494,9 @@ struct ColumnReader {
     private let starts: UnsafePointer<Int>
     private let lengths: UnsafePointer<UInt32>
     private let bytes: UnsafePointer<UInt8>
+    /// A string column's codes, while it keeps a dictionary (`starts`, `lengths` and `bytes` are
+    /// then the dictionary's).
+    private let codes: UnsafePointer<UInt32>?
     private let details: UnsafePointer<Location.DetailsBox?>?
     private let values: UnsafePointer<FieldValue?>
 
@@ -383,9 +506,11 @@ struct ColumnReader {
         integers = column.integers.unsafeBase
         numbers = column.numbers.unsafeBase
         longitudes = column.longitudes.unsafeBase
-        starts = column.strings.starts.unsafeBase
-        lengths = column.strings.lengths.unsafeBase
-        bytes = column.strings.elements.unsafeBase
+        let arena = column.dictionary?.values ?? column.strings
+        starts = arena.starts.unsafeBase
+        lengths = arena.lengths.unsafeBase
+        bytes = arena.elements.unsafeBase
+        codes = column.dictionary == nil ? nil : column.codes.unsafeBase
         details = column.details.isEmpty ? nil : column.details.unsafeBase
         values = column.values.unsafeBase
     }
@@ -402,8 +527,12 @@ struct ColumnReader {
             kquery_prefetch(numbers + position)
             kquery_prefetch(longitudes + position)
         case .string:
-            kquery_prefetch(starts + position)
-            kquery_prefetch(lengths + position)
+            if let codes {
+                kquery_prefetch(codes + position)
+            } else {
+                kquery_prefetch(starts + position)
+                kquery_prefetch(lengths + position)
+            }
         case .mixed: kquery_prefetch(values + position)
         }
     }
@@ -411,7 +540,7 @@ struct ColumnReader {
     /// Asks the CPU to load a string's bytes, once `prefetch` has loaded where they are.
     @inline(__always)
     func prefetchBytes(_ position: Int) {
-        if kind == .string { kquery_prefetch(bytes + starts[position]) }
+        if kind == .string, codes == nil { kquery_prefetch(bytes + starts[position]) }
     }
 
     /// As `Column.value(at:)`.
@@ -426,7 +555,8 @@ struct ColumnReader {
         case .location:
             return .location(Location(latitude: numbers[position], longitude: longitudes[position], detailsBox: details?[position]))
         case .string:
-            return .string(String(decoding: UnsafeBufferPointer(start: bytes + starts[position], count: Int(lengths[position])), as: UTF8.self))
+            let slot = codes.map { Int($0[position]) } ?? position
+            return .string(String(decoding: UnsafeBufferPointer(start: bytes + starts[slot], count: Int(lengths[slot])), as: UTF8.self))
         case .mixed: return values[position]
         }
     }
@@ -460,6 +590,11 @@ struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
     }
 
     var count: Int { starts.count }
+
+    mutating func reserveCapacity(_ count: Int) {
+        starts.reserveCapacity(count)
+        lengths.reserveCapacity(count)
+    }
 
     mutating func append(_ values: some Collection<Element>) {
         starts.append(elements.count)

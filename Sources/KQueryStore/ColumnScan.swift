@@ -217,6 +217,25 @@ struct ColumnScan {
         }
     }
 
+    /// Keeps the selected positions of a `.string` column whose value is present and passes
+    /// `keep`. With a dictionary, each distinct value is tested once and the positions read their
+    /// code's verdict (unless fewer positions than distinct values are left to test).
+    @inline(__always)
+    private static func narrowStrings(_ selection: inout [UInt32]?, _ column: Column, _ keep: (UnsafeBufferPointer<UInt8>) -> Bool) {
+        column.present.withUnsafeBufferPointer { bits in
+            column.withStrings { string in
+                if let codes = string.codes, let dictionary = column.dictionary, selection?.count ?? column.count > dictionary.count {
+                    let verdicts = (0..<dictionary.count).map { dictionary.values.withValues(at: $0, keep) }
+                    verdicts.withUnsafeBufferPointer { verdicts in
+                        narrow(&selection, count: column.count) { Column.isSet(bits, $0) && verdicts[Int(codes[$0])] }
+                    }
+                } else {
+                    narrow(&selection, count: column.count) { Column.isSet(bits, $0) && keep(string($0)) }
+                }
+            }
+        }
+    }
+
     private func apply(_ filter: Filter, to selection: inout [UInt32]?, in columns: Columns) {
         let count = columns.count
         switch filter {
@@ -246,37 +265,21 @@ struct ColumnScan {
             // NaN fails both comparisons, as it compares with nothing.
             Self.narrow(&selection, column, column.numbers) { $0 >= lower && $0 <= upper }
         case .strings(let index, let relation, let c):
-            let column = columns.columns[index]
-            withSpans(column.strings) { span in
-                column.present.withUnsafeBufferPointer { bits in
-                    c.withUnsafeBufferPointer { constant in
-                        if relation == .equal {
-                            Self.narrow(&selection, count: count) { position in
-                                Column.isSet(bits, position) && Int(span.lengths[position]) == constant.count
-                                    && ValueOrder.compareBytes(span(position), constant) == 0
-                            }
-                        } else {
-                            Self.narrow(&selection, count: count) { position in
-                                Column.isSet(bits, position) && relation.holds(ValueOrder.compareBytes(span(position), constant))
-                            }
-                        }
-                    }
+            c.withUnsafeBufferPointer { constant in
+                if relation == .equal {
+                    Self.narrowStrings(&selection, columns.columns[index]) { $0.count == constant.count && ValueOrder.compareBytes($0, constant) == 0 }
+                } else {
+                    Self.narrowStrings(&selection, columns.columns[index]) { relation.holds(ValueOrder.compareBytes($0, constant)) }
                 }
             }
         case .stringOperation(let index, let operation, let pattern):
-            let column = columns.columns[index]
-            withSpans(column.strings) { span in
-                column.present.withUnsafeBufferPointer { bits in
-                    pattern.withUnsafeBufferPointer { pattern in
-                        Self.narrow(&selection, count: count) { position in
-                            guard Column.isSet(bits, position) else { return false }
-                            switch operation {
-                            case .beginsWith: return ValueOrder.hasBytePrefix(span(position), pattern)
-                            case .endsWith: return ValueOrder.hasByteSuffix(span(position), pattern)
-                            case .contains: return ValueOrder.containsBytes(span(position), pattern)
-                            case .like, .matches: return false
-                            }
-                        }
+            pattern.withUnsafeBufferPointer { pattern in
+                Self.narrowStrings(&selection, columns.columns[index]) { bytes in
+                    switch operation {
+                    case .beginsWith: return ValueOrder.hasBytePrefix(bytes, pattern)
+                    case .endsWith: return ValueOrder.hasByteSuffix(bytes, pattern)
+                    case .contains: return ValueOrder.containsBytes(bytes, pattern)
+                    case .like, .matches: return false
                     }
                 }
             }

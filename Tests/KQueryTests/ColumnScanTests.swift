@@ -160,6 +160,38 @@ struct ColumnScanTests {
         }
     }
 
+    /// A string column keeps a dictionary while its distinct values are few (each scan filter
+    /// then tests a distinct value once), and keeps its bytes by position once they are not: both
+    /// answer as the records do, through the change, deletes that move values and replaces.
+    @Test func aStringColumnLeavesItsDictionaryWhenMostValuesDiffer() throws {
+        let database = Database(indexPolicy: .declared)
+        database.minimumDeadRows = 16
+        func record(_ index: Int, _ text: String) -> Record {
+            Record(recordType: "T", recordName: "r\(index)", fields: ["s": .string(text), "few": .string(["after", "before", "é", "e\u{301}", ""][index % 5])])
+        }
+        try database.importRecords((0..<3_000).map { record($0, "value \($0 % 700)") })
+        func column(_ name: String) throws -> Column {
+            let table = try #require(database.tables["T"])
+            return table.columns.columns[try #require(table.columns.index(of: FieldKey(name)))]
+        }
+        #expect(try column("s").dictionary?.count == 700)
+        let predicates = ["s == 'value 7'", "s BEGINSWITH 'value 69'", "s > 'value 5'", "s != 'value 1'", "s ENDSWITH '99'", "s CONTAINS 'ue 12'",
+                          "few == 'é'", "few == 'e\u{301}'", "few BEGINSWITH 'aft'", "few == ''", "few < 'b' AND s BEGINSWITH 'value 3'"]
+        for text in predicates { try Self.check(database, text, profile: .extended) }
+        // 5,000 more, each different: past 4,096 distinct values and a quarter of the records.
+        for index in 3_000..<8_000 { try database.save(RecordOperation(kind: .create, record: record(index, "unique \(index)"))) }
+        #expect(try column("s").dictionary == nil)
+        #expect(try column("few").dictionary?.count == 5)
+        for index in stride(from: 0, to: 8_000, by: 7) {
+            try database.save(RecordOperation(kind: .forceDelete, record: record(index, "")))
+        }
+        for index in stride(from: 1, to: 8_000, by: 11) where index % 7 != 0 {
+            try database.save(RecordOperation(kind: .forceReplace, record: record(index, "value \(index % 3)")))
+        }
+        if let table = database.tables["T"] { #expect(Self.columnsMatch(table)) }
+        for text in predicates + ["s BEGINSWITH 'unique 7'", "s == 'unique 7001'"] { try Self.check(database, text, profile: .extended) }
+    }
+
     /// Trimming an array's spare room keeps its elements and gives back all but an eighth.
     @Test func trimmingKeepsTheElements() {
         var bytes: [UInt8] = []
@@ -195,7 +227,7 @@ struct ColumnScanTests {
                 case (.location, .location(let x)?):
                     if column.numbers[position] != x.latitude || column.longitudes[position] != x.longitude { return false }
                 case (.string, .string(let x)?):
-                    if !column.strings.withValues(at: position, { $0.elementsEqual(x.utf8) }) { return false }
+                    if !column.withString(at: position, { $0.elementsEqual(x.utf8) }) { return false }
                 case (.mixed, _), (_, nil): break
                 default: return false
                 }
