@@ -352,21 +352,65 @@ struct StringReader {
     }
 }
 
-/// A table's columns as they were when a query read them: the fields of the records it returns
-/// are read from here when first needed (`Fields(provider:position:)`).
+/// A table's columns as they were when a query read them: the records the query returns read
+/// their fields from here when first needed (`Fields(provider:position:)`), without making them
+/// for every result.
+///
+/// Records are values: a record returned must keep its fields while the table changes. Before
+/// the table changes, it `detach`es its live snapshots: each makes the fields of the records it
+/// gave out and lets go of the columns. Holding them, it would make the table copy every column
+/// it changes (the arrays would be shared).
 final class ColumnsSnapshot: FieldsProvider {
-    let columns: Columns
+    private struct State {
+        var columns: Columns?
+        /// The records given out, by position, once detached.
+        var detached: [Int: Fields] = [:]
+    }
+    private let state: Locked<State>
+    private let positions: [Int]
 
-    init(_ columns: Columns) { self.columns = columns }
+    /// A snapshot of `columns` for the records at `positions`.
+    init(_ columns: Columns, positions: [Int]) {
+        state = Locked(State(columns: columns))
+        self.positions = positions
+    }
 
-    func fields(at position: Int) -> Fields { columns.fields(at: position) }
+    func fields(at position: Int) -> Fields {
+        state.withLock { state in state.columns?.fields(at: position) ?? state.detached[position] ?? Fields() }
+    }
 
-    /// The records at `positions`, their fields read from the snapshot when first needed.
-    func records(at positions: some Sequence<Int>, recordType: String) -> [Record] {
-        columns.withReader { reader in
-            positions.map { reader.lazyRecord(at: $0, recordType: recordType, provider: self) }
+    func value(of key: FieldKey, at position: Int) -> FieldValue? {
+        state.withLock { state in
+            if let columns = state.columns { return columns.value(of: .user(key), at: position) }
+            return state.detached[position]?[key]
         }
     }
+
+    /// Makes the fields of the records given out and lets go of the columns.
+    func detach() {
+        state.withLock { state in
+            guard let columns = state.columns else { return }
+            columns.withReader { reader in
+                for position in positions { state.detached[position] = reader.fields(at: position) }
+            }
+            state.columns = nil
+        }
+    }
+
+    /// The records at `positions` (the snapshot's), their fields read from it when first needed.
+    func records(recordType: String) -> [Record] {
+        state.withLock { state in
+            guard let columns = state.columns else { return [] }
+            return columns.withReader { reader in
+                positions.map { reader.lazyRecord(at: $0, recordType: recordType, provider: self) }
+            }
+        }
+    }
+}
+
+/// A weak reference to a snapshot, for the list of those a table must detach before it changes.
+struct WeakSnapshot: @unchecked Sendable {
+    weak var snapshot: ColumnsSnapshot?
 }
 
 /// Reads a table's records from its columns through pointers into their arrays, valid only during

@@ -105,7 +105,9 @@ extension Database {
             let last = hits[limit - 1]
             cursor = QueryCursor(fingerprint: fingerprint, position: SortKey(values: last.values, recordID: table.columns.recordID(at: last.position)))
         }
-        var records = ColumnsSnapshot(table.columns).records(at: hits.lazy.map(\.position), recordType: table.recordType)
+        let snapshot = ColumnsSnapshot(table.columns, positions: hits.map(\.position))
+        keep(snapshot)
+        var records = snapshot.records(recordType: table.recordType)
         query.applyDesiredKeys(to: &records)
         return QueryResult(records: records, cursor: cursor)
     }
@@ -196,6 +198,7 @@ extension Database {
         if conjuncts.contains(where: { if case .tokens = $0 { true } else { false } }), tables[type]?.columns.tracksTokens == false,
            var table = tables.removeValue(forKey: type) {
             // The first token scan tokenizes the table once, and its saves keep the tokens after.
+            detachSnapshots()
             table.trackTokens()
             tables[type] = table
         }

@@ -53,6 +53,23 @@ public final class Database {
     /// Counts changes to the records, so caches of query results know when they are stale.
     private(set) var generation = 0
     var pageCache: PageCache?
+    /// The snapshots of the columns whose records a query returned (`ColumnsSnapshot`), detached
+    /// before any table changes.
+    private var snapshots: [WeakSnapshot] = []
+
+    /// Keeps `snapshot` to detach before the tables change.
+    func keep(_ snapshot: ColumnsSnapshot) {
+        if snapshots.count >= 32 { snapshots.removeAll { $0.snapshot == nil } }
+        snapshots.append(WeakSnapshot(snapshot: snapshot))
+    }
+
+    /// Lets every live snapshot make its records' fields and let go of the columns, so that the
+    /// tables change their columns in place rather than copy them.
+    func detachSnapshots() {
+        guard !snapshots.isEmpty else { return }
+        for entry in snapshots { entry.snapshot?.detach() }
+        snapshots.removeAll(keepingCapacity: true)
+    }
     private var nextChangeTag: Int64 = 1
     private let file: DatabaseFile?
 
@@ -236,6 +253,7 @@ public final class Database {
     /// kept. A change the store already holds leaves it as it is, so a store built from storage
     /// just after a commit may be handed that commit's changes too.
     public func applyCommitted(_ changes: consuming [RecordChange]) {
+        detachSnapshots()
         // Taken from the list one by one: handed the only reference to it, the changes are moved
         // out, where iterating copied each (both its records) and its record again.
         changes.reverse()
@@ -339,6 +357,7 @@ public final class Database {
     }
 
     private func apply(_ change: RecordChange) {
+        detachSnapshots()
         generation += 1
         switch change {
         case .created(let record):
@@ -399,6 +418,7 @@ public final class Database {
             }
         }
         try file?.writeSchema(schema)
+        detachSnapshots()
         self.schema = schema
         generation += 1
         for type in Array(tables.keys) {

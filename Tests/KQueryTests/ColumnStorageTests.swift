@@ -135,6 +135,63 @@ struct ColumnStorageTests {
         }
     }
 
+    /// The records a query returns read their fields from the columns when first read: kept
+    /// while the table changes (saves, replaces that change kinds, deletes that move records,
+    /// compactions, a token scan that starts keeping tokens), each still holds what it held when
+    /// the query returned it.
+    @Test func queryResultsKeepTheirFieldsWhileTheTableChanges() async {
+        await propertyCheck(count: 40, input: Gen.uint64()) { seed in
+            var rng = SplitMix(seed: seed)
+            let database = Database(indexPolicy: .declared)
+            database.createsMissingZones = true
+            database.minimumDeadRows = 2
+            var expected: [RecordID: Record] = [:]
+            var kept: [(records: [Record], expected: [Record])] = []
+            let query = KQuery.Query(recordType: "Item", predicate: try ValidatedPredicate("TRUEPREDICATE"), resultsLimit: 200)
+            for step in 0..<Int(rng.next() % 80) {
+                if step % 5 == 4 {
+                    let records = try database.perform(query, now: 0).records
+                    // Some read at once, some never until the end.
+                    if rng.next() % 2 == 0 { _ = records.map { $0.fields.count } }
+                    kept.append((records, records.map { expected[$0.recordID] ?? $0 }))
+                    if rng.next() % 4 == 0 { _ = try database.count(KQuery.Query(recordType: "Item", predicate: try ValidatedPredicate("ALL tokenize('x', 'Cdl') IN allTokens")), now: 0) }
+                    continue
+                }
+                let record = RecordJSONWriterTests.record(&rng)
+                guard expected[record.recordID].map({ $0.recordType == record.recordType }) ?? true else { continue }
+                let kind: RecordOperation.Kind = rng.next() % 4 == 0 ? .forceDelete : .forceReplace
+                guard let change = try? database.save(RecordOperation(kind: kind, record: record)) else { continue }
+                switch change {
+                case .created(let saved), .updated(_, let saved): expected[saved.recordID] = saved
+                case .deleted(let old): expected[old.recordID] = nil
+                }
+            }
+            for (records, wanted) in kept {
+                #expect(records.count == wanted.count)
+                for (record, want) in zip(records, wanted) { #expect(Self.identical(record, want), "\(record.recordID)") }
+            }
+            #expect(Self.holds(database, expected))
+        }
+    }
+
+    /// A save after a query, its records still held, changes the columns in place: the query's
+    /// snapshot made the fields of its records and let go of the columns first (holding them, it
+    /// would have made the save copy every column it changed, a million values each).
+    @Test func aSaveAfterAQueryChangesTheColumnsInPlace() throws {
+        let database = Database(indexPolicy: .declared)
+        try database.importRecords((0..<500).map { Record(recordType: "T", recordName: "r\($0)", fields: ["n": .int64(Int64($0))]) })
+        func address() throws -> UnsafeRawPointer? {
+            let table = try #require(database.tables["T"])
+            return table.columns.columns[try #require(table.columns.index(of: FieldKey("n")))].integers.withUnsafeBufferPointer { UnsafeRawPointer($0.baseAddress) }
+        }
+        let before = try address()
+        let held = try database.perform(KQuery.Query(recordType: "T", predicate: try ValidatedPredicate("n < 10")), now: 0).records
+        try database.save(RecordOperation(kind: .forceReplace, record: Record(recordType: "T", recordName: "r3", fields: ["n": .int64(-3)])))
+        #expect(try address() == before)
+        #expect(held.count == 10 && held.first { $0.recordID.recordName == "r3" }?["n"] == .int64(3))
+        #expect(database.record(RecordID(recordName: "r3"))?["n"] == .int64(-3))
+    }
+
     /// Random records of every kind, system field and zone, in two types, through random saves,
     /// replaces and deletes (compacting often), against a plain dictionary of what was saved; then
     /// through a file and its reopening.
