@@ -381,7 +381,7 @@ final class ColumnsSnapshot: FieldsProvider {
 
     func value(of key: FieldKey, at position: Int) -> FieldValue? {
         state.withLock { state in
-            if let columns = state.columns { return columns.value(of: .user(key), at: position) }
+            if let columns = state.columns { return columns.value(of: key, at: position) }
             return state.detached[position]?[key]
         }
     }
@@ -402,15 +402,16 @@ final class ColumnsSnapshot: FieldsProvider {
         state.withLock { state in
             guard let columns = state.columns else { return [] }
             return columns.withReader { reader in
-                positions.map { reader.lazyRecord(at: $0, recordType: recordType, provider: self) }
+                // Each record made where it stays: `map` copied each one it made into the array.
+                [Record](unsafeUninitializedCapacity: positions.count) { buffer, initialized in
+                    for (index, position) in positions.enumerated() {
+                        (buffer.baseAddress.unsafelyUnwrapped + index).initialize(to: reader.lazyRecord(at: position, recordType: recordType, provider: self))
+                    }
+                    initialized = positions.count
+                }
             }
         }
     }
-}
-
-/// A weak reference to a snapshot, for the list of those a table must detach before it changes.
-struct WeakSnapshot: @unchecked Sendable {
-    weak var snapshot: ColumnsSnapshot?
 }
 
 /// Reads a table's records from its columns through pointers into their arrays, valid only during
@@ -829,14 +830,46 @@ struct Columns: Sendable {
         names[position] == id.recordName && zones[Int(zoneNumber(at: position))] == id.zoneID
     }
 
-    /// The user fields of the record at `position`.
+    /// The user fields of the record at `position`, each column read in place (`columns[index]`
+    /// copied the column, retaining every array of it).
     func fields(at position: Int) -> Fields {
-        withReader { $0.fields(at: position) }
+        var fields = Fields()
+        fields.reserveCapacity(columns.count)
+        columns.withUnsafeBufferPointer { columns in
+            keys.withUnsafeBufferPointer { keys in
+                for index in keyOrder {
+                    if let value = columns[index].value(at: position) { fields.appendUnordered(keys[index], value) }
+                }
+            }
+        }
+        fields.sortAppended()
+        return fields
     }
 
-    /// The record at `position`, of `recordType`, as it was saved.
+    /// The record at `position`, of `recordType`, as it was saved (one record: many are made
+    /// through `withReader`).
     func record(at position: Int, recordType: String) -> Record {
-        withReader { $0.record(at: position, recordType: recordType) }
+        var record = Record(taking: recordType, recordID: recordID(at: position), fields: fields(at: position))
+        guard hasSystemValues else { return record }
+        if case .timestamp(let x)? = systemValue(.creationDate, at: position) { record.creationDate = x }
+        if case .string(let x)? = systemValue(.creator, at: position) { record.creatorUserRecordName = x }
+        if case .timestamp(let x)? = systemValue(.modificationDate, at: position) { record.modificationDate = x }
+        if case .string(let x)? = systemValue(.modifier, at: position) { record.lastModifiedUserRecordName = x }
+        if case .string(let x)? = systemValue(.changeTag, at: position) { record.recordChangeTag = x }
+        if case .reference(let x)? = systemValue(.parent, at: position) { record.parent = x }
+        if case .reference(let x)? = systemValue(.share, at: position) { record.share = x }
+        return record
+    }
+
+    private func systemValue(_ field: SystemField, at position: Int) -> FieldValue? {
+        guard hasSystemValues else { return nil }
+        return system.withUnsafeBufferPointer { $0[field.rawValue].value(at: position) }
+    }
+
+    /// One user field of the record at `position`, its column read in place.
+    func value(of key: FieldKey, at position: Int) -> FieldValue? {
+        guard let index = indexByKey[key] else { return nil }
+        return columns.withUnsafeBufferPointer { $0[index].value(at: position) }
     }
 
     /// Calls `body` with a reader of the columns, for making many records: it reads the columns'
@@ -848,13 +881,13 @@ struct Columns: Sendable {
 
     /// The value a predicate sees for `field` in the record at `position` (as `Record.value(of:)`).
     func value(of field: FieldReference, at position: Int) -> FieldValue? {
-        func system(_ field: SystemField) -> FieldValue? { hasSystemValues ? self.system[field.rawValue].value(at: position) : nil }
+        func system(_ field: SystemField) -> FieldValue? { systemValue(field, at: position) }
         func user(_ field: SystemField) -> FieldValue? {
             guard case .string(let name)? = system(field) else { return nil }
             return .reference(Reference(recordID: RecordID(recordName: name)))
         }
         switch field {
-        case .user(let key): return indexByKey[key].flatMap { columns[$0].value(at: position) }
+        case .user(let key): return value(of: key, at: position)
         case .recordID: return .reference(Reference(recordID: recordID(at: position)))
         case .creationDate: return system(.creationDate)
         case .modificationDate: return system(.modificationDate)
@@ -878,7 +911,14 @@ struct Columns: Sendable {
 
     /// The search tokens of the record at `position` (as `Record.searchTokens(in:)`).
     func searchTokens(at position: Int, in searchableFields: [FieldKey]?) -> Set<String> {
-        Record(recordType: "", recordID: RecordID(recordName: ""), fields: fields(at: position)).searchTokens(in: searchableFields)
+        var tokens = Set<String>()
+        columns.withUnsafeBufferPointer { columns in
+            for index in columns.indices where columns[index].kind == .string || columns[index].kind == .mixed {
+                if let searchableFields, !searchableFields.contains(keys[index]) { continue }
+                columns[index].value(at: position)?.forEachSearchableText { Tokenizer.addTokens(of: $0, to: &tokens) }
+            }
+        }
+        return tokens
     }
 
     private mutating func setTokens(_ recordTokens: Set<String>, at position: Int) {

@@ -54,20 +54,32 @@ public final class Database {
     private(set) var generation = 0
     var pageCache: PageCache?
     /// The snapshots of the columns whose records a query returned (`ColumnsSnapshot`), detached
-    /// before any table changes.
-    private var snapshots: [WeakSnapshot] = []
+    /// before any table changes. Held strongly: a weak reference would move the snapshot's
+    /// reference count to a side table, and every record's fields retain it. A snapshot only this
+    /// list holds is no record's any more.
+    private var snapshots: [ColumnsSnapshot] = []
 
     /// Keeps `snapshot` to detach before the tables change.
     func keep(_ snapshot: ColumnsSnapshot) {
-        if snapshots.count >= 32 { snapshots.removeAll { $0.snapshot == nil } }
-        snapshots.append(WeakSnapshot(snapshot: snapshot))
+        if snapshots.count >= 32 { dropUnreferencedSnapshots() }
+        snapshots.append(snapshot)
     }
 
-    /// Lets every live snapshot make its records' fields and let go of the columns, so that the
-    /// tables change their columns in place rather than copy them.
+    private func dropUnreferencedSnapshots() {
+        var kept = 0
+        for index in snapshots.indices where !isKnownUniquelyReferenced(&snapshots[index]) {
+            snapshots.swapAt(kept, index)
+            kept += 1
+        }
+        snapshots.removeLast(snapshots.count - kept)
+    }
+
+    /// Lets every snapshot still read make its records' fields and let go of the columns, so that
+    /// the tables change their columns in place rather than copy them.
     func detachSnapshots() {
         guard !snapshots.isEmpty else { return }
-        for entry in snapshots { entry.snapshot?.detach() }
+        dropUnreferencedSnapshots()
+        for snapshot in snapshots { snapshot.detach() }
         snapshots.removeAll(keepingCapacity: true)
     }
     private var nextChangeTag: Int64 = 1

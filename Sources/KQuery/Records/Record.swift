@@ -12,7 +12,7 @@ public struct Record: Hashable, Sendable {
     public var recordChangeTag: String?
     /// The parent and share, rarely set, in a box that exists only when one is: each would take 56
     /// bytes in every record held in memory.
-    private var links: Links?
+    @usableFromInline var links: Links?
 
     /// The record's parent (CKRecord.parent; Web Services `parent`), the `___parent` system field.
     public var parent: Reference? {
@@ -27,7 +27,7 @@ public struct Record: Hashable, Sendable {
     }
 
     /// Immutable once made: a change makes a new box (records are values).
-    final class Links: Sendable {
+    @usableFromInline final class Links: Sendable {
         let parent: Reference?
         let share: Reference?
 
@@ -57,7 +57,9 @@ public struct Record: Hashable, Sendable {
         self.recordChangeTag = recordChangeTag
     }
 
-    /// A record with no system fields that takes its parts as they are (a store making many).
+    /// A record with no system fields that takes its parts as they are (a store making many;
+    /// inlined there, where a call copied the record it made).
+    @inlinable
     package init(taking recordType: consuming String, recordID: consuming RecordID, fields: consuming Fields) {
         self.recordType = recordType
         self.recordID = recordID
@@ -67,6 +69,7 @@ public struct Record: Hashable, Sendable {
         modificationDate = nil
         lastModifiedUserRecordName = nil
         recordChangeTag = nil
+        links = nil
     }
 
     public init(recordType: String, recordName: String, fields: [String: FieldValue] = [:]) {
