@@ -54,6 +54,7 @@ struct Column: Sendable {
         bits[position &>> 6] & (1 &<< UInt64(position & 63)) != 0
     }
 
+    @inline(__always)
     func isPresent(_ position: Int) -> Bool {
         present.withUnsafeBufferPointer { Self.isSet($0, position) }
     }
@@ -71,6 +72,7 @@ struct Column: Sendable {
 
     /// Calls `body` with a reader of a `.string` column's bytes by position, valid only during
     /// the call (an absent value reads as empty).
+    @inline(__always)
     func withStrings<T>(_ body: (StringReader) -> T) -> T {
         let arena = dictionary?.values ?? strings
         return arena.starts.withUnsafeBufferPointer { starts in
@@ -86,6 +88,7 @@ struct Column: Sendable {
     }
 
     /// The string at `position` of a `.string` column, as bytes (for tests and checks).
+    @inline(__always)
     func withString<T>(at position: Int, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
         withStrings { body($0(position)) }
     }
@@ -101,7 +104,9 @@ struct Column: Sendable {
         }
     }
 
-    /// The value at `position`, as the record there holds it.
+    /// The value at `position`, as the record there holds it. Inlined: called on a column reached
+    /// through a pointer, the call copied the column (every array retained) to pass it.
+    @inline(__always)
     func value(at position: Int) -> FieldValue? {
         guard isPresent(position) else { return nil }
         switch kind {

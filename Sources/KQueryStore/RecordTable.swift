@@ -128,12 +128,16 @@ struct RecordTable: Sendable {
 
     private mutating func replace(_ record: Record, row: RowID) {
         let position = Int(positions[Int(row)])
-        // What the indexes need of the record replaced, read before the columns change.
-        let oldValues = indexedFieldList.map { ($0, columns.value(of: $0, at: position)) }
-        let oldTokens = tokenIndex != nil ? columns.searchTokens(at: position, in: searchableFields) : nil
-        func oldValue(_ field: FieldReference) -> FieldValue? { oldValues.first { $0.0 == field }?.1 }
+        // The indexes change first: they read the record replaced from the columns.
+        func oldValue(_ field: FieldReference) -> FieldValue? { columns.value(of: field, at: position) }
         let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
-        columns.replace(at: position, with: record, tokens: tokens)
+        if tokenIndex != nil, let tokens {
+            let before = columns.searchTokens(at: position, in: searchableFields)
+            if before != tokens {
+                tokenIndex?.remove(before.subtracting(tokens), row: row)
+                tokenIndex?.insert(tokens.subtracting(before), row: row)
+            }
+        }
         for field in Array(hashIndexes.keys) {
             let (before, after) = (oldValue(field), record.value(of: field))
             guard !Self.identical(before, after) else { continue }
@@ -154,12 +158,7 @@ struct RecordTable: Sendable {
             if let after { spatialIndexes[field]?.insert(after, row: row) }
             deadRows += 1
         }
-        if let before = oldTokens, let tokens {
-            if before != tokens {
-                tokenIndex?.remove(before.subtracting(tokens), row: row)
-                tokenIndex?.insert(tokens.subtracting(before), row: row)
-            }
-        }
+        columns.replace(at: position, with: record, tokens: tokens)
     }
 
     mutating func remove(_ id: RecordID) {
@@ -219,10 +218,6 @@ struct RecordTable: Sendable {
         (Array(hashIndexes.keys), Array(orderedIndexes.keys), Array(spatialIndexes.keys), tokenIndex != nil)
     }
 
-    /// The fields with an equality, range or spatial index.
-    private var indexedFieldList: [FieldReference] {
-        Array(Set(hashIndexes.keys).union(orderedIndexes.keys).union(spatialIndexes.keys))
-    }
 
     mutating func buildHashIndex(on field: FieldReference) {
         guard hashIndexes[field] == nil else { return }
