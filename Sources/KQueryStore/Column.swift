@@ -65,15 +65,9 @@ struct Column: Sendable {
     /// Calls `body` with a reader of a `.string` column's bytes by position, valid only during
     /// the call (an absent value reads as empty).
     func withStrings<T>(_ body: (StringReader) -> T) -> T {
-        let arena = dictionary?.values ?? strings
-        return arena.starts.withUnsafeBufferPointer { starts in
-            arena.lengths.withUnsafeBufferPointer { lengths in
-                arena.elements.withUnsafeBufferPointer { elements in
-                    codes.withUnsafeBufferPointer { codes in
-                        body(StringReader(spans: SpanReader(starts: starts, lengths: lengths, elements: elements),
-                                          codes: dictionary == nil ? nil : codes))
-                    }
-                }
+        (dictionary?.values ?? strings).withReader { spans in
+            codes.withUnsafeBufferPointer { codes in
+                body(StringReader(spans: spans, codes: dictionary == nil ? nil : codes))
             }
         }
     }
@@ -376,12 +370,12 @@ struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
         }
     }
 
-    /// Calls `body` with the arena's arrays in place: each position's start and length, and the
-    /// elements (for a loop over many positions without reaching the arrays once per position).
-    func withArrays<T>(_ body: (UnsafeBufferPointer<Int>, UnsafeBufferPointer<UInt32>, UnsafeBufferPointer<Element>) -> T) -> T {
+    /// Calls `body` with a reader of the values by position, valid only during the call (for a
+    /// loop over many positions without reaching the arrays once per position).
+    func withReader<T>(_ body: (SpanReader<Element>) -> T) -> T {
         starts.withUnsafeBufferPointer { starts in
             lengths.withUnsafeBufferPointer { lengths in
-                elements.withUnsafeBufferPointer { body(starts, lengths, $0) }
+                elements.withUnsafeBufferPointer { body(SpanReader(starts: starts, lengths: lengths, elements: $0)) }
             }
         }
     }
