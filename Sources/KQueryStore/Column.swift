@@ -74,15 +74,9 @@ struct Column: Sendable {
     /// the call (an absent value reads as empty).
     @inline(__always)
     func withStrings<T>(_ body: (StringReader) -> T) -> T {
-        let arena = dictionary?.values ?? strings
-        return arena.starts.withUnsafeBufferPointer { starts in
-            arena.lengths.withUnsafeBufferPointer { lengths in
-                arena.elements.withUnsafeBufferPointer { elements in
-                    codes.withUnsafeBufferPointer { codes in
-                        body(StringReader(spans: SpanReader(starts: starts, lengths: lengths, elements: elements),
-                                          codes: dictionary == nil ? nil : codes))
-                    }
-                }
+        (dictionary?.values ?? strings).withReader { spans in
+            codes.withUnsafeBufferPointer { codes in
+                body(StringReader(spans: spans, codes: dictionary == nil ? nil : codes))
             }
         }
     }
@@ -316,7 +310,7 @@ struct StringDictionary: Sendable {
         var slot = Int(truncatingIfNeeded: Self.hash(bytes)) & mask
         while slots[slot] != 0 {
             let code = slots[slot] - 1
-            if values.withValues(at: Int(code), { $0.elementsEqual(bytes) }) { return code }
+            if values.withValues(at: Int(code), { $0.count == bytes.count && ValueOrder.compareBytes($0, bytes) == 0 }) { return code }
             slot = (slot + 1) & mask
         }
         let code = UInt32(truncatingIfNeeded: count)
@@ -325,10 +319,26 @@ struct StringDictionary: Sendable {
         return code
     }
 
-    /// FNV-1a over the bytes: the values are short, and any stable spread does.
+    /// Eight bytes at a time, each word mixed in by a multiply: the values are short, and any
+    /// stable spread does (a byte at a time made a million records' open 15% slower).
     private static func hash(_ bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
-        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
-        for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
+        var hash = UInt64(truncatingIfNeeded: bytes.count) &* 0x9E37_79B9_7F4A_7C15
+        guard let base = bytes.baseAddress else { return hash }
+        let raw = UnsafeRawPointer(base)
+        var offset = 0
+        while offset + 8 <= bytes.count {
+            hash = (hash ^ raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) &* 0xFF51_AFD7_ED55_8CCD
+            hash ^= hash >> 32
+            offset += 8
+        }
+        var tail: UInt64 = 0
+        var shift: UInt64 = 0
+        while offset < bytes.count {
+            tail |= UInt64(bytes[offset]) << shift
+            shift += 8
+            offset += 1
+        }
+        hash = (hash ^ tail) &* 0xC4CE_B9FE_1A85_EC53
         return hash ^ (hash >> 29)
     }
 
@@ -682,12 +692,12 @@ struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
         }
     }
 
-    /// Calls `body` with the arena's arrays in place: each position's start and length, and the
-    /// elements (for a loop over many positions without reaching the arrays once per position).
-    func withArrays<T>(_ body: (UnsafeBufferPointer<Int>, UnsafeBufferPointer<UInt32>, UnsafeBufferPointer<Element>) -> T) -> T {
+    /// Calls `body` with a reader of the values by position, valid only during the call (for a
+    /// loop over many positions without reaching the arrays once per position).
+    func withReader<T>(_ body: (SpanReader<Element>) -> T) -> T {
         starts.withUnsafeBufferPointer { starts in
             lengths.withUnsafeBufferPointer { lengths in
-                elements.withUnsafeBufferPointer { body(starts, lengths, $0) }
+                elements.withUnsafeBufferPointer { body(SpanReader(starts: starts, lengths: lengths, elements: $0)) }
             }
         }
     }

@@ -297,7 +297,7 @@ struct ColumnScan {
                 }
             }
         case .tokens(let match, let wanted):
-            withSpans(columns.tokens) { span in
+            columns.tokens.withReader { span in
                 wanted.withUnsafeBufferPointer { wanted in
                     Self.narrow(&selection, count: count) { position in
                         let tokens = span(position)
@@ -324,17 +324,6 @@ struct ColumnScan {
     private static func contains(_ tokens: UnsafeBufferPointer<UInt32>, _ token: UInt32) -> Bool {
         for candidate in tokens where candidate >= token { return candidate == token }
         return false
-    }
-
-    /// Calls `body` with a reader of the spans of `arena`, valid only during the call.
-    private func withSpans<Element, T>(_ arena: SpanArena<Element>, _ body: (SpanReader<Element>) -> T) -> T {
-        arena.starts.withUnsafeBufferPointer { starts in
-            arena.lengths.withUnsafeBufferPointer { lengths in
-                arena.elements.withUnsafeBufferPointer { elements in
-                    body(SpanReader(starts: starts, lengths: lengths, elements: elements))
-                }
-            }
-        }
     }
 }
 
