@@ -41,41 +41,6 @@ public struct Record: Hashable, Sendable {
         links = parent == nil && share == nil ? nil : Links(parent: parent, share: share)
     }
 
-    public init(
-        recordType: String, recordID: RecordID, fields: Fields = Fields(),
-        creationDate: Int64? = nil, creatorUserRecordName: String? = nil,
-        modificationDate: Int64? = nil, lastModifiedUserRecordName: String? = nil,
-        recordChangeTag: String? = nil
-    ) {
-        self.recordType = recordType
-        self.recordID = recordID
-        self.fields = fields
-        self.creationDate = creationDate
-        self.creatorUserRecordName = creatorUserRecordName
-        self.modificationDate = modificationDate
-        self.lastModifiedUserRecordName = lastModifiedUserRecordName
-        self.recordChangeTag = recordChangeTag
-    }
-
-    /// A record with no system fields that takes its parts as they are (a store making many;
-    /// inlined there, where a call copied the record it made).
-    @inlinable
-    package init(taking recordType: consuming String, recordID: consuming RecordID, fields: consuming Fields) {
-        self.recordType = recordType
-        self.recordID = recordID
-        self.fields = fields
-        creationDate = nil
-        creatorUserRecordName = nil
-        modificationDate = nil
-        lastModifiedUserRecordName = nil
-        recordChangeTag = nil
-        links = nil
-    }
-
-    public init(recordType: String, recordName: String, fields: [String: FieldValue] = [:]) {
-        self.init(recordType: recordType, recordID: RecordID(recordName: recordName), fields: Fields(fields.map { ($0, $1) }))
-    }
-
     public subscript(name: String) -> FieldValue? {
         get { fields[name] }
         set { fields[name] = newValue }
@@ -101,6 +66,32 @@ public struct Record: Hashable, Sendable {
         hasher.combine(recordChangeTag)
         hasher.combine(parent)
         hasher.combine(share)
+    }
+}
+
+// The initializers sit in an extension so that the compiler makes the memberwise one, which they call:
+// one that set each stored property itself built the record on the stack and returned a copy of it
+// (a retain of every string in it and a release of each again, about 450 instructions a record).
+extension Record {
+    public init(
+        recordType: String, recordID: RecordID, fields: Fields = Fields(),
+        creationDate: Int64? = nil, creatorUserRecordName: String? = nil,
+        modificationDate: Int64? = nil, lastModifiedUserRecordName: String? = nil,
+        recordChangeTag: String? = nil
+    ) {
+        self.init(recordType: recordType, recordID: recordID, fields: fields, creationDate: creationDate,
+                  creatorUserRecordName: creatorUserRecordName, modificationDate: modificationDate,
+                  lastModifiedUserRecordName: lastModifiedUserRecordName, recordChangeTag: recordChangeTag, links: nil)
+    }
+
+    /// A record with no system fields that takes its parts as they are (a store making many).
+    package init(taking recordType: consuming String, recordID: consuming RecordID, fields: consuming Fields) {
+        self.init(recordType: recordType, recordID: recordID, fields: fields, creationDate: nil, creatorUserRecordName: nil,
+                  modificationDate: nil, lastModifiedUserRecordName: nil, recordChangeTag: nil, links: nil)
+    }
+
+    public init(recordType: String, recordName: String, fields: [String: FieldValue] = [:]) {
+        self.init(recordType: recordType, recordID: RecordID(recordName: recordName), fields: Fields(fields.map { ($0, $1) }))
     }
 }
 
