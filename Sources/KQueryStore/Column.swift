@@ -157,7 +157,11 @@ struct Column: Sendable {
     }
 
     mutating func set(_ value: FieldValue?, at position: Int) {
-        guard let value else {
+        if let value { set(present: value, at: position) } else { setAbsent(at: position) }
+    }
+
+    mutating func setAbsent(at position: Int) {
+        do {
             switch kind {
             case .string where dictionary == nil: strings.replace(at: position, with: EmptyCollection())
             case .mixed: values[position] = nil
@@ -166,15 +170,19 @@ struct Column: Sendable {
             }
             if isPresent(position) { presentCount -= 1 }
             present[position &>> 6] &= ~(1 &<< UInt64(position & 63))
-            return
         }
+    }
+
+    /// Sets a value read where it lies (a record's field): a string's bytes are copied into the
+    /// column, so the string itself is never retained.
+    mutating func set(present value: borrowing FieldValue, at position: Int) {
         let valueKind = Self.kind(of: value)
         if kind == .empty { adopt(valueKind) }
         if valueKind != kind, kind != .mixed { becomeMixed() }
         if !isPresent(position) { presentCount += 1 }
         present[position &>> 6] |= 1 &<< UInt64(position & 63)
         if kind == .mixed {
-            values[position] = value
+            values[position] = copy value
             return
         }
         switch value {
@@ -186,7 +194,10 @@ struct Column: Sendable {
             let box = location.detailsBox
             if box != nil, details.isEmpty { details = Array(repeating: nil, count: count) }
             if !details.isEmpty { details[position] = box }
-        case .string(var text): text.withUTF8 { setString($0, at: position) }
+        case .string(let text):
+            if let done: Void = text.utf8.withContiguousStorageIfAvailable({ setString($0, at: position) }) { return done }
+            var contiguous = text
+            contiguous.withUTF8 { setString($0, at: position) }
         case .bytes, .reference, .assetID, .list: break
         }
     }
@@ -775,11 +786,23 @@ struct Columns: Sendable {
     }
 
     mutating func replace(at position: Int, with record: Record, tokens recordTokens: Set<String>?) {
+        // The record's fields and the columns, both in key order, walked together; each value
+        // read where it lies (copying it retained its string, made on the thread that decoded it).
         var found = 0
-        for index in columns.indices {
-            let value = record.fields[keys[index]]
-            if value != nil { found += 1 }
-            columns[index].set(value, at: position)
+        var next = 0
+        record.fields.forEachField { key, value in
+            while next < keyOrder.count, keys[keyOrder[next]] < key {
+                columns[keyOrder[next]].setAbsent(at: position)
+                next += 1
+            }
+            guard next < keyOrder.count, keys[keyOrder[next]] == key else { return }
+            columns[keyOrder[next]].set(present: value, at: position)
+            found += 1
+            next += 1
+        }
+        while next < keyOrder.count {
+            columns[keyOrder[next]].setAbsent(at: position)
+            next += 1
         }
         // Usually every field has its column already: no lookup per field then.
         if found < record.fields.count {
@@ -930,7 +953,12 @@ struct Columns: Sendable {
         columns.withUnsafeBufferPointer { columns in
             for index in columns.indices where columns[index].kind == .string || columns[index].kind == .mixed {
                 if let searchableFields, !searchableFields.contains(keys[index]) { continue }
-                columns[index].value(at: position)?.forEachSearchableText { Tokenizer.addTokens(of: $0, to: &tokens) }
+                guard columns[index].isPresent(position) else { continue }
+                if columns[index].kind == .string {
+                    columns[index].withString(at: position) { Tokenizer.addTokens(inUTF8: $0, to: &tokens) }
+                } else {
+                    columns[index].value(at: position)?.forEachSearchableText { Tokenizer.addTokens(of: $0, to: &tokens) }
+                }
             }
         }
         return tokens

@@ -374,8 +374,10 @@ public final class Database {
         switch change {
         case .created(let record):
             tables[record.recordType, default: makeTable(record.recordType)].insert(record)
-        case .updated(_, let record):
-            tables[record.recordType, default: makeTable(record.recordType)].replace(record)
+        case .updated(let stored, let record):
+            // `save` read `stored` from the table just now (or staged it as the batch's change
+            // before this one left it).
+            tables[record.recordType, default: makeTable(record.recordType)].replace(record, stored: stored)
         case .deleted(let record):
             tables[record.recordType]?.remove(record.recordID)
         }

@@ -114,25 +114,28 @@ struct RecordTable: Sendable {
 
     /// Replaces a record in place; index entries change only where its indexed values did (a long
     /// posting list, such as a common token's, is expensive to edit).
-    mutating func replace(_ record: Record) {
-        if !replaceExisting(record) { insert(record) }
+    /// `stored`, when given, is the record the table holds with that ID, made from it moments ago
+    /// (a save resolving its change): its values are read from it rather than from the columns
+    /// again.
+    mutating func replace(_ record: Record, stored: Record? = nil) {
+        if !replaceExisting(record, stored: stored) { insert(record) }
     }
 
     /// Replaces the record with `record`'s ID, as `replace` does, if the table holds one; false
     /// (and nothing changed) if it does not.
-    mutating func replaceExisting(_ record: Record) -> Bool {
+    mutating func replaceExisting(_ record: Record, stored: Record? = nil) -> Bool {
         guard let row = row(of: record.recordID) else { return false }
-        replace(record, row: row)
+        replace(record, row: row, stored: stored)
         return true
     }
 
-    private mutating func replace(_ record: Record, row: RowID) {
+    private mutating func replace(_ record: Record, row: RowID, stored: Record?) {
         let position = Int(positions[Int(row)])
         // The indexes change first: they read the record replaced from the columns.
-        func oldValue(_ field: FieldReference) -> FieldValue? { columns.value(of: field, at: position) }
+        func oldValue(_ field: FieldReference) -> FieldValue? { stored.map { $0.value(of: field) } ?? columns.value(of: field, at: position) }
         let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
         if tokenIndex != nil, let tokens {
-            let before = columns.searchTokens(at: position, in: searchableFields)
+            let before = stored?.searchTokens(in: searchableFields) ?? columns.searchTokens(at: position, in: searchableFields)
             if before != tokens {
                 tokenIndex?.remove(before.subtracting(tokens), row: row)
                 tokenIndex?.insert(tokens.subtracting(before), row: row)

@@ -91,6 +91,14 @@ public struct Fields: Hashable, Sendable, Sequence {
         try withEntries { try $0.contains { try predicate($0.value) } }
     }
 
+    /// Calls `body` with each field in key order, its value where it lies (not copied).
+    @inlinable
+    package func forEachField(_ body: (FieldKey, borrowing FieldValue) throws -> Void) rethrows {
+        try withEntries { entries in
+            for index in entries.indices { try body(entries[index].key, entries[index].value) }
+        }
+    }
+
     /// Makes room for `count` fields.
     public mutating func reserveCapacity(_ count: Int) { _entries.reserveCapacity(count) }
 
