@@ -1,4 +1,3 @@
-import CKQuerySupport
 import KQuery
 
 /// The values of one field across a table's records, by dense position: one contiguous array of a
@@ -425,16 +424,36 @@ final class ColumnsSnapshot: FieldsProvider {
 
     /// The records at `positions` (the snapshot's), their fields read from it when first needed.
     func records(recordType: String) -> [Record] {
-        state.withLock { state in
-            guard let columns = state.columns else { return [] }
-            return columns.withReader { reader in
-                // Each record made where it stays: `map` copied each one it made into the array.
-                var records: [Record] = []
-                records.reserveCapacity(positions.count)
-                for position in positions { reader.appendLazyRecord(to: &records, at: position, recordType: recordType, provider: self) }
-                return records
-            }
-        }
+        state.withLock { state in state.columns?.lazyRecords(at: positions, recordType: recordType, provider: self) ?? [] }
+    }
+}
+
+/// Reads a table's record IDs from its columns through pointers into their arrays, valid only
+/// during `Columns.withRecordIDs` or `withReader` (the columns are alive and unchanged then).
+struct RecordIDReader {
+    private let names: UnsafePointer<String>
+    private let zoneNumbers: UnsafePointer<UInt32>?
+    private let zones: [ZoneID]
+
+    fileprivate init(names: [String], zoneNumbers: [UInt32], zones: [ZoneID]) {
+        self.names = names.unsafeBase
+        self.zoneNumbers = zoneNumbers.isEmpty ? nil : zoneNumbers.unsafeBase
+        self.zones = zones
+    }
+
+    @inline(__always)
+    func recordID(at position: Int) -> RecordID {
+        RecordID(recordName: names[position], zoneID: zones[Int(zoneNumbers?[position] ?? 0)])
+    }
+
+    /// Whether the record at `a` comes before the one at `b` by record ID (name bytes, then zone).
+    @inline(__always)
+    func precedes(_ a: Int, _ b: Int) -> Bool {
+        let order = ValueOrder.compareBytes(names[a], names[b])
+        if order != 0 { return order < 0 }
+        guard let zoneNumbers else { return false }
+        let (zoneA, zoneB) = (zoneNumbers[a], zoneNumbers[b])
+        return zoneA != zoneB && zones[Int(zoneA)] < zones[Int(zoneB)]
     }
 }
 
@@ -444,62 +463,17 @@ struct ColumnsReader {
     private let user: [(key: FieldKey, column: ColumnReader)]
     private let system: [ColumnReader]
     private let hasSystemValues: Bool
-    private let names: UnsafePointer<String>
-    private let zoneNumbers: UnsafePointer<UInt32>?
-    private let zones: [ZoneID]
+    private let ids: RecordIDReader
 
-    fileprivate init(_ columns: Columns, keyOrder: [Int], hasSystemValues: Bool, zoneNumbers: [UInt32]) {
+    fileprivate init(_ columns: Columns, keyOrder: [Int], hasSystemValues: Bool, ids: RecordIDReader) {
         user = keyOrder.map { (columns.keys[$0], ColumnReader(columns.columns[$0])) }
         system = columns.system.map(ColumnReader.init)
         self.hasSystemValues = hasSystemValues
-        names = columns.names.unsafeBase
-        self.zoneNumbers = zoneNumbers.isEmpty ? nil : zoneNumbers.unsafeBase
-        zones = columns.zones
+        self.ids = ids
     }
 
     @inline(__always)
-    func recordID(at position: Int) -> RecordID {
-        RecordID(recordName: names[position], zoneID: zones[Int(zoneNumbers?[position] ?? 0)])
-    }
-
-    /// Makes the records at `positions` in that order, asking the CPU to load each one's values a
-    /// few records ahead: the values of one record lie in as many places as it has columns, and
-    /// read one after another each waited for memory (a query's results lie anywhere).
-    func records(at positions: some Collection<Int>, recordType: String) -> [Record] {
-        var records: [Record] = []
-        records.reserveCapacity(positions.count)
-        let ahead = 6
-        var next = positions.startIndex
-        var pending = 0
-        var made = positions.startIndex
-        while made != positions.endIndex {
-            // Values lead by `ahead` records; string bytes, whose address is read from the
-            // arena's starts (loaded by then), by half as many.
-            while next != positions.endIndex, pending < ahead {
-                prefetch(positions[next])
-                positions.formIndex(after: &next)
-                pending += 1
-            }
-            if pending > ahead / 2 {
-                prefetchBytes(positions[positions.index(made, offsetBy: ahead / 2)])
-            }
-            records.append(record(at: positions[made], recordType: recordType))
-            positions.formIndex(after: &made)
-            pending -= 1
-        }
-        return records
-    }
-
-    @inline(__always)
-    private func prefetch(_ position: Int) {
-        kquery_prefetch(names + position)
-        for index in user.indices { user[index].column.prefetch(position) }
-    }
-
-    @inline(__always)
-    private func prefetchBytes(_ position: Int) {
-        for index in user.indices { user[index].column.prefetchBytes(position) }
-    }
+    func recordID(at position: Int) -> RecordID { ids.recordID(at: position) }
 
     /// The user fields of the record at `position`, made in key order.
     func fields(at position: Int) -> Fields {
@@ -514,15 +488,6 @@ struct ColumnsReader {
         return fields
     }
 
-    /// Makes at `record` the record at `position`, with fields that `provider` gives when first
-    /// needed. Made in place: returned, each record was copied into the array and destroyed (about
-    /// 440 instructions a record, more than making it).
-    @inline(__always)
-    func appendLazyRecord(to records: inout [Record], at position: Int, recordType: String, provider: ColumnsSnapshot) {
-        records.append(Record(taking: recordType, recordID: recordID(at: position), fields: Fields(provider: provider, position: position)))
-        if hasSystemValues { setSystemFields(of: &records[records.count - 1], at: position) }
-    }
-
     private func setSystemFields(of record: inout Record, at position: Int) {
         func value(_ field: Columns.SystemField) -> FieldValue? { system[field.rawValue].value(at: position) }
         if case .timestamp(let x)? = value(.creationDate) { record.creationDate = x }
@@ -535,21 +500,8 @@ struct ColumnsReader {
     }
 
     func record(at position: Int, recordType: String) -> Record {
-        withSystemFields(Record(recordType: recordType, recordID: recordID(at: position), fields: fields(at: position)), at: position)
-    }
-
-    @inline(__always)
-    private func withSystemFields(_ record: consuming Record, at position: Int) -> Record {
-        var record = record
-        guard hasSystemValues else { return record }
-        func value(_ field: Columns.SystemField) -> FieldValue? { system[field.rawValue].value(at: position) }
-        if case .timestamp(let x)? = value(.creationDate) { record.creationDate = x }
-        if case .string(let x)? = value(.creator) { record.creatorUserRecordName = x }
-        if case .timestamp(let x)? = value(.modificationDate) { record.modificationDate = x }
-        if case .string(let x)? = value(.modifier) { record.lastModifiedUserRecordName = x }
-        if case .string(let x)? = value(.changeTag) { record.recordChangeTag = x }
-        if case .reference(let x)? = value(.parent) { record.parent = x }
-        if case .reference(let x)? = value(.share) { record.share = x }
+        var record = Record(taking: recordType, recordID: recordID(at: position), fields: fields(at: position))
+        if hasSystemValues { setSystemFields(of: &record, at: position) }
         return record
     }
 }
@@ -584,34 +536,6 @@ struct ColumnReader {
         codes = column.dictionary == nil ? nil : column.codes.unsafeBase
         details = column.details.isEmpty ? nil : column.details.unsafeBase
         values = column.values.unsafeBase
-    }
-
-    /// Asks the CPU to load the record at `position`'s value (but a string's bytes).
-    @inline(__always)
-    func prefetch(_ position: Int) {
-        if let present { kquery_prefetch(present + (position &>> 6)) }
-        switch kind {
-        case .empty: break
-        case .int64, .timestamp: kquery_prefetch(integers + position)
-        case .double: kquery_prefetch(numbers + position)
-        case .location:
-            kquery_prefetch(numbers + position)
-            kquery_prefetch(longitudes + position)
-        case .string:
-            if let codes {
-                kquery_prefetch(codes + position)
-            } else {
-                kquery_prefetch(starts + position)
-                kquery_prefetch(lengths + position)
-            }
-        case .mixed: kquery_prefetch(values + position)
-        }
-    }
-
-    /// Asks the CPU to load a string's bytes, once `prefetch` has loaded where they are.
-    @inline(__always)
-    func prefetchBytes(_ position: Int) {
-        if kind == .string, codes == nil { kquery_prefetch(bytes + starts[position]) }
     }
 
     /// As `Column.value(at:)`.
@@ -888,7 +812,29 @@ struct Columns: Sendable {
     /// through `withReader`).
     func record(at position: Int, recordType: String) -> Record {
         var record = Record(taking: recordType, recordID: recordID(at: position), fields: fields(at: position))
-        guard hasSystemValues else { return record }
+        setSystemFields(of: &record, at: position)
+        return record
+    }
+
+    /// The records at `positions`, in that order, whose fields `provider` reads from these columns
+    /// when first needed: only their IDs (and system fields) are made now. A query's page: making
+    /// each record's fields here cost 5-6 times the whole query.
+    func lazyRecords(at positions: [Int], recordType: String, provider: some FieldsProvider) -> [Record] {
+        var records: [Record] = []
+        records.reserveCapacity(positions.count)
+        withRecordIDs { ids in
+            for position in positions {
+                records.append(Record(taking: recordType, recordID: ids.recordID(at: position), fields: Fields(provider: provider, position: position)))
+            }
+        }
+        if hasSystemValues {
+            for index in records.indices { setSystemFields(of: &records[index], at: positions[index]) }
+        }
+        return records
+    }
+
+    private func setSystemFields(of record: inout Record, at position: Int) {
+        guard hasSystemValues else { return }
         if case .timestamp(let x)? = systemValue(.creationDate, at: position) { record.creationDate = x }
         if case .string(let x)? = systemValue(.creator, at: position) { record.creatorUserRecordName = x }
         if case .timestamp(let x)? = systemValue(.modificationDate, at: position) { record.modificationDate = x }
@@ -896,7 +842,6 @@ struct Columns: Sendable {
         if case .string(let x)? = systemValue(.changeTag, at: position) { record.recordChangeTag = x }
         if case .reference(let x)? = systemValue(.parent, at: position) { record.parent = x }
         if case .reference(let x)? = systemValue(.share, at: position) { record.share = x }
-        return record
     }
 
     private func systemValue(_ field: SystemField, at position: Int) -> FieldValue? {
@@ -914,7 +859,15 @@ struct Columns: Sendable {
     /// arrays through pointers taken once. Read through the columns' structs, every array was
     /// retained and released for each value (more than half the time of making a record).
     func withReader<T>(_ body: (ColumnsReader) -> T) -> T {
-        withExtendedLifetime(self) { body(ColumnsReader(self, keyOrder: keyOrder, hasSystemValues: hasSystemValues, zoneNumbers: zoneNumbers)) }
+        withExtendedLifetime(self) {
+            body(ColumnsReader(self, keyOrder: keyOrder, hasSystemValues: hasSystemValues, ids: RecordIDReader(names: names, zoneNumbers: zoneNumbers, zones: zones)))
+        }
+    }
+
+    /// Calls `body` with a reader of the record IDs alone (for sorting and for making many
+    /// records whose fields are read later), cheaper to make than `withReader`'s.
+    func withRecordIDs<T>(_ body: (RecordIDReader) -> T) -> T {
+        withExtendedLifetime(self) { body(RecordIDReader(names: names, zoneNumbers: zoneNumbers, zones: zones)) }
     }
 
     /// The value a predicate sees for `field` in the record at `position` (as `Record.value(of:)`).

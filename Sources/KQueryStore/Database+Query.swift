@@ -73,27 +73,20 @@ extension Database {
     /// The sort moves plain indexes, not the hits (moving a hit retains and releases its values).
     private func sort(_ hits: inout [Hit], _ descriptors: [SortDescriptor], in table: RecordTable) {
         var order = Array(0..<hits.count)
-        hits.withUnsafeBufferPointer { hits in
-            table.columns.names.withUnsafeBufferPointer { names in
+        // The table is read only through `ids`: a closure reading `table` copied it (every array
+        // and index retained and released) for each sort.
+        table.columns.withRecordIDs { ids in
+            hits.withUnsafeBufferPointer { hits in
                 order.sort { a, b in
                     if !descriptors.isEmpty {
                         let byValues = SortOrder.compareValues(hits[a].values, hits[b].values, descriptors)
                         if byValues != 0 { return byValues < 0 }
                     }
-                    return Self.precedes(names, table.columns, hits[a].position, hits[b].position)
+                    return ids.precedes(hits[a].position, hits[b].position)
                 }
             }
         }
         hits = order.map { hits[$0] }
-    }
-
-    /// Whether the record at `a` comes before the one at `b` by record ID.
-    @inline(__always)
-    private static func precedes(_ names: UnsafeBufferPointer<String>, _ columns: Columns, _ a: Int, _ b: Int) -> Bool {
-        let order = ValueOrder.compareBytes(names[a], names[b])
-        if order != 0 { return order < 0 }
-        let (zoneA, zoneB) = (columns.zoneNumber(at: a), columns.zoneNumber(at: b))
-        return zoneA != zoneB && columns.zones[Int(zoneA)] < columns.zones[Int(zoneB)]
     }
 
     /// Cuts the page from sorted matches and copies out its records.
