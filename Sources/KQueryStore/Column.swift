@@ -101,18 +101,7 @@ struct Column: Sendable {
     /// through a pointer, the call copied the column (every array retained) to pass it.
     @inline(__always)
     func value(at position: Int) -> FieldValue? {
-        guard isPresent(position) else { return nil }
-        switch kind {
-        case .empty: return nil
-        case .int64: return .int64(integers[position])
-        case .timestamp: return .timestamp(integers[position])
-        case .double: return .double(numbers[position])
-        case .location:
-            return .location(Location(latitude: numbers[position], longitude: longitudes[position],
-                                      detailsBox: details.isEmpty ? nil : details[position]))
-        case .string: return .string(withString(at: position) { String(decoding: $0, as: UTF8.self) })
-        case .mixed: return values[position]
-        }
+        withExtendedLifetime(self) { ColumnReader(self).value(at: position) }
     }
 
     static func kind(of value: FieldValue) -> Kind {

@@ -79,6 +79,20 @@ struct ColumnStorageTests {
 
     /// Whether the database holds exactly `expected`, each record made back from the columns
     /// identical to it, found by its ID and at its row.
+    /// Replaces or deletes a random record (one time in four a delete), keeping `expected` what
+    /// the database should then hold. A record keeps its type: one with a known ID but another type
+    /// is not tried (the database refuses it).
+    static func saveOrDeleteRandomRecord(in database: Database, _ expected: inout [RecordID: Record], _ rng: inout SplitMix) {
+        let record = RecordJSONWriterTests.record(&rng)
+        guard expected[record.recordID].map({ $0.recordType == record.recordType }) ?? true else { return }
+        let kind: RecordOperation.Kind = rng.next() % 4 == 0 ? .forceDelete : .forceReplace
+        guard let change = try? database.save(RecordOperation(kind: kind, record: record)) else { return }
+        switch change {
+        case .created(let saved), .updated(_, let saved): expected[saved.recordID] = saved
+        case .deleted(let old): expected[old.recordID] = nil
+        }
+    }
+
     static func holds(_ database: Database, _ expected: [RecordID: Record]) -> Bool {
         guard database.recordCount == expected.count else { return false }
         for (id, record) in expected {
@@ -157,14 +171,7 @@ struct ColumnStorageTests {
                     if rng.next() % 4 == 0 { _ = try database.count(KQuery.Query(recordType: "Item", predicate: try ValidatedPredicate("ALL tokenize('x', 'Cdl') IN allTokens")), now: 0) }
                     continue
                 }
-                let record = RecordJSONWriterTests.record(&rng)
-                guard expected[record.recordID].map({ $0.recordType == record.recordType }) ?? true else { continue }
-                let kind: RecordOperation.Kind = rng.next() % 4 == 0 ? .forceDelete : .forceReplace
-                guard let change = try? database.save(RecordOperation(kind: kind, record: record)) else { continue }
-                switch change {
-                case .created(let saved), .updated(_, let saved): expected[saved.recordID] = saved
-                case .deleted(let old): expected[old.recordID] = nil
-                }
+                Self.saveOrDeleteRandomRecord(in: database, &expected, &rng)
             }
             for (records, wanted) in kept {
                 #expect(records.count == wanted.count)
@@ -210,15 +217,7 @@ struct ColumnStorageTests {
             database.minimumDeadRows = 2
             var expected: [RecordID: Record] = [:]
             for _ in 0..<Int(rng.next() % 60) {
-                let record = RecordJSONWriterTests.record(&rng)
-                // A record keeps its type: a second one with its ID but another type is refused.
-                guard expected[record.recordID].map({ $0.recordType == record.recordType }) ?? true else { continue }
-                let kind: RecordOperation.Kind = rng.next() % 4 == 0 ? .forceDelete : .forceReplace
-                guard let change = try? database.save(RecordOperation(kind: kind, record: record)) else { continue }
-                switch change {
-                case .created(let saved), .updated(_, let saved): expected[saved.recordID] = saved
-                case .deleted(let old): expected[old.recordID] = nil
-                }
+                Self.saveOrDeleteRandomRecord(in: database, &expected, &rng)
             }
             #expect(Self.holds(database, expected))
             guard let reopened = try? Database(path: path) else {
