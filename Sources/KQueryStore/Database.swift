@@ -383,7 +383,7 @@ public final class Database {
         }
     }
 
-    private func insertLoaded(_ record: consuming Record) {
+    private func insertLoaded(_ record: borrowing Record) {
         // Through the defaulting subscript, which changes the table in place (optional chaining
         // copied the whole table, every one of its arrays retained and released, per record).
         let type = record.recordType

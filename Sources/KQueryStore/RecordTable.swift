@@ -92,17 +92,17 @@ struct RecordTable: Sendable {
     // MARK: Changes
 
     /// Inserts a record read from the file at open, hashing its name into `loadedNamesHash`.
-    mutating func insertLoaded(_ record: consuming Record) {
+    mutating func insertLoaded(_ record: borrowing Record) {
         var hash = loadedNamesHash
         var name = record.recordID.recordName
         name.withUTF8 { utf8 in
             for byte in utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
         }
         loadedNamesHash = (hash ^ 0xFF) &* 0x100_0000_01B3   // the end of a name
-        insert(consume record)
+        insert(record)
     }
 
-    mutating func insert(_ record: consuming Record) {
+    mutating func insert(_ record: borrowing Record) {
         let row = RowID(positions.count)
         positions.append(Int32(count))
         rowIDs.append(row)
