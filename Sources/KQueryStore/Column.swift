@@ -99,9 +99,23 @@ struct Column: Sendable {
 
     /// The value at `position`, as the record there holds it. Inlined: called on a column reached
     /// through a pointer, the call copied the column (every array retained) to pass it.
+    /// (`ColumnReader.value(at:)` is the same switch over pointers: reading through one made here
+    /// copied the column, every array retained, for each value, and tripled a save's cost of
+    /// making the record it replaces.)
     @inline(__always)
     func value(at position: Int) -> FieldValue? {
-        withExtendedLifetime(self) { ColumnReader(self).value(at: position) }
+        guard isPresent(position) else { return nil }
+        switch kind {
+        case .empty: return nil
+        case .int64: return .int64(integers[position])
+        case .timestamp: return .timestamp(integers[position])
+        case .double: return .double(numbers[position])
+        case .location:
+            return .location(Location(latitude: numbers[position], longitude: longitudes[position],
+                                      detailsBox: details.isEmpty ? nil : details[position]))
+        case .string: return .string(withString(at: position) { String(decoding: $0, as: UTF8.self) })
+        case .mixed: return values[position]
+        }
     }
 
     static func kind(of value: FieldValue) -> Kind {
