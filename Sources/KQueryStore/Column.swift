@@ -1,21 +1,20 @@
 import KQuery
 
-/// The values of one user field across a table's records, by dense position: one contiguous array
-/// of a single kind, strings' bytes in one arena (or, while a column has few distinct strings, a
-/// code per position into a dictionary of them), and a presence bitmap.
+/// The values of one field across a table's records, by dense position: one contiguous array of a
+/// single kind, strings' bytes in one arena (or, while a column has few distinct strings, a code
+/// per position into a dictionary of them), and a presence bitmap. The columns are the only copy
+/// of a table's records (`Columns.record(at:recordType:)` makes a record from them).
 ///
 /// A full scan reads a column as a loop over contiguous memory instead of chasing every record's
 /// field pointer (the record-at-a-time scan was bound by those cache misses). A column holds one
 /// scalar kind; once its records hold another kind, a list, bytes, a reference or an asset ID, it
-/// becomes `.mixed`, keeps only presence, and scans that need its values fall back to the records.
-/// The layout (plain arrays, no pointers per value) is also what a memory-compact table and a
-/// mapped snapshot would store.
+/// becomes `.mixed` and keeps each value whole, and scans that need its values test the records.
 struct Column: Sendable {
     enum Kind: Sendable, Equatable {
         /// No record has held a value yet.
         case empty
         case int64, double, timestamp, string, location
-        /// Values of more than one kind, or of a kind the columns do not hold.
+        /// Values of more than one kind, or of a kind the columns do not hold in arrays of their own.
         case mixed
     }
 
@@ -23,6 +22,8 @@ struct Column: Sendable {
     private(set) var count = 0
     /// Bit `p` is set when the record at position `p` has the field.
     private(set) var present: [UInt64] = []
+    /// How many records have the field: when all do, reading a record's value skips the bitmap.
+    private(set) var presentCount = 0
     /// INT64 and TIMESTAMP values.
     private(set) var integers: [Int64] = []
     /// DOUBLE values, and a location's latitude.
@@ -30,6 +31,11 @@ struct Column: Sendable {
     private(set) var longitudes: [Double] = []
     /// A `.string` column's bytes by position, once it has left its dictionary (`dictionary` nil).
     private(set) var strings = SpanArena<UInt8>()
+    /// A location column's optional parts (altitude, accuracies...), by position; empty while no
+    /// location of the column has any.
+    private(set) var details: [Location.DetailsBox?] = []
+    /// A mixed column's values, whole, by position (nil where absent).
+    private(set) var values: [FieldValue?] = []
     /// A `.string` column's distinct values while they are few (`isFewDistinct`): each position
     /// holds its value's code in `codes`. A code is 4 bytes where a value in the arena took its
     /// bytes and 12 more; a scan tests each distinct value once instead of every record's.
@@ -47,6 +53,7 @@ struct Column: Sendable {
         bits[position &>> 6] & (1 &<< UInt64(position & 63)) != 0
     }
 
+    @inline(__always)
     func isPresent(_ position: Int) -> Bool {
         present.withUnsafeBufferPointer { Self.isSet($0, position) }
     }
@@ -64,6 +71,7 @@ struct Column: Sendable {
 
     /// Calls `body` with a reader of a `.string` column's bytes by position, valid only during
     /// the call (an absent value reads as empty).
+    @inline(__always)
     func withStrings<T>(_ body: (StringReader) -> T) -> T {
         (dictionary?.values ?? strings).withReader { spans in
             codes.withUnsafeBufferPointer { codes in
@@ -73,6 +81,7 @@ struct Column: Sendable {
     }
 
     /// The string at `position` of a `.string` column, as bytes (for tests and checks).
+    @inline(__always)
     func withString<T>(at position: Int, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
         withStrings { body($0(position)) }
     }
@@ -85,6 +94,27 @@ struct Column: Sendable {
             integers.withUnsafeBufferPointer { integers in
                 for position in 0..<count where Self.isSet(present, position) { body(position, integers[position]) }
             }
+        }
+    }
+
+    /// The value at `position`, as the record there holds it. Inlined: called on a column reached
+    /// through a pointer, the call copied the column (every array retained) to pass it.
+    /// (`ColumnReader.value(at:)` is the same switch over pointers: reading through one made here
+    /// copied the column, every array retained, for each value, and tripled a save's cost of
+    /// making the record it replaces.)
+    @inline(__always)
+    func value(at position: Int) -> FieldValue? {
+        guard isPresent(position) else { return nil }
+        switch kind {
+        case .empty: return nil
+        case .int64: return .int64(integers[position])
+        case .timestamp: return .timestamp(integers[position])
+        case .double: return .double(numbers[position])
+        case .location:
+            return .location(Location(latitude: numbers[position], longitude: longitudes[position],
+                                      detailsBox: details.isEmpty ? nil : details[position]))
+        case .string: return .string(withString(at: position) { String(decoding: $0, as: UTF8.self) })
+        case .mixed: return values[position]
         }
     }
 
@@ -106,6 +136,8 @@ struct Column: Sendable {
         numbers.trimExcessCapacity()
         longitudes.trimExcessCapacity()
         strings.trimExcessCapacity()
+        if values.capacity - values.count > values.count / 8 + 64 { values = Array(values) }
+        if details.capacity - details.count > details.count / 8 + 64 { details = Array(details) }
         codes.trimExcessCapacity()
     }
 
@@ -113,34 +145,61 @@ struct Column: Sendable {
         if count & 63 == 0 { present.append(0) }
         count += 1
         switch kind {
-        case .empty, .mixed: break
+        case .empty: break
+        case .mixed: values.append(nil)
         case .int64, .timestamp: integers.append(0)
         case .double: numbers.append(0)
         case .location:
             numbers.append(0)
             longitudes.append(0)
+            if !details.isEmpty { details.append(nil) }
         case .string:
             if dictionary != nil { codes.append(0) } else { strings.append(EmptyCollection()) }
         }
     }
 
     mutating func set(_ value: FieldValue?, at position: Int) {
-        guard let value else {
-            if kind == .string, dictionary == nil { strings.replace(at: position, with: EmptyCollection()) }
+        if let value { set(present: value, at: position) } else { setAbsent(at: position) }
+    }
+
+    mutating func setAbsent(at position: Int) {
+        do {
+            switch kind {
+            case .string where dictionary == nil: strings.replace(at: position, with: EmptyCollection())
+            case .mixed: values[position] = nil
+            case .location where !details.isEmpty: details[position] = nil
+            default: break
+            }
+            if isPresent(position) { presentCount -= 1 }
             present[position &>> 6] &= ~(1 &<< UInt64(position & 63))
-            return
         }
-        present[position &>> 6] |= 1 &<< UInt64(position & 63)
+    }
+
+    /// Sets a value read where it lies (a record's field): a string's bytes are copied into the
+    /// column, so the string itself is never retained.
+    mutating func set(present value: borrowing FieldValue, at position: Int) {
         let valueKind = Self.kind(of: value)
         if kind == .empty { adopt(valueKind) }
-        guard valueKind == kind else { return becomeMixed() }
+        if valueKind != kind, kind != .mixed { becomeMixed() }
+        if !isPresent(position) { presentCount += 1 }
+        present[position &>> 6] |= 1 &<< UInt64(position & 63)
+        if kind == .mixed {
+            values[position] = copy value
+            return
+        }
         switch value {
         case .int64(let x), .timestamp(let x): integers[position] = x
         case .double(let x): numbers[position] = x
         case .location(let location):
             numbers[position] = location.latitude
             longitudes[position] = location.longitude
-        case .string(var text): text.withUTF8 { setString($0, at: position) }
+            let box = location.detailsBox
+            if box != nil, details.isEmpty { details = Array(repeating: nil, count: count) }
+            if !details.isEmpty { details[position] = box }
+        case .string(let text):
+            if let done: Void = text.utf8.withContiguousStorageIfAvailable({ setString($0, at: position) }) { return done }
+            var contiguous = text
+            contiguous.withUTF8 { setString($0, at: position) }
         case .bytes, .reference, .assetID, .list: break
         }
     }
@@ -176,15 +235,18 @@ struct Column: Sendable {
     /// Removes the last position, moving its value to `position` first (the table's swap-remove).
     mutating func removeLast(movingTo position: Int) {
         let last = count - 1
+        if isPresent(position) { presentCount -= 1 }
         if position != last {
             set(bit: isPresent(last), at: position)
             switch kind {
-            case .empty, .mixed: break
+            case .empty: break
+            case .mixed: values.swapAt(position, last)
             case .int64, .timestamp: integers[position] = integers[last]
             case .double: numbers[position] = numbers[last]
             case .location:
                 numbers[position] = numbers[last]
                 longitudes[position] = longitudes[last]
+                if !details.isEmpty { details.swapAt(position, last) }
             case .string:
                 if dictionary != nil { codes[position] = codes[last] } else { strings.move(from: last, to: position) }
             }
@@ -193,12 +255,14 @@ struct Column: Sendable {
         count = last
         if count & 63 == 0 { present.removeLast() }
         switch kind {
-        case .empty, .mixed: break
+        case .empty: break
+        case .mixed: values.removeLast()
         case .int64, .timestamp: integers.removeLast()
         case .double: numbers.removeLast()
         case .location:
             numbers.removeLast()
             longitudes.removeLast()
+            if !details.isEmpty { details.removeLast() }
         case .string:
             if dictionary != nil { codes.removeLast() } else { strings.removeLast() }
         }
@@ -212,7 +276,8 @@ struct Column: Sendable {
     private mutating func adopt(_ newKind: Kind) {
         kind = newKind
         switch newKind {
-        case .empty, .mixed: break
+        case .empty: break
+        case .mixed: values = Array(repeating: nil, count: count)
         case .int64, .timestamp: integers = Array(repeating: 0, count: count)
         case .double: numbers = Array(repeating: 0, count: count)
         case .location:
@@ -224,11 +289,17 @@ struct Column: Sendable {
         }
     }
 
+    /// Keeps every value whole from now on, those held so far included.
     private mutating func becomeMixed() {
+        var whole: [FieldValue?] = []
+        whole.reserveCapacity(count)
+        for position in 0..<count { whole.append(value(at: position)) }
         kind = .mixed
+        values = whole
         integers = []
         numbers = []
         longitudes = []
+        details = []
         strings = SpanArena()
         dictionary = nil
         codes = []
@@ -306,6 +377,195 @@ struct StringReader {
     @inline(__always)
     func callAsFunction(_ position: Int) -> UnsafeBufferPointer<UInt8> {
         spans(codes.map { Int($0[position]) } ?? position)
+    }
+}
+
+/// A table's columns as they were when a query read them: the records the query returns read
+/// their fields from here when first needed (`Fields(provider:position:)`), without making them
+/// for every result.
+///
+/// Records are values: a record returned must keep its fields while the table changes. Before
+/// the table changes, it `detach`es its live snapshots: each makes the fields of the records it
+/// gave out and lets go of the columns. Holding them, it would make the table copy every column
+/// it changes (the arrays would be shared).
+final class ColumnsSnapshot: FieldsProvider {
+    private struct State {
+        var columns: Columns?
+        /// The records given out, by position, once detached.
+        var detached: [Int: Fields] = [:]
+    }
+    private let state: Locked<State>
+    private let positions: [Int]
+
+    /// A snapshot of `columns` for the records at `positions`.
+    init(_ columns: Columns, positions: [Int]) {
+        state = Locked(State(columns: columns))
+        self.positions = positions
+    }
+
+    func fields(at position: Int) -> Fields {
+        state.withLock { state in state.columns?.fields(at: position) ?? state.detached[position] ?? Fields() }
+    }
+
+    func value(of key: FieldKey, at position: Int) -> FieldValue? {
+        state.withLock { state in
+            if let columns = state.columns { return columns.value(of: key, at: position) }
+            return state.detached[position]?[key]
+        }
+    }
+
+    /// Makes the fields of the records given out and lets go of the columns.
+    func detach() {
+        state.withLock { state in
+            guard let columns = state.columns else { return }
+            columns.withReader { reader in
+                for position in positions { state.detached[position] = reader.fields(at: position) }
+            }
+            state.columns = nil
+        }
+    }
+
+    /// The records at `positions` (the snapshot's), their fields read from it when first needed.
+    func records(recordType: String) -> [Record] {
+        state.withLock { state in state.columns?.lazyRecords(at: positions, recordType: recordType, provider: self) ?? [] }
+    }
+}
+
+/// Reads a table's record IDs from its columns through pointers into their arrays, valid only
+/// during `Columns.withRecordIDs` or `withReader` (the columns are alive and unchanged then).
+struct RecordIDReader {
+    private let names: UnsafePointer<String>
+    private let zoneNumbers: UnsafePointer<UInt32>?
+    private let zones: [ZoneID]
+
+    fileprivate init(names: [String], zoneNumbers: [UInt32], zones: [ZoneID]) {
+        self.names = names.unsafeBase
+        self.zoneNumbers = zoneNumbers.isEmpty ? nil : zoneNumbers.unsafeBase
+        self.zones = zones
+    }
+
+    @inline(__always)
+    func recordID(at position: Int) -> RecordID {
+        RecordID(recordName: names[position], zoneID: zones[Int(zoneNumbers?[position] ?? 0)])
+    }
+
+    /// Whether the record at `a` comes before the one at `b` by record ID (name bytes, then zone).
+    @inline(__always)
+    func precedes(_ a: Int, _ b: Int) -> Bool {
+        let order = ValueOrder.compareBytes(names[a], names[b])
+        if order != 0 { return order < 0 }
+        guard let zoneNumbers else { return false }
+        let (zoneA, zoneB) = (zoneNumbers[a], zoneNumbers[b])
+        return zoneA != zoneB && zones[Int(zoneA)] < zones[Int(zoneB)]
+    }
+}
+
+/// Reads a table's records from its columns through pointers into their arrays, valid only during
+/// `Columns.withReader` (the columns are alive and unchanged then).
+struct ColumnsReader {
+    private let user: [(key: FieldKey, column: ColumnReader)]
+    private let system: [ColumnReader]
+    private let hasSystemValues: Bool
+    private let ids: RecordIDReader
+
+    fileprivate init(_ columns: Columns, keyOrder: [Int], hasSystemValues: Bool, ids: RecordIDReader) {
+        user = keyOrder.map { (columns.keys[$0], ColumnReader(columns.columns[$0])) }
+        system = columns.system.map(ColumnReader.init)
+        self.hasSystemValues = hasSystemValues
+        self.ids = ids
+    }
+
+    @inline(__always)
+    func recordID(at position: Int) -> RecordID { ids.recordID(at: position) }
+
+    /// The user fields of the record at `position`, made in key order.
+    func fields(at position: Int) -> Fields {
+        var fields = Fields()
+        fields.reserveCapacity(user.count)
+        user.withUnsafeBufferPointer { user in
+            for index in user.indices {
+                if let value = user[index].column.value(at: position) { fields.appendUnordered(user[index].key, value) }
+            }
+        }
+        fields.sortAppended()
+        return fields
+    }
+
+    private func setSystemFields(of record: inout Record, at position: Int) {
+        func value(_ field: Columns.SystemField) -> FieldValue? { system[field.rawValue].value(at: position) }
+        if case .timestamp(let x)? = value(.creationDate) { record.creationDate = x }
+        if case .string(let x)? = value(.creator) { record.creatorUserRecordName = x }
+        if case .timestamp(let x)? = value(.modificationDate) { record.modificationDate = x }
+        if case .string(let x)? = value(.modifier) { record.lastModifiedUserRecordName = x }
+        if case .string(let x)? = value(.changeTag) { record.recordChangeTag = x }
+        if case .reference(let x)? = value(.parent) { record.parent = x }
+        if case .reference(let x)? = value(.share) { record.share = x }
+    }
+
+    func record(at position: Int, recordType: String) -> Record {
+        var record = Record(taking: recordType, recordID: recordID(at: position), fields: fields(at: position))
+        if hasSystemValues { setSystemFields(of: &record, at: position) }
+        return record
+    }
+}
+
+/// One column's arrays, as pointers (see `ColumnsReader`).
+struct ColumnReader {
+    private let kind: Column.Kind
+    /// Nil when every record has the field.
+    private let present: UnsafePointer<UInt64>?
+    private let integers: UnsafePointer<Int64>
+    private let numbers: UnsafePointer<Double>
+    private let longitudes: UnsafePointer<Double>
+    private let starts: UnsafePointer<Int>
+    private let lengths: UnsafePointer<UInt32>
+    private let bytes: UnsafePointer<UInt8>
+    /// A string column's codes, while it keeps a dictionary (`starts`, `lengths` and `bytes` are
+    /// then the dictionary's).
+    private let codes: UnsafePointer<UInt32>?
+    private let details: UnsafePointer<Location.DetailsBox?>?
+    private let values: UnsafePointer<FieldValue?>
+
+    init(_ column: Column) {
+        kind = column.kind
+        present = column.presentCount == column.count ? nil : column.present.unsafeBase
+        integers = column.integers.unsafeBase
+        numbers = column.numbers.unsafeBase
+        longitudes = column.longitudes.unsafeBase
+        let arena = column.dictionary?.values ?? column.strings
+        starts = arena.starts.unsafeBase
+        lengths = arena.lengths.unsafeBase
+        bytes = arena.elements.unsafeBase
+        codes = column.dictionary == nil ? nil : column.codes.unsafeBase
+        details = column.details.isEmpty ? nil : column.details.unsafeBase
+        values = column.values.unsafeBase
+    }
+
+    /// As `Column.value(at:)`.
+    @inline(__always)
+    func value(at position: Int) -> FieldValue? {
+        if let present, present[position &>> 6] & (1 &<< UInt64(position & 63)) == 0 { return nil }
+        switch kind {
+        case .empty: return nil
+        case .int64: return .int64(integers[position])
+        case .timestamp: return .timestamp(integers[position])
+        case .double: return .double(numbers[position])
+        case .location:
+            return .location(Location(latitude: numbers[position], longitude: longitudes[position], detailsBox: details?[position]))
+        case .string:
+            let slot = codes.map { Int($0[position]) } ?? position
+            return .string(String(decoding: UnsafeBufferPointer(start: bytes + starts[slot], count: Int(lengths[slot])), as: UTF8.self))
+        case .mixed: return values[position]
+        }
+    }
+}
+
+extension Array {
+    /// The address of the array's elements, for a reader that outlives the call (`ColumnsReader`):
+    /// valid only while the array is alive and unchanged. An empty array gives an address that
+    /// must not be read.
+    fileprivate var unsafeBase: UnsafePointer<Element> {
+        withUnsafeBufferPointer { $0.baseAddress ?? UnsafePointer(bitPattern: MemoryLayout<Element>.alignment).unsafelyUnwrapped }
     }
 }
 
@@ -402,14 +662,29 @@ struct SpanArena<Element: BitwiseCopyable & Sendable>: Sendable {
     }
 }
 
-/// A table's columns: one per user field any of its records has held, plus each record's search
-/// tokens, computed once when the record is saved (a token scan compares token numbers instead of
-/// tokenizing every record's text on every query). Tokens are kept only once a token scan has asked
-/// for them (`trackTokens`): tokenizing every save made opening a million records twice as slow.
+/// A table's records, column by column: each record's name and zone, one column per system field
+/// and one per user field any record has held, plus each record's search tokens, computed once
+/// when the record is saved (a token scan compares token numbers instead of tokenizing every
+/// record's text on every query). Tokens are kept only once a token scan has asked for them
+/// (`trackTokens`): tokenizing every save made opening a million records twice as slow.
 struct Columns: Sendable {
     private(set) var columns: [Column] = []
     private(set) var keys: [FieldKey] = []
     private var indexByKey: [FieldKey: Int] = [:]
+    /// The user columns' indexes in key order: a record's fields are made in that order.
+    private var keyOrder: [Int] = []
+    /// Each record's name, by position.
+    private(set) var names: [String] = []
+    /// Each record's zone, as its number in `zones`; empty while every record is in the default
+    /// zone (number 0).
+    private var zoneNumbers: [UInt32] = []
+    private(set) var zones: [ZoneID] = [.default]
+    private var zoneNumberByID: [ZoneID: UInt32] = [.default: 0]
+    /// The system fields besides the record ID, a column each, in `SystemField` order.
+    private(set) var system = Array(repeating: Column(count: 0), count: SystemField.allCases.count)
+    /// Whether any record has held a system field besides its ID (when none has, making a record
+    /// reads none of their columns).
+    private var hasSystemValues = false
     /// Each distinct token's number.
     private(set) var tokenNumbers: [String: UInt32] = [:]
     /// Each record's token numbers, sorted, when `tracksTokens`.
@@ -417,23 +692,44 @@ struct Columns: Sendable {
     private(set) var tracksTokens = false
     private(set) var count = 0
 
+    /// The system columns: timestamps, user record names and the change tag as strings, and the
+    /// parent and share as references.
+    enum SystemField: Int, CaseIterable {
+        case creationDate, creator, modificationDate, modifier, changeTag, parent, share
+    }
+
     /// Where the column of `key` is in `columns`, or nil when no record has held the field.
     func index(of key: FieldKey) -> Int? { indexByKey[key] }
 
     /// `recordTokens` are the record's search tokens, needed when `tracksTokens`.
     mutating func append(_ record: Record, tokens recordTokens: Set<String>?) {
         for index in columns.indices { columns[index].appendAbsent() }
+        for index in system.indices { system[index].appendAbsent() }
+        names.append(record.recordID.recordName)
+        if !zoneNumbers.isEmpty { zoneNumbers.append(0) }
         if tracksTokens { tokens.append(EmptyCollection()) }
         count += 1
         replace(at: count - 1, with: record, tokens: recordTokens)
     }
 
     mutating func replace(at position: Int, with record: Record, tokens recordTokens: Set<String>?) {
+        // The record's fields and the columns, both in key order, walked together; each value
+        // read where it lies (copying it retained its string, made on the thread that decoded it).
         var found = 0
-        for index in columns.indices {
-            let value = record.fields[keys[index]]
-            if value != nil { found += 1 }
-            columns[index].set(value, at: position)
+        var next = 0
+        record.fields.forEachField { key, value in
+            while next < keyOrder.count, keys[keyOrder[next]] < key {
+                columns[keyOrder[next]].setAbsent(at: position)
+                next += 1
+            }
+            guard next < keyOrder.count, keys[keyOrder[next]] == key else { return }
+            columns[keyOrder[next]].set(present: value, at: position)
+            found += 1
+            next += 1
+        }
+        while next < keyOrder.count {
+            columns[keyOrder[next]].setAbsent(at: position)
+            next += 1
         }
         // Usually every field has its column already: no lookup per field then.
         if found < record.fields.count {
@@ -443,18 +739,185 @@ struct Columns: Sendable {
                 var column = Column(count: count)
                 column.set(value, at: position)
                 columns.append(column)
+                keyOrder = keys.indices.sorted { keys[$0] < keys[$1] }
             }
         }
+        names[position] = record.recordID.recordName
+        setZone(record.recordID.zoneID, at: position)
+        setSystemFields(of: record, at: position)
         if tracksTokens { setTokens(recordTokens ?? [], at: position) }
     }
 
-    /// Starts keeping the tokens of `records` (the table's, by position), or computes them again
-    /// (the searchable fields changed).
-    mutating func trackTokens(of records: [Record], searchableFields: [FieldKey]?) {
+    private mutating func setZone(_ zone: ZoneID, at position: Int) {
+        if zoneNumbers.isEmpty, zone == zones[0] { return }
+        let number: UInt32
+        if let known = zoneNumberByID[zone] {
+            number = known
+        } else {
+            number = UInt32(truncatingIfNeeded: zones.count)
+            zones.append(zone)
+            zoneNumberByID[zone] = number
+        }
+        if zoneNumbers.isEmpty { zoneNumbers = Array(repeating: 0, count: count) }
+        zoneNumbers[position] = number
+    }
+
+    private mutating func setSystemFields(of record: Record, at position: Int) {
+        guard hasSystemValues || record.creationDate != nil || record.creatorUserRecordName != nil || record.modificationDate != nil
+                || record.lastModifiedUserRecordName != nil || record.recordChangeTag != nil || record.parent != nil || record.share != nil
+        else { return }
+        hasSystemValues = true
+        system[SystemField.creationDate.rawValue].set(record.creationDate.map(FieldValue.timestamp), at: position)
+        system[SystemField.creator.rawValue].set(record.creatorUserRecordName.map(FieldValue.string), at: position)
+        system[SystemField.modificationDate.rawValue].set(record.modificationDate.map(FieldValue.timestamp), at: position)
+        system[SystemField.modifier.rawValue].set(record.lastModifiedUserRecordName.map(FieldValue.string), at: position)
+        system[SystemField.changeTag.rawValue].set(record.recordChangeTag.map(FieldValue.string), at: position)
+        system[SystemField.parent.rawValue].set(record.parent.map(FieldValue.reference), at: position)
+        system[SystemField.share.rawValue].set(record.share.map(FieldValue.reference), at: position)
+    }
+
+    // MARK: Reading
+
+    /// The zone of the record at `position`.
+    @inline(__always)
+    func zoneNumber(at position: Int) -> UInt32 { zoneNumbers.isEmpty ? 0 : zoneNumbers[position] }
+
+    /// The number of `zone` if a record has been in it.
+    func zoneNumber(of zone: ZoneID) -> UInt32? { zoneNumberByID[zone] }
+
+    func recordID(at position: Int) -> RecordID {
+        RecordID(recordName: names[position], zoneID: zones[Int(zoneNumber(at: position))])
+    }
+
+    /// Whether the record at `position` has `id`.
+    @inline(__always)
+    func hasID(_ id: RecordID, at position: Int) -> Bool {
+        names[position] == id.recordName && zones[Int(zoneNumber(at: position))] == id.zoneID
+    }
+
+    /// The user fields of the record at `position`, each column read in place (`columns[index]`
+    /// copied the column, retaining every array of it).
+    func fields(at position: Int) -> Fields {
+        var fields = Fields()
+        fields.reserveCapacity(columns.count)
+        columns.withUnsafeBufferPointer { columns in
+            keys.withUnsafeBufferPointer { keys in
+                for index in keyOrder {
+                    if let value = columns[index].value(at: position) { fields.appendUnordered(keys[index], value) }
+                }
+            }
+        }
+        fields.sortAppended()
+        return fields
+    }
+
+    /// The record at `position`, of `recordType`, as it was saved (one record: many are made
+    /// through `withReader`).
+    func record(at position: Int, recordType: String) -> Record {
+        var record = Record(taking: recordType, recordID: recordID(at: position), fields: fields(at: position))
+        setSystemFields(of: &record, at: position)
+        return record
+    }
+
+    /// The records at `positions`, in that order, whose fields `provider` reads from these columns
+    /// when first needed: only their IDs (and system fields) are made now. A query's page: making
+    /// each record's fields here cost 5-6 times the whole query.
+    func lazyRecords(at positions: [Int], recordType: String, provider: some FieldsProvider) -> [Record] {
+        var records: [Record] = []
+        records.reserveCapacity(positions.count)
+        withRecordIDs { ids in
+            for position in positions {
+                records.append(Record(taking: recordType, recordID: ids.recordID(at: position), fields: Fields(provider: provider, position: position)))
+            }
+        }
+        if hasSystemValues {
+            for index in records.indices { setSystemFields(of: &records[index], at: positions[index]) }
+        }
+        return records
+    }
+
+    private func setSystemFields(of record: inout Record, at position: Int) {
+        guard hasSystemValues else { return }
+        if case .timestamp(let x)? = systemValue(.creationDate, at: position) { record.creationDate = x }
+        if case .string(let x)? = systemValue(.creator, at: position) { record.creatorUserRecordName = x }
+        if case .timestamp(let x)? = systemValue(.modificationDate, at: position) { record.modificationDate = x }
+        if case .string(let x)? = systemValue(.modifier, at: position) { record.lastModifiedUserRecordName = x }
+        if case .string(let x)? = systemValue(.changeTag, at: position) { record.recordChangeTag = x }
+        if case .reference(let x)? = systemValue(.parent, at: position) { record.parent = x }
+        if case .reference(let x)? = systemValue(.share, at: position) { record.share = x }
+    }
+
+    private func systemValue(_ field: SystemField, at position: Int) -> FieldValue? {
+        guard hasSystemValues else { return nil }
+        return system.withUnsafeBufferPointer { $0[field.rawValue].value(at: position) }
+    }
+
+    /// One user field of the record at `position`, its column read in place.
+    func value(of key: FieldKey, at position: Int) -> FieldValue? {
+        guard let index = indexByKey[key] else { return nil }
+        return columns.withUnsafeBufferPointer { $0[index].value(at: position) }
+    }
+
+    /// Calls `body` with a reader of the columns, for making many records: it reads the columns'
+    /// arrays through pointers taken once. Read through the columns' structs, every array was
+    /// retained and released for each value (more than half the time of making a record).
+    func withReader<T>(_ body: (ColumnsReader) -> T) -> T {
+        withExtendedLifetime(self) {
+            body(ColumnsReader(self, keyOrder: keyOrder, hasSystemValues: hasSystemValues, ids: RecordIDReader(names: names, zoneNumbers: zoneNumbers, zones: zones)))
+        }
+    }
+
+    /// Calls `body` with a reader of the record IDs alone (for sorting and for making many
+    /// records whose fields are read later), cheaper to make than `withReader`'s.
+    func withRecordIDs<T>(_ body: (RecordIDReader) -> T) -> T {
+        withExtendedLifetime(self) { body(RecordIDReader(names: names, zoneNumbers: zoneNumbers, zones: zones)) }
+    }
+
+    /// The value a predicate sees for `field` in the record at `position` (as `Record.value(of:)`).
+    func value(of field: FieldReference, at position: Int) -> FieldValue? {
+        func system(_ field: SystemField) -> FieldValue? { systemValue(field, at: position) }
+        func user(_ field: SystemField) -> FieldValue? {
+            guard case .string(let name)? = system(field) else { return nil }
+            return .reference(Reference(recordID: RecordID(recordName: name)))
+        }
+        switch field {
+        case .user(let key): return value(of: key, at: position)
+        case .recordID: return .reference(Reference(recordID: recordID(at: position)))
+        case .creationDate: return system(.creationDate)
+        case .modificationDate: return system(.modificationDate)
+        case .creatorUserRecordID: return user(.creator)
+        case .lastModifiedUserRecordID: return user(.modifier)
+        case .recordChangeTag: return system(.changeTag)
+        case .parent: return system(.parent)
+        case .share: return system(.share)
+        }
+    }
+
+    // MARK: Tokens
+
+    /// Starts keeping each record's tokens, or computes them again (the searchable fields changed).
+    mutating func trackTokens(searchableFields: [FieldKey]?) {
         tracksTokens = true
         tokenNumbers = [:]
         tokens = SpanArena(count: count)
-        for (position, record) in records.enumerated() { setTokens(record.searchTokens(in: searchableFields), at: position) }
+        for position in 0..<count { setTokens(searchTokens(at: position, in: searchableFields), at: position) }
+    }
+
+    /// The search tokens of the record at `position` (as `Record.searchTokens(in:)`).
+    func searchTokens(at position: Int, in searchableFields: [FieldKey]?) -> Set<String> {
+        var tokens = Set<String>()
+        columns.withUnsafeBufferPointer { columns in
+            for index in columns.indices where columns[index].kind == .string || columns[index].kind == .mixed {
+                if let searchableFields, !searchableFields.contains(keys[index]) { continue }
+                guard columns[index].isPresent(position) else { continue }
+                if columns[index].kind == .string {
+                    columns[index].withString(at: position) { Tokenizer.addTokens(inUTF8: $0, to: &tokens) }
+                } else {
+                    columns[index].value(at: position)?.forEachSearchableText { Tokenizer.addTokens(of: $0, to: &tokens) }
+                }
+            }
+        }
+        return tokens
     }
 
     private mutating func setTokens(_ recordTokens: Set<String>, at position: Int) {
@@ -473,15 +936,31 @@ struct Columns: Sendable {
         tokens.replace(at: position, with: numbers)
     }
 
+    // MARK: Room and removal
+
+    mutating func reserveCapacity(_ count: Int) {
+        names.reserveCapacity(count)
+    }
+
     /// Gives back the room the columns grew into beyond what they hold (after a load).
     mutating func trimExcessCapacity() {
         for index in columns.indices { columns[index].trimExcessCapacity() }
+        for index in system.indices { system[index].trimExcessCapacity() }
         tokens.trimExcessCapacity()
+        if names.capacity - names.count > names.count / 8 + 64 { names = Array(names) }
+        zoneNumbers.trimExcessCapacity()
     }
 
     /// Removes the last position, moving its values to `position` first (the table's swap-remove).
     mutating func removeLast(movingTo position: Int) {
         for index in columns.indices { columns[index].removeLast(movingTo: position) }
+        for index in system.indices { system[index].removeLast(movingTo: position) }
+        names.swapAt(position, count - 1)
+        names.removeLast()
+        if !zoneNumbers.isEmpty {
+            zoneNumbers[position] = zoneNumbers[count - 1]
+            zoneNumbers.removeLast()
+        }
         if tracksTokens {
             if position != count - 1 { tokens.move(from: count - 1, to: position) }
             tokens.removeLast()

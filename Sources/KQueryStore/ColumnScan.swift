@@ -5,7 +5,8 @@ import KQuery
 /// Each conjunct a column can answer becomes a filter that narrows a selection of positions (a
 /// selection vector), cheapest first; the conjuncts no column answers (system fields, OR, NOT,
 /// lists, string options, a field whose records hold mixed kinds...) then test the surviving
-/// records one at a time with the record evaluator. A filter keeps exactly the positions where the
+/// records, made from the columns, one at a time with the record evaluator. A filter keeps exactly
+/// the positions where the
 /// record evaluator answers yes (a missing value or one of another kind is never a yes, except for
 /// `== nil`), so the matches are the evaluator's.
 struct ColumnScan {
@@ -67,25 +68,23 @@ struct ColumnScan {
         self.rest = rest.isEmpty ? nil : CompiledPredicate(rest.count == 1 ? rest[0] : .and(rest))
     }
 
-    /// Calls `body` with the position of every matching record of `table`, in position order.
-    func forEachMatch(in table: RecordTable, now: Int64, _ body: (Int) -> Void) {
-        var selection: [UInt32]?
+    /// Calls `body` with the position of every matching record of `table` among `positions` (all
+    /// of them when nil), in the order given (position order when nil).
+    func forEachMatch(in table: RecordTable, among positions: [UInt32]? = nil, now: Int64, _ body: (Int) -> Void) {
+        var selection = positions
         for filter in filters {
             apply(filter, to: &selection, in: table.columns)
             if selection?.isEmpty == true { return }
         }
-        let positions = selection ?? (0..<UInt32(truncatingIfNeeded: table.count)).map { $0 }
         guard let rest else {
-            for position in positions { body(Int(position)) }
+            if let selection {
+                for position in selection { body(Int(position)) }
+            } else {
+                for position in 0..<table.count { body(position) }
+            }
             return
         }
-        table.records.withUnsafeBufferPointer { records in
-            guard let base = records.baseAddress else { return }
-            for position in positions {
-                var context = EvaluationContext(now: now, searchableFields: table.searchableFields)
-                if rest.matches(base + Int(position), in: &context) { body(Int(position)) }
-            }
-        }
+        TableFilter.test(rest, in: table, among: selection, now: now, body)
     }
 
     // MARK: Compilation
@@ -325,6 +324,65 @@ struct ColumnScan {
     private static func contains(_ tokens: UnsafeBufferPointer<UInt32>, _ token: UInt32) -> Bool {
         for candidate in tokens where candidate >= token { return candidate == token }
         return false
+    }
+}
+
+/// A query's residual test over a table's records by position, for a plan's candidates: the columns
+/// answer what they can (`ColumnScan`), and what they cannot is tested on records made from them.
+struct TableFilter {
+    private let table: RecordTable
+    private let zone: UInt32?
+    private let now: Int64
+    private let scan: ColumnScan?
+    /// The record test when no column answers any conjunct; nil when every record passes.
+    private let predicate: CompiledPredicate?
+
+    /// With `zone`, only the records in the zone of that number pass.
+    init(_ condition: Condition, in table: RecordTable, zone: UInt32?, now: Int64) {
+        self.table = table
+        self.zone = zone
+        self.now = now
+        if condition == .constant(true) {
+            (scan, predicate) = (nil, nil)
+        } else if let scan = ColumnScan(condition, columns: table.columns) {
+            (self.scan, predicate) = (scan, nil)
+        } else {
+            (scan, predicate) = (nil, CompiledPredicate(condition))
+        }
+    }
+
+    /// Calls `body` with the position of each record among `positions` (every record when nil)
+    /// that passes.
+    func forEachMatch(among positions: [UInt32]?, _ body: (Int) -> Void) {
+        var selection = positions
+        if let zone {
+            let columns = table.columns
+            selection = (selection ?? Array(0..<UInt32(truncatingIfNeeded: table.count))).filter { columns.zoneNumber(at: Int($0)) == zone }
+        }
+        if let scan {
+            scan.forEachMatch(in: table, among: selection, now: now, body)
+        } else if let predicate {
+            Self.test(predicate, in: table, among: selection, now: now, body)
+        } else if let selection {
+            for position in selection { body(Int(position)) }
+        } else {
+            for position in 0..<table.count { body(position) }
+        }
+    }
+
+    /// Tests the records at `positions` (all when nil), made from the columns, with `predicate`.
+    static func test(_ predicate: CompiledPredicate, in table: RecordTable, among positions: [UInt32]?, now: Int64, _ body: (Int) -> Void) {
+        table.columns.withReader { reader in
+            func test(_ position: Int) {
+                var context = EvaluationContext(now: now, searchableFields: table.searchableFields)
+                if predicate.matches(reader.record(at: position, recordType: table.recordType), in: &context) { body(position) }
+            }
+            if let positions {
+                for position in positions { test(Int(position)) }
+            } else {
+                for position in 0..<table.count { test(position) }
+            }
+        }
     }
 }
 

@@ -29,16 +29,14 @@ extension Database {
         if let cursor, let cache = pageCache, cache.fingerprint == fingerprint, cache.now == now, cache.generation == generation,
            let table = tables[paged.recordType] {
             // The next page of the query just run: a binary search in its sorted matches.
-            let start = table.records.withUnsafeBufferPointer { records in
-                var (low, high) = (0, cache.hits.count)
-                while low < high {
-                    let mid = (low + high) / 2
-                    let hit = cache.hits[mid]
-                    let order = SortOrder.compare(hit.values, records[hit.position].recordID, cursor.position.values, cursor.position.recordID, paged.sortDescriptors)
-                    if order <= 0 { low = mid + 1 } else { high = mid }
-                }
-                return low
+            var (low, high) = (0, cache.hits.count)
+            while low < high {
+                let mid = (low + high) / 2
+                let hit = cache.hits[mid]
+                let order = SortOrder.compare(hit.values, table.columns.recordID(at: hit.position), cursor.position.values, cursor.position.recordID, paged.sortDescriptors)
+                if order <= 0 { low = mid + 1 } else { high = mid }
             }
+            let start = low
             var hits = Array(cache.hits[start...])
             return page(of: &hits, paged, in: table, fingerprint: fingerprint)
         }
@@ -71,31 +69,24 @@ extension Database {
         var position: Int
     }
 
-    /// Sorts in the query's order. Record IDs are compared in place, without copying them out of
-    /// the table (a copy retains their strings).
+    /// Sorts in the query's order. Record IDs are compared in place, in the table's columns.
     /// The sort moves plain indexes, not the hits (moving a hit retains and releases its values).
     private func sort(_ hits: inout [Hit], _ descriptors: [SortDescriptor], in table: RecordTable) {
         var order = Array(0..<hits.count)
-        hits.withUnsafeBufferPointer { hits in
-            table.records.withUnsafeBufferPointer { records in
+        // The table is read only through `ids`: a closure reading `table` copied it (every array
+        // and index retained and released) for each sort.
+        table.columns.withRecordIDs { ids in
+            hits.withUnsafeBufferPointer { hits in
                 order.sort { a, b in
                     if !descriptors.isEmpty {
                         let byValues = SortOrder.compareValues(hits[a].values, hits[b].values, descriptors)
                         if byValues != 0 { return byValues < 0 }
                     }
-                    return Self.precedes(records, hits[a].position, hits[b].position)
+                    return ids.precedes(hits[a].position, hits[b].position)
                 }
             }
         }
         hits = order.map { hits[$0] }
-    }
-
-    /// Whether the record at `a` comes before the one at `b` by record ID.
-    @inline(__always)
-    private static func precedes(_ records: UnsafeBufferPointer<Record>, _ a: Int, _ b: Int) -> Bool {
-        let order = ValueOrder.compareBytes(records[a].recordID.recordName, records[b].recordID.recordName)
-        if order != 0 { return order < 0 }
-        return records[a].recordID.zoneID < records[b].recordID.zoneID
     }
 
     /// Cuts the page from sorted matches and copies out its records.
@@ -105,9 +96,11 @@ extension Database {
         if hits.count > limit {
             hits.removeSubrange(limit...)
             let last = hits[limit - 1]
-            cursor = QueryCursor(fingerprint: fingerprint, position: SortKey(values: last.values, recordID: table.records[last.position].recordID))
+            cursor = QueryCursor(fingerprint: fingerprint, position: SortKey(values: last.values, recordID: table.columns.recordID(at: last.position)))
         }
-        var records = hits.map { table.records[$0.position] }
+        let snapshot = ColumnsSnapshot(table.columns, positions: hits.map(\.position))
+        keep(snapshot)
+        var records = snapshot.records(recordType: table.recordType)
         query.applyDesiredKeys(to: &records)
         return QueryResult(records: records, cursor: cursor)
     }
@@ -198,6 +191,7 @@ extension Database {
         if conjuncts.contains(where: { if case .tokens = $0 { true } else { false } }), tables[type]?.columns.tracksTokens == false,
            var table = tables.removeValue(forKey: type) {
             // The first token scan tokenizes the table once, and its saves keep the tokens after.
+            detachSnapshots()
             table.trackTokens()
             tables[type] = table
         }
@@ -399,44 +393,35 @@ extension Database {
     // MARK: Execution
 
     /// Runs a plan, collecting every match after the cursor with its sort key; with `counting`, hands
-    /// each match to it instead and collects nothing.
+    /// each match's position to it instead and collects nothing.
     private func execute(
         _ plan: QueryPlan, _ query: Query, in table: RecordTable, cursor: QueryCursor?, now: Int64,
-        counting: ((UnsafePointer<Record>) -> Void)? = nil
+        counting: ((Int) -> Void)? = nil
     ) -> [Hit] {
-        table.records.withUnsafeBufferPointer { buffer in
-            guard let base = buffer.baseAddress else { return [] }
-            return execute(plan, query, in: table, base: base, cursor: cursor, now: now, counting: counting)
-        }
-    }
-
-    private func execute(
-        _ plan: QueryPlan, _ query: Query, in table: RecordTable, base: UnsafePointer<Record>, cursor: QueryCursor?, now: Int64,
-        counting: ((UnsafePointer<Record>) -> Void)?
-    ) -> [Hit] {
-        let residual = CompiledPredicate(plan.residual)
         let descriptors = query.sortDescriptors
-        let searchable = table.searchableFields
-        let zone = query.zoneID
+        var zone: UInt32?
+        if let zoneID = query.zoneID {
+            // No record of the table is in a zone it has never seen.
+            guard let number = table.columns.zoneNumber(of: zoneID) else { return [] }
+            zone = number
+        }
+        let filter = TableFilter(plan.residual, in: table, zone: zone, now: now)
         var hits: [Hit] = []
 
-        /// Adds the record if it is in scope, passes the residual test and lies after the cursor.
+        /// Adds the match at `position` if it lies after the cursor.
         @discardableResult
-        func consider(_ record: UnsafePointer<Record>, tested: Bool = false) -> Bool {
-            if let zone, record.pointee.recordID.zoneID != zone { return false }
-            if !tested {
-                var context = EvaluationContext(now: now, searchableFields: searchable)
-                guard residual.matches(record, in: &context) else { return false }
-            }
+        func accept(_ position: Int) -> Bool {
             if let counting {
-                counting(record)
+                counting(position)
                 return true
             }
-            let values = descriptors.isEmpty ? [] : descriptors.map { $0.sortValue(of: record.pointee) }
-            if let cursor, SortOrder.compare(values, record.pointee.recordID, cursor.position.values, cursor.position.recordID, descriptors) <= 0 {
+            let values = descriptors.isEmpty ? [] : descriptors.map { descriptor in
+                descriptor.sortValue { table.columns.value(of: $0, at: position) }
+            }
+            if let cursor, SortOrder.compare(values, table.columns.recordID(at: position), cursor.position.values, cursor.position.recordID, descriptors) <= 0 {
                 return false
             }
-            hits.append(Hit(values: values, position: record - base))
+            hits.append(Hit(values: values, position: position))
             return true
         }
 
@@ -444,20 +429,15 @@ extension Database {
         case .empty:
             break
         case .scan:
-            if let scan = ColumnScan(plan.residual, columns: table.columns) {
-                scan.forEachMatch(in: table, now: now) { consider(base + $0, tested: true) }
-            } else {
-                residual.forEachMatch(in: UnsafeBufferPointer(start: base, count: table.count), now: now, searchableFields: searchable) {
-                    consider(base + $0, tested: true)
-                }
-            }
+            filter.forEachMatch(among: nil) { accept($0) }
         case .probes(let probes):
             var rows = self.rows(of: probes[0], in: table)
             for probe in probes.dropFirst() { rows = Postings.intersection(rows, self.rows(of: probe, in: table)) }
-            for row in rows where table.isLive(row) { _ = table.withRecord(at: row) { consider($0) } }
+            let positions = rows.compactMap { table.isLive($0) ? UInt32(truncatingIfNeeded: table.position(of: $0)) : nil }
+            filter.forEachMatch(among: positions) { accept($0) }
         case .sortedWalk(let field):
             walk(table, field: field, ascending: descriptors.first?.ascending ?? true, cursor: cursor,
-                 pageSize: (query.resultsLimit ?? Self.defaultResultsLimit) + 1, consider: { consider($0) })
+                 pageSize: (query.resultsLimit ?? Self.defaultResultsLimit) + 1, filter: filter, accept: accept)
         }
         return hits
     }
@@ -467,16 +447,16 @@ extension Database {
     /// records that sort last because they lack a value.
     private func walk(
         _ table: RecordTable, field: FieldReference, ascending: Bool, cursor: QueryCursor?, pageSize: Int,
-        consider: (UnsafePointer<Record>) -> Bool
+        filter: TableFilter, accept: (Int) -> Bool
     ) {
         guard let entries = table.orderedIndexes[field]?.scalars else { return }
         let resumeValue: FieldValue?? = cursor.map { $0.position.values[0] }
-        var group: [RowID] = []
+        var group: [UInt32] = []
         var groupValue: FieldValue?
         var added = 0
         var full = false
         func flush() {
-            for row in group where table.withRecord(at: row, consider) { added += 1 }
+            filter.forEachMatch(among: group) { if accept($0) { added += 1 } }
             group.removeAll(keepingCapacity: true)
             full = added >= pageSize
         }
@@ -486,7 +466,7 @@ extension Database {
                 if full { return false }
             }
             groupValue = entry.value
-            group.append(entry.row)
+            if table.isLive(entry.row) { group.append(UInt32(truncatingIfNeeded: table.position(of: entry.row))) }
             return true
         }
         if case .some(.none) = resumeValue {
@@ -504,10 +484,8 @@ extension Database {
             if full { return }
         }
         let descriptor = SortDescriptor(key: .field(field))
-        table.records.withUnsafeBufferPointer { buffer in
-            guard let base = buffer.baseAddress else { return }
-            for index in buffer.indices where descriptor.sortValue(of: buffer[index]) == nil { _ = consider(base + index) }
-        }
+        let unvalued = (0..<table.count).filter { position in descriptor.sortValue { table.columns.value(of: $0, at: position) } == nil }
+        filter.forEachMatch(among: unvalued.map { UInt32(truncatingIfNeeded: $0) }) { _ = accept($0) }
     }
 
     /// The rows a probe returns, sorted and without repeats.

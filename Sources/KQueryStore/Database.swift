@@ -53,6 +53,35 @@ public final class Database {
     /// Counts changes to the records, so caches of query results know when they are stale.
     private(set) var generation = 0
     var pageCache: PageCache?
+    /// The snapshots of the columns whose records a query returned (`ColumnsSnapshot`), detached
+    /// before any table changes. Held strongly: a weak reference would move the snapshot's
+    /// reference count to a side table, and every record's fields retain it. A snapshot only this
+    /// list holds is no record's any more.
+    private var snapshots: [ColumnsSnapshot] = []
+
+    /// Keeps `snapshot` to detach before the tables change.
+    func keep(_ snapshot: ColumnsSnapshot) {
+        if snapshots.count >= 32 { dropUnreferencedSnapshots() }
+        snapshots.append(snapshot)
+    }
+
+    private func dropUnreferencedSnapshots() {
+        var kept = 0
+        for index in snapshots.indices where !isKnownUniquelyReferenced(&snapshots[index]) {
+            snapshots.swapAt(kept, index)
+            kept += 1
+        }
+        snapshots.removeLast(snapshots.count - kept)
+    }
+
+    /// Lets every snapshot still read make its records' fields and let go of the columns, so that
+    /// the tables change their columns in place rather than copy them.
+    func detachSnapshots() {
+        guard !snapshots.isEmpty else { return }
+        dropUnreferencedSnapshots()
+        for snapshot in snapshots { snapshot.detach() }
+        snapshots.removeAll(keepingCapacity: true)
+    }
     private var nextChangeTag: Int64 = 1
     private let file: DatabaseFile?
 
@@ -236,6 +265,7 @@ public final class Database {
     /// kept. A change the store already holds leaves it as it is, so a store built from storage
     /// just after a commit may be handed that commit's changes too.
     public func applyCommitted(_ changes: consuming [RecordChange]) {
+        detachSnapshots()
         // Taken from the list one by one: handed the only reference to it, the changes are moved
         // out, where iterating copied each (both its records) and its record again.
         changes.reverse()
@@ -339,18 +369,21 @@ public final class Database {
     }
 
     private func apply(_ change: RecordChange) {
+        detachSnapshots()
         generation += 1
         switch change {
         case .created(let record):
             tables[record.recordType, default: makeTable(record.recordType)].insert(record)
-        case .updated(_, let record):
-            tables[record.recordType, default: makeTable(record.recordType)].replace(record)
+        case .updated(let stored, let record):
+            // `save` read `stored` from the table just now (or staged it as the batch's change
+            // before this one left it).
+            tables[record.recordType, default: makeTable(record.recordType)].replace(record, stored: stored)
         case .deleted(let record):
             tables[record.recordType]?.remove(record.recordID)
         }
     }
 
-    private func insertLoaded(_ record: consuming Record) {
+    private func insertLoaded(_ record: borrowing Record) {
         // Through the defaulting subscript, which changes the table in place (optional chaining
         // copied the whole table, every one of its arrays retained and released, per record).
         let type = record.recordType
@@ -399,6 +432,7 @@ public final class Database {
             }
         }
         try file?.writeSchema(schema)
+        detachSnapshots()
         self.schema = schema
         generation += 1
         for type in Array(tables.keys) {

@@ -77,7 +77,7 @@ final class DatabaseFile {
 
     /// Reads everything but the records, which go to `record` one at a time as they are decoded
     /// (after `contents` has been handed over, so tables can be sized first).
-    func load(_ handOver: (Contents) -> Void, record: (consuming KQuery.Record) -> Void) throws(DatabaseError) {
+    func load(_ handOver: (Contents) -> Void, record: (borrowing KQuery.Record) -> Void) throws(DatabaseError) {
         do {
             try queue.read { db in
                 var contents = Contents()
@@ -304,17 +304,21 @@ final class DatabaseFile {
 /// waits until every batch sent has been filed, so when `load` returns (or throws), nothing runs on.
 ///
 /// The batches are a few buffers allocated once and reused: the reader initializes records in one,
-/// the filer moves them out to the consumer. A record is moved from decoding to its table, never
-/// copied (a copy retained every string and buffer of the record, and a batch array freed after
-/// each batch released them all again: together about a fifth of opening a large file).
+/// the filer reads them in place (the tables copy what they keep into their columns) and hands the
+/// buffer back, and the reader destroys the records in it before filling it again. So a record is
+/// made and freed on the thread that decoded it: freed by the filer, every string and buffer of it
+/// went back to another thread's allocator (its locks contended) and the filer, the slower stage,
+/// did the freeing.
 final class LoadPipeline: @unchecked Sendable {
     static let batchSize = 2_048
     private static let batchesInFlight = 4
 
+    /// A buffer and how many records in it are initialized.
     private typealias Batch = (buffer: UnsafeMutablePointer<KQuery.Record>, count: Int)
 
-    /// Empty buffers, for the reader; filled ones, for the filer.
-    private let empty = Locked<[UnsafeMutablePointer<KQuery.Record>]>([])
+    /// Buffers the filer is done with (their records still to be destroyed), for the reader;
+    /// filled ones, for the filer.
+    private let empty = Locked<[Batch]>([])
     private let full = Locked<[Batch]>([])
     private let sent = DispatchSemaphore(value: 0)
     private let room = DispatchSemaphore(value: LoadPipeline.batchesInFlight)
@@ -326,19 +330,21 @@ final class LoadPipeline: @unchecked Sendable {
     private var filled = 0
     /// Read by the filing thread for each record, and dropped by `finish` once that thread is done:
     /// the closure is `load`'s, and must not outlive it (the dispatch block may be released later).
-    private var consumer: ((consuming KQuery.Record) -> Void)?
+    private var consumer: ((borrowing KQuery.Record) -> Void)?
 
-    init(consumer: @escaping (consuming KQuery.Record) -> Void) {
+    init(consumer: @escaping (borrowing KQuery.Record) -> Void) {
         self.consumer = consumer
         buffers = (0..<Self.batchesInFlight).map { _ in UnsafeMutablePointer<KQuery.Record>.allocate(capacity: Self.batchSize) }
-        empty.withLock { $0 = buffers }
+        empty.withLock { $0 = buffers.map { ($0, 0) } }
         DispatchQueue.global(qos: .userInitiated).async { [self] in
             while true {
                 sent.wait()
                 let next = full.withLock { $0.isEmpty ? nil : $0.removeFirst() }
                 guard let batch = next else { break }   // finished: the empty signal
-                for index in 0..<batch.count { self.consumer?((batch.buffer + index).move()) }
-                empty.withLock { $0.append(batch.buffer) }
+                if let consumer = self.consumer {
+                    for index in 0..<batch.count { consumer(batch.buffer[index]) }
+                }
+                empty.withLock { $0.append(batch) }
                 room.signal()
             }
             done.signal()
@@ -353,7 +359,9 @@ final class LoadPipeline: @unchecked Sendable {
     func append(_ record: consuming KQuery.Record) {
         if filling == nil {
             room.wait()
-            filling = empty.withLock { $0.removeLast() }
+            let (buffer, stale) = empty.withLock { $0.removeLast() }
+            buffer.deinitialize(count: stale)
+            filling = buffer
             filled = 0
         }
         guard let buffer = filling else { return }
@@ -369,18 +377,25 @@ final class LoadPipeline: @unchecked Sendable {
         sent.signal()
     }
 
-    /// Sends what is left, ends the stream and waits for the filing thread to file what was sent.
+    /// Sends what is left, ends the stream, waits for the filing thread to file what was sent, and
+    /// destroys the records filed.
     func finish() {
         guard !finished else { return }
         finished = true
         if filled > 0 { sendFilling() } else if let buffer = filling {
             filling = nil
-            empty.withLock { $0.append(buffer) }
+            empty.withLock { $0.append((buffer, 0)) }
             room.signal()   // a semaphore disposed below its starting value traps
         }
         sent.signal()
         done.wait()
         consumer = nil
+        empty.withLock { batches in
+            for index in batches.indices {
+                batches[index].buffer.deinitialize(count: batches[index].count)
+                batches[index].count = 0
+            }
+        }
     }
 
     /// Drops the records of the batch being filled (the reader failed), then finishes.

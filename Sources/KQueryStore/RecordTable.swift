@@ -2,10 +2,10 @@ import KQuery
 
 /// The records of one record type, and the indexes over them.
 ///
-/// Records live in one dense array, and their user fields also in `columns`, by the same positions:
-/// a full scan reads the columns (`ColumnScan`), and the records only for what no column answers.
-/// Indexes refer to rows, whose IDs stay put while records move: deleting swaps the last record
-/// (and its column values) into the hole and updates `positions`.
+/// Records live only in `columns`, field by field at dense positions: a full scan reads the
+/// columns (`ColumnScan`), and a record is made from them when a query returns it or tests what no
+/// column answers (`record(atPosition:)`). Indexes refer to rows, whose IDs stay put while records
+/// move: deleting swaps the last record's column values into the hole and updates `positions`.
 ///
 /// Deleting leaves the record's row in the equality, token and spatial postings (a common token's
 /// list, or a coarse spatial cell's, holds a large share of all rows, and editing it moves them
@@ -15,8 +15,7 @@ import KQuery
 /// exactly). The range index, cheap to edit, drops a deleted row at once.
 struct RecordTable: Sendable {
     let recordType: String
-    private(set) var records: [Record] = []
-    /// The records' user fields and search tokens, column by column, at the records' positions.
+    /// The records, column by column, and their search tokens, at the records' positions.
     private(set) var columns = Columns()
     /// Dense position → row.
     private(set) var rowIDs: [RowID] = []
@@ -44,10 +43,10 @@ struct RecordTable: Sendable {
         self.searchableFields = searchableFields
     }
 
-    var count: Int { records.count }
+    var count: Int { columns.count }
 
     mutating func reserveCapacity(_ count: Int) {
-        records.reserveCapacity(count)
+        columns.reserveCapacity(count)
         rowIDs.reserveCapacity(count)
         positions.reserveCapacity(count)
         rowsByID.reserveCapacity(count)
@@ -61,10 +60,8 @@ struct RecordTable: Sendable {
 
     /// The row of the record with `id`, if the table holds it.
     func row(of id: RecordID) -> RowID? {
-        records.withUnsafeBufferPointer { records in
-            positions.withUnsafeBufferPointer { positions in
-                rowsByID.row(of: id) { records[Int(positions[Int($0)])].recordID }
-            }
+        positions.withUnsafeBufferPointer { positions in
+            rowsByID.row(of: id) { columns.hasID(id, at: Int(positions[Int($0)])) }
         }
     }
 
@@ -73,124 +70,127 @@ struct RecordTable: Sendable {
     func record(at row: RowID) -> Record? {
         guard Int(row) < positions.count else { return nil }
         let position = positions[Int(row)]
-        return position < 0 ? nil : records[Int(position)]
+        return position < 0 ? nil : record(atPosition: Int(position))
     }
+
+    /// The record at dense `position`, made from the columns.
+    func record(atPosition position: Int) -> Record {
+        columns.record(at: position, recordType: recordType)
+    }
+
+    /// Every record, in position order.
+    var records: [Record] { columns.withReader { reader in (0..<count).map { reader.record(at: $0, recordType: recordType) } } }
+
+    /// The dense position of live `row`.
+    @inline(__always)
+    func position(of row: RowID) -> Int { Int(positions[Int(row)]) }
 
     /// Whether `row` holds a record (postings may name deleted rows).
     @inline(__always)
     func isLive(_ row: RowID) -> Bool { Int(row) < positions.count && positions[Int(row)] >= 0 }
 
-    /// Calls `body` with the record of `row`, which must be live, in place (no copy).
-    @inline(__always)
-    func withRecord<T>(at row: RowID, _ body: (UnsafePointer<Record>) -> T) -> T {
-        records.withUnsafeBufferPointer { body($0.baseAddress! + Int(positions[Int(row)])) }
-    }
-
     // MARK: Changes
 
     /// Inserts a record read from the file at open, hashing its name into `loadedNamesHash`.
-    mutating func insertLoaded(_ record: consuming Record) {
+    mutating func insertLoaded(_ record: borrowing Record) {
         var hash = loadedNamesHash
         var name = record.recordID.recordName
         name.withUTF8 { utf8 in
             for byte in utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
         }
         loadedNamesHash = (hash ^ 0xFF) &* 0x100_0000_01B3   // the end of a name
-        insert(consume record)
+        insert(record)
     }
 
-    mutating func insert(_ record: consuming Record) {
+    mutating func insert(_ record: borrowing Record) {
         let row = RowID(positions.count)
-        positions.append(Int32(records.count))
+        positions.append(Int32(count))
         rowIDs.append(row)
         rowsByID.insert(record.recordID, row: row)
         let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
         columns.append(record, tokens: tokens)
         addToIndexes(record, row: row, tokens: tokens)
-        records.append(consume record)   // last: the record moves in
     }
 
     /// Replaces a record in place; index entries change only where its indexed values did (a long
     /// posting list, such as a common token's, is expensive to edit).
-    mutating func replace(_ record: Record) {
-        if !replaceExisting(record) { insert(record) }
+    /// `stored`, when given, is the record the table holds with that ID, made from it moments ago
+    /// (a save resolving its change): its values are read from it rather than from the columns
+    /// again.
+    mutating func replace(_ record: Record, stored: Record? = nil) {
+        if !replaceExisting(record, stored: stored) { insert(record) }
     }
 
     /// Replaces the record with `record`'s ID, as `replace` does, if the table holds one; false
     /// (and nothing changed) if it does not.
-    mutating func replaceExisting(_ record: Record) -> Bool {
+    mutating func replaceExisting(_ record: Record, stored: Record? = nil) -> Bool {
         guard let row = row(of: record.recordID) else { return false }
-        replace(record, row: row)
+        replace(record, row: row, stored: stored)
         return true
     }
 
-    private mutating func replace(_ record: Record, row: RowID) {
+    private mutating func replace(_ record: Record, row: RowID, stored: Record?) {
         let position = Int(positions[Int(row)])
-        let old = records[position]
-        records[position] = record
+        // The indexes change first: they read the record replaced from the columns.
+        func oldValue(_ field: FieldReference) -> FieldValue? { stored.map { $0.value(of: field) } ?? columns.value(of: field, at: position) }
         let tokens = needsTokens ? record.searchTokens(in: searchableFields) : nil
-        columns.replace(at: position, with: record, tokens: tokens)
+        if tokenIndex != nil, let tokens {
+            let before = stored?.searchTokens(in: searchableFields) ?? columns.searchTokens(at: position, in: searchableFields)
+            if before != tokens {
+                tokenIndex?.remove(before.subtracting(tokens), row: row)
+                tokenIndex?.insert(tokens.subtracting(before), row: row)
+            }
+        }
         for field in Array(hashIndexes.keys) {
-            let (before, after) = (old.value(of: field), record.value(of: field))
+            let (before, after) = (oldValue(field), record.value(of: field))
             guard !Self.identical(before, after) else { continue }
             if let before { hashIndexes[field]?.remove(before, row: row) }
             if let after { hashIndexes[field]?.insert(after, row: row) }
         }
         for field in Array(orderedIndexes.keys) {
-            let (before, after) = (old.value(of: field), record.value(of: field))
+            let (before, after) = (oldValue(field), record.value(of: field))
             guard !Self.identical(before, after) else { continue }
             if let before { orderedIndexes[field]?.remove(before, row: row) }
             if let after { orderedIndexes[field]?.insert(after, row: row) }
         }
         for field in Array(spatialIndexes.keys) {
-            let (before, after) = (old.value(of: field), record.value(of: field))
+            let (before, after) = (oldValue(field), record.value(of: field))
             guard !Self.identical(before, after) else { continue }
             // The old cells keep the row until the next compaction: a spatial probe is always
             // followed by the exact distance test, and a coarse cell's list is too long to edit.
             if let after { spatialIndexes[field]?.insert(after, row: row) }
             deadRows += 1
         }
-        if tokenIndex != nil, let tokens {
-            let before = old.searchTokens(in: searchableFields)
-            if before != tokens {
-                tokenIndex?.remove(before.subtracting(tokens), row: row)
-                tokenIndex?.insert(tokens.subtracting(before), row: row)
-            }
-        }
+        columns.replace(at: position, with: record, tokens: tokens)
     }
 
     mutating func remove(_ id: RecordID) {
-        let removed = records.withUnsafeBufferPointer { records in
-            positions.withUnsafeBufferPointer { positions in
-                rowsByID.remove(id) { records[Int(positions[Int($0)])].recordID }
-            }
+        let removed = positions.withUnsafeBufferPointer { positions in
+            rowsByID.remove(id) { columns.hasID(id, at: Int(positions[Int($0)])) }
         }
         guard let row = removed else { return }
         let position = Int(positions[Int(row)])
-        let record = records[position]
         for field in Array(orderedIndexes.keys) {
-            if let value = record.value(of: field) { orderedIndexes[field]?.remove(value, row: row) }
+            if let value = columns.value(of: field, at: position) { orderedIndexes[field]?.remove(value, row: row) }
         }
-        let last = records.count - 1
+        let last = count - 1
         if position != last {
-            records.swapAt(position, last)
             rowIDs.swapAt(position, last)
             positions[Int(rowIDs[position])] = Int32(position)
         }
-        records.removeLast()
         rowIDs.removeLast()
         columns.removeLast(movingTo: position)
         positions[Int(row)] = -1
         deadRows += 1
-        if deadRows > max(minimumDeadRows, records.count / 4) { compact() }
+        if deadRows > max(minimumDeadRows, count / 4) { compact() }
     }
 
     /// Renumbers the rows densely and rebuilds every index, dropping dead rows from postings.
     mutating func compact() {
-        positions = Array(0..<Int32(records.count))
-        rowIDs = Array(0..<RowID(records.count))
+        positions = Array(0..<Int32(count))
+        rowIDs = Array(0..<RowID(count))
         rowsByID.removeAll(keepingCapacity: true)
-        for (position, record) in records.enumerated() { rowsByID.insert(record.recordID, row: RowID(position)) }
+        for position in 0..<count { rowsByID.insert(columns.recordID(at: position), row: RowID(position)) }
         let (hash, ordered, spatial, tokens) = (Array(hashIndexes.keys), Array(orderedIndexes.keys), Array(spatialIndexes.keys), tokenIndex != nil)
         dropIndexes()
         for field in hash { buildHashIndex(on: field) }
@@ -221,11 +221,12 @@ struct RecordTable: Sendable {
         (Array(hashIndexes.keys), Array(orderedIndexes.keys), Array(spatialIndexes.keys), tokenIndex != nil)
     }
 
+
     mutating func buildHashIndex(on field: FieldReference) {
         guard hashIndexes[field] == nil else { return }
         var index = HashIndex()
-        for (position, record) in records.enumerated() {
-            if let value = record.value(of: field) { index.insert(value, row: rowIDs[position]) }
+        for position in 0..<count {
+            if let value = columns.value(of: field, at: position) { index.insert(value, row: rowIDs[position]) }
         }
         hashIndexes[field] = index
     }
@@ -238,8 +239,8 @@ struct RecordTable: Sendable {
         }
         var scalars: [SortedEntries.Entry] = []
         var index = OrderedIndex()
-        for (position, record) in records.enumerated() {
-            guard let value = record.value(of: field) else { continue }
+        for position in 0..<count {
+            guard let value = columns.value(of: field, at: position) else { continue }
             if case .list = value {
                 index.insert(value, row: rowIDs[position])
             } else if OrderedIndex.isIndexable(value) {
@@ -273,15 +274,15 @@ struct RecordTable: Sendable {
     mutating func buildSpatialIndex(on field: FieldReference) {
         guard spatialIndexes[field] == nil else { return }
         var index = SpatialIndex()
-        for (position, record) in records.enumerated() {
-            if let value = record.value(of: field) { index.insert(value, row: rowIDs[position]) }
+        for position in 0..<count {
+            if let value = columns.value(of: field, at: position) { index.insert(value, row: rowIDs[position]) }
         }
         spatialIndexes[field] = index
     }
 
     /// Builds the token index a column at a time: a string column's texts are tokenized in place
     /// from its arena (no `String` per text, no token `Set` per record), each token filed under its
-    /// row with one hash. Only a mixed column's values are read from the records. At a million
+    /// row with one hash. A mixed column's values are read whole. At a million
     /// records this was the largest part of opening a file with a SEARCHABLE index.
     mutating func buildTokenIndex() {
         guard tokenIndex == nil else { return }
@@ -300,9 +301,9 @@ struct RecordTable: Sendable {
                 }
             case .mixed:
                 textColumns += 1
-                for position in records.indices {
+                for position in 0..<count {
                     let row = rowIDs[position]
-                    records[position].fields[key]?.forEachSearchableText { text in
+                    column.value(at: position)?.forEachSearchableText { text in
                         Tokenizer.forEachToken(in: text) { rowsByToken[$0, default: []].appendUnlessLast(row) }
                     }
                 }
@@ -324,7 +325,7 @@ struct RecordTable: Sendable {
     mutating func setSearchableFields(_ fields: [FieldKey]?) {
         guard fields != searchableFields else { return }
         searchableFields = fields
-        if columns.tracksTokens { columns.trackTokens(of: records, searchableFields: fields) }
+        if columns.tracksTokens { columns.trackTokens(searchableFields: fields) }
         if tokenIndex != nil {
             tokenIndex = nil
             buildTokenIndex()
@@ -362,7 +363,7 @@ struct RecordTable: Sendable {
     /// Makes the columns keep every record's tokens, for token scans.
     mutating func trackTokens() {
         guard !columns.tracksTokens else { return }
-        columns.trackTokens(of: records, searchableFields: searchableFields)
+        columns.trackTokens(searchableFields: searchableFields)
     }
 
     private mutating func addToIndexes(_ record: Record, row: RowID, tokens: Set<String>?) {

@@ -2,7 +2,7 @@ import KQuery
 
 /// Record ID → row for one record table: an open-addressing hash table of rows that keeps no keys.
 ///
-/// A slot holds a row and 32 bits of its record ID's hash (8 bytes); the ID itself is read from the
+/// A slot holds a row and 32 bits of its record ID's hash (8 bytes); the ID itself is compared with the
 /// table's record at that row when the hash bits agree. A `[RecordID: RowID]` dictionary held a
 /// copy of every ID (48 bytes) and its row in twice as many buckets: about 108 bytes a record at a
 /// million records, against 16 here. Linear probing, at most half full; a removal shifts the rest
@@ -28,13 +28,13 @@ struct RowMap: Sendable {
         if needed > slots.count { resize(to: needed) }
     }
 
-    /// The row of `id`; `idOf` gives the ID of the record at a row in the map.
-    func row(of id: RecordID, idOf: (RowID) -> RecordID) -> RowID? {
-        slot(of: id, idOf: idOf).map { RowID(truncatingIfNeeded: slots[$0]) &- 1 }
+    /// The row of `id`; `isID` tells whether the record at a row in the map has `id`.
+    func row(of id: RecordID, isID: (RowID) -> Bool) -> RowID? {
+        slot(of: id, isID: isID).map { RowID(truncatingIfNeeded: slots[$0]) &- 1 }
     }
 
     /// Where `id`'s entry is.
-    private func slot(of id: RecordID, idOf: (RowID) -> RecordID) -> Int? {
+    private func slot(of id: RecordID, isID: (RowID) -> Bool) -> Int? {
         guard !slots.isEmpty else { return nil }
         let hash = Self.hash(id)
         return slots.withUnsafeBufferPointer { slots in
@@ -43,7 +43,7 @@ struct RowMap: Sendable {
             while true {
                 let slot = slots[index]
                 if slot == 0 { return nil }
-                if UInt32(truncatingIfNeeded: slot >> 32) == hash, idOf(RowID(truncatingIfNeeded: slot) &- 1) == id { return index }
+                if UInt32(truncatingIfNeeded: slot >> 32) == hash, isID(RowID(truncatingIfNeeded: slot) &- 1) { return index }
                 index = (index + 1) & mask
             }
         }
@@ -57,8 +57,8 @@ struct RowMap: Sendable {
     }
 
     /// Removes `id` and returns its row, or nil if it is not in the map.
-    mutating func remove(_ id: RecordID, idOf: (RowID) -> RecordID) -> RowID? {
-        guard let index = slot(of: id, idOf: idOf) else { return nil }
+    mutating func remove(_ id: RecordID, isID: (RowID) -> Bool) -> RowID? {
+        guard let index = slot(of: id, isID: isID) else { return nil }
         let mask = slots.count - 1
         let row = RowID(truncatingIfNeeded: slots[index]) &- 1
         // Shift back the entries after the hole that may move into it: those whose home slot is not

@@ -109,7 +109,7 @@ struct ColumnScanTests {
     }
 
     /// Deletes move the last record's values into the hole, replaces rewrite them (strings leave
-    /// unused bytes behind until the arena is rewritten): the columns must follow the records.
+    /// unused bytes behind until the arena is rewritten): the columns must hold what was saved.
     @Test func columnsFollowDeletesAndReplaces() async {
         await propertyCheck(count: 60, input: Gen.uint64()) { seed in
             var rng = SplitMix(seed: seed)
@@ -126,23 +126,31 @@ struct ColumnScanTests {
                 if Int.random(in: 0..<10, using: &rng) == 0 { record["s"] = .string(String(repeating: "é", count: Int.random(in: 1_000...5_000, using: &rng))) }
                 return record
             }
-            try? database.importRecords((0..<Int.random(in: 0...120, using: &rng)).map(record))
+            let imported = (0..<Int.random(in: 0...120, using: &rng)).map(record)
+            try? database.importRecords(imported)
+            var expected = Dictionary(imported.map { ($0.recordID, $0) }, uniquingKeysWith: { $1 })
             if Bool.random(using: &rng) { database.tables["T"]?.trackTokens() }
             // As an open leaves them: the columns' spare room given back before the edits.
             if Bool.random(using: &rng) { database.tables["T"]?.trimExcessCapacity() }
             for step in 0..<150 {
                 let existing = database.allRecords
+                let change: RecordChange
                 switch Int.random(in: 0..<3, using: &rng) {
                 case 0 where !existing.isEmpty:
-                    try database.save(RecordOperation(kind: .forceDelete, record: existing[Int.random(in: 0..<existing.count, using: &rng)]))
+                    change = try database.save(RecordOperation(kind: .forceDelete, record: existing[Int.random(in: 0..<existing.count, using: &rng)]))
                 case 1 where !existing.isEmpty:
                     var replacement = record(0)
                     replacement.recordID = existing[Int.random(in: 0..<existing.count, using: &rng)].recordID
-                    try database.save(RecordOperation(kind: .forceReplace, record: replacement))
+                    change = try database.save(RecordOperation(kind: .forceReplace, record: replacement))
                 default:
-                    try database.save(RecordOperation(kind: .create, record: record(1_000 + step)))
+                    change = try database.save(RecordOperation(kind: .create, record: record(1_000 + step)))
+                }
+                switch change {
+                case .created(let saved), .updated(_, let saved): expected[saved.recordID] = saved
+                case .deleted(let old): expected[old.recordID] = nil
                 }
             }
+            #expect(ColumnStorageTests.holds(database, expected))
             if let table = database.tables["T"] { #expect(Self.columnsMatch(table)) }
             for _ in 0..<8 {
                 let text = RandomData.cloudKitPredicate(&rng)
@@ -201,7 +209,8 @@ struct ColumnScanTests {
         #expect(empty.isEmpty && empty.capacity < 1_000)
     }
 
-    /// Whether every column holds, at every position, what the record there holds.
+    /// Whether every column's arrays hold, at every position, what the record there holds (the
+    /// records themselves are checked against what was saved by `ColumnStorageTests.holds`).
     static func columnsMatch(_ table: RecordTable) -> Bool {
         let columns = table.columns
         guard columns.count == table.count, !columns.tracksTokens || columns.tokens.count == table.count else { return false }

@@ -40,6 +40,15 @@ public enum Tokenizer {
         set = sink.set
     }
 
+    /// `addTokens(of:to:)` over text given as UTF-8 bytes, which must be valid UTF-8 (a store's
+    /// column holds its strings so, and making a `String` of each to tokenize it cost as much again).
+    package static func addTokens(inUTF8 text: UnsafeBufferPointer<UInt8>, to set: inout Set<String>) {
+        var sink = SetTokens(set: set)
+        set = []  // keep `sink.set` uniquely referenced while inserting
+        wordBits.withUnsafeBufferPointer { scan(text, $0, into: &sink) }
+        set = sink.set
+    }
+
     /// Calls `body` with each token of `text`, in order, repeats included (a caller that files
     /// tokens by row drops a row's repeats itself). For building token indexes from stored text
     /// without a `Set` per record.

@@ -26,16 +26,22 @@ public struct SortDescriptor: Hashable, Sendable {
 
     /// The value this descriptor sorts `record` by; nil sorts last.
     package func sortValue(of record: Record) -> FieldValue? {
+        sortValue { record.value(of: $0) }
+    }
+
+    /// The value this descriptor sorts a record by, given how to read the record's fields (a
+    /// store reads them from its columns without making the record).
+    package func sortValue(_ value: (FieldReference) -> FieldValue?) -> FieldValue? {
         switch key {
         case .field(let field):
             // Lists and NaN have no place in the order: they sort with the missing values.
-            switch record.value(of: field) {
+            switch value(field) {
             case .list?: return nil
             case .double(let x)? where x.isNaN: return nil
             case let value: return value
             }
         case .distance(let field, let center):
-            guard case .location(let location)? = record.value(of: field) else { return nil }
+            guard case .location(let location)? = value(field) else { return nil }
             let distance = Geodesic.distance(
                 latitude1: location.latitude, longitude1: location.longitude,
                 latitude2: center.latitude, longitude2: center.longitude)

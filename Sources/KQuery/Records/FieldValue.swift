@@ -73,9 +73,22 @@ public struct Location: Hashable, Sendable {
         var isEmpty: Bool { self == Details() }
     }
 
-    final class DetailsBox: Sendable {
+    /// Immutable once made, so a record store may keep a location's box and share it with every
+    /// copy it gives back (`detailsBox`, `init(latitude:longitude:detailsBox:)`).
+    package final class DetailsBox: Sendable {
         let details: Details
         init(_ details: Details) { self.details = details }
+    }
+
+    /// The box of the optional parts, nil when none is set.
+    package var detailsBox: DetailsBox? { box }
+
+    /// The location with `latitude`, `longitude` and the optional parts of `detailsBox` (taken from
+    /// another location's `detailsBox`).
+    package init(latitude: Double, longitude: Double, detailsBox: DetailsBox?) {
+        self.latitude = latitude
+        self.longitude = longitude
+        box = detailsBox
     }
 
     public init(

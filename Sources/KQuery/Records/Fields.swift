@@ -1,5 +1,14 @@
 import CKQuerySupport
 
+/// Gives a record's fields from elsewhere (a store's columns), for `Fields` that read them only
+/// when needed. Must give the same fields every time.
+package protocol FieldsProvider: AnyObject, Sendable {
+    /// The record's fields, all stored (not lazy).
+    func fields(at position: Int) -> Fields
+    /// One field of the record, as `fields(at:)[key]`.
+    func value(of key: FieldKey, at position: Int) -> FieldValue?
+}
+
 /// A record's user fields: a small array of (key, value) entries kept sorted by key.
 ///
 /// Records have few fields (typically under 20), so one sorted contiguous buffer beats a dictionary
@@ -21,9 +30,55 @@ public struct Fields: Hashable, Sendable, Sequence {
         }
     }
 
-    @usableFromInline var _entries: ContiguousArray<_Entry> = []
+    @usableFromInline var _stored: ContiguousArray<_Entry> = []
+    /// Where the fields are read from until they are first read or changed (a store's columns).
+    @usableFromInline var _lazy: _LazySource?
+
+    @usableFromInline
+    struct _LazySource: Sendable {
+        let provider: any FieldsProvider
+        let position: Int
+
+        /// One field, read from the provider (kept out of line: the provider is package API).
+        @usableFromInline func value(of key: FieldKey) -> FieldValue? { provider.value(of: key, at: position) }
+    }
+
+    /// The entries, read from the lazy source when there is one (each time: a value cannot keep
+    /// what it read); changing them first stores them.
+    @usableFromInline var _entries: ContiguousArray<_Entry> {
+        get {
+            if let lazy = _lazy { return lazy.provider.fields(at: lazy.position)._stored }
+            return _stored
+        }
+        _modify {
+            _store()
+            yield &_stored
+        }
+    }
+
+    /// Reads lazy fields into the entries (before a change).
+    @usableFromInline mutating func _store() {
+        guard let lazy = _lazy else { return }
+        _stored = lazy.provider.fields(at: lazy.position)._stored
+        _lazy = nil
+    }
+
+    /// Calls `body` with the entries in place (stored ones without a copy).
+    @inlinable
+    func withEntries<T>(_ body: (UnsafeBufferPointer<_Entry>) throws -> T) rethrows -> T {
+        if _lazy == nil { return try _stored.withUnsafeBufferPointer(body) }
+        return try _entries.withUnsafeBufferPointer(body)
+    }
 
     public init() {}
+
+    /// Fields read from `provider` at `position` when first needed.
+    package init(provider: any FieldsProvider, position: Int) {
+        _lazy = _LazySource(provider: provider, position: position)
+    }
+
+    public static func == (a: Fields, b: Fields) -> Bool { a._entries == b._entries }
+    public func hash(into hasher: inout Hasher) { hasher.combine(_entries) }
 
     public init<S: Sequence>(_ pairs: S) where S.Element == (String, FieldValue) {
         for (name, value) in pairs { self[name] = value }
@@ -33,7 +88,15 @@ public struct Fields: Hashable, Sendable, Sequence {
     /// iterating the fields does).
     @inlinable
     public func containsValue(where predicate: (FieldValue) throws -> Bool) rethrows -> Bool {
-        try _entries.contains { try predicate($0.value) }
+        try withEntries { try $0.contains { try predicate($0.value) } }
+    }
+
+    /// Calls `body` with each field in key order, its value where it lies (not copied).
+    @inlinable
+    package func forEachField(_ body: (FieldKey, borrowing FieldValue) throws -> Void) rethrows {
+        try withEntries { entries in
+            for index in entries.indices { try body(entries[index].key, entries[index].value) }
+        }
     }
 
     /// Makes room for `count` fields.
@@ -79,12 +142,13 @@ public struct Fields: Hashable, Sendable, Sequence {
         _entries = result
     }
 
-    public var count: Int { _entries.count }
-    public var isEmpty: Bool { _entries.isEmpty }
+    public var count: Int { withEntries { $0.count } }
+    public var isEmpty: Bool { count == 0 }
 
+    /// Where `key` is or would go among stored entries (not for lazy fields).
     @inlinable
     func _index(of key: FieldKey) -> (found: Bool, index: Int) {
-        _entries.withUnsafeBufferPointer { entries in
+        _stored.withUnsafeBufferPointer { entries in
             // Few fields: a linear scan beats binary search's unpredictable branches.
             if entries.count <= 12 {
                 for index in 0..<entries.count where entries[index].key.rawValue >= key.rawValue {
@@ -107,10 +171,12 @@ public struct Fields: Hashable, Sendable, Sequence {
     @inlinable
     public subscript(key: FieldKey) -> FieldValue? {
         get {
+            if let lazy = _lazy { return lazy.value(of: key) }
             let (found, index) = _index(of: key)
-            return found ? _entries[index].value : nil
+            return found ? _stored[index].value : nil
         }
         set {
+            _store()
             let (found, index) = _index(of: key)
             switch (found, newValue) {
             case (true, let value?): _entries[index].value = value

@@ -12,7 +12,7 @@ public struct Record: Hashable, Sendable {
     public var recordChangeTag: String?
     /// The parent and share, rarely set, in a box that exists only when one is: each would take 56
     /// bytes in every record held in memory.
-    private var links: Links?
+    @usableFromInline var links: Links?
 
     /// The record's parent (CKRecord.parent; Web Services `parent`), the `___parent` system field.
     public var parent: Reference? {
@@ -27,7 +27,7 @@ public struct Record: Hashable, Sendable {
     }
 
     /// Immutable once made: a change makes a new box (records are values).
-    final class Links: Sendable {
+    @usableFromInline final class Links: Sendable {
         let parent: Reference?
         let share: Reference?
 
@@ -39,26 +39,6 @@ public struct Record: Hashable, Sendable {
 
     private mutating func setLinks(parent: Reference?, share: Reference?) {
         links = parent == nil && share == nil ? nil : Links(parent: parent, share: share)
-    }
-
-    public init(
-        recordType: String, recordID: RecordID, fields: Fields = Fields(),
-        creationDate: Int64? = nil, creatorUserRecordName: String? = nil,
-        modificationDate: Int64? = nil, lastModifiedUserRecordName: String? = nil,
-        recordChangeTag: String? = nil
-    ) {
-        self.recordType = recordType
-        self.recordID = recordID
-        self.fields = fields
-        self.creationDate = creationDate
-        self.creatorUserRecordName = creatorUserRecordName
-        self.modificationDate = modificationDate
-        self.lastModifiedUserRecordName = lastModifiedUserRecordName
-        self.recordChangeTag = recordChangeTag
-    }
-
-    public init(recordType: String, recordName: String, fields: [String: FieldValue] = [:]) {
-        self.init(recordType: recordType, recordID: RecordID(recordName: recordName), fields: Fields(fields.map { ($0, $1) }))
     }
 
     public subscript(name: String) -> FieldValue? {
@@ -86,6 +66,32 @@ public struct Record: Hashable, Sendable {
         hasher.combine(recordChangeTag)
         hasher.combine(parent)
         hasher.combine(share)
+    }
+}
+
+// The initializers sit in an extension so that the compiler makes the memberwise one, which they call:
+// one that set each stored property itself built the record on the stack and returned a copy of it
+// (a retain of every string in it and a release of each again, about 450 instructions a record).
+extension Record {
+    public init(
+        recordType: String, recordID: RecordID, fields: Fields = Fields(),
+        creationDate: Int64? = nil, creatorUserRecordName: String? = nil,
+        modificationDate: Int64? = nil, lastModifiedUserRecordName: String? = nil,
+        recordChangeTag: String? = nil
+    ) {
+        self.init(recordType: recordType, recordID: recordID, fields: fields, creationDate: creationDate,
+                  creatorUserRecordName: creatorUserRecordName, modificationDate: modificationDate,
+                  lastModifiedUserRecordName: lastModifiedUserRecordName, recordChangeTag: recordChangeTag, links: nil)
+    }
+
+    /// A record with no system fields that takes its parts as they are (a store making many).
+    package init(taking recordType: consuming String, recordID: consuming RecordID, fields: consuming Fields) {
+        self.init(recordType: recordType, recordID: recordID, fields: fields, creationDate: nil, creatorUserRecordName: nil,
+                  modificationDate: nil, lastModifiedUserRecordName: nil, recordChangeTag: nil, links: nil)
+    }
+
+    public init(recordType: String, recordName: String, fields: [String: FieldValue] = [:]) {
+        self.init(recordType: recordType, recordID: RecordID(recordName: recordName), fields: Fields(fields.map { ($0, $1) }))
     }
 }
 

@@ -535,7 +535,7 @@ extension QuerySubscriptionIndex.TypeIndex {
     /// The index is read through a pointer, the record's fields in place: copies would retain.
     static func probe(_ index: UnsafePointer<Self>, record: Record, into found: inout QuerySubscriptionIndex.Found) {
         if !index.pointee.unanchored.isEmpty { found.candidates.append(contentsOf: index.pointee.unanchored) }
-        record.fields._entries.withUnsafeBufferPointer { fields in
+        record.fields.withEntries { fields in
             index.pointee.userKeys.withUnsafeBufferPointer { keys in
                 index.pointee.userFields.withUnsafeBufferPointer { postings in
                     guard let postings = postings.baseAddress else { return }

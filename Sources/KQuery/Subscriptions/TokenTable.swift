@@ -42,7 +42,7 @@ struct TokenTable: Sendable {
         let probe = lookup.withBuckets { buckets in
             names.withUnsafeBufferPointer { names in
                 var probe = Probe(buckets: buckets, names: names)
-                record.fields._entries.withUnsafeBufferPointer { fields in
+                record.fields.withEntries { fields in
                     for field in fields {
                         switch field.value {
                         case .string(let text): Tokenizer.scan(text, into: &probe)
