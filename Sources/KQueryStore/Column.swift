@@ -136,8 +136,8 @@ struct Column: Sendable {
         numbers.trimExcessCapacity()
         longitudes.trimExcessCapacity()
         strings.trimExcessCapacity()
-        if values.capacity - values.count > values.count / 8 + 64 { values = Array(values) }
-        if details.capacity - details.count > details.count / 8 + 64 { details = Array(details) }
+        values.trimExcessCapacity()
+        details.trimExcessCapacity()
         codes.trimExcessCapacity()
     }
 
@@ -163,16 +163,14 @@ struct Column: Sendable {
     }
 
     mutating func setAbsent(at position: Int) {
-        do {
-            switch kind {
-            case .string where dictionary == nil: strings.replace(at: position, with: EmptyCollection())
-            case .mixed: values[position] = nil
-            case .location where !details.isEmpty: details[position] = nil
-            default: break
-            }
-            if isPresent(position) { presentCount -= 1 }
-            present[position &>> 6] &= ~(1 &<< UInt64(position & 63))
+        switch kind {
+        case .string where dictionary == nil: strings.replace(at: position, with: EmptyCollection())
+        case .mixed: values[position] = nil
+        case .location where !details.isEmpty: details[position] = nil
+        default: break
         }
+        if isPresent(position) { presentCount -= 1 }
+        present[position &>> 6] &= ~(1 &<< UInt64(position & 63))
     }
 
     /// Sets a value read where it lies (a record's field): a string's bytes are copied into the
@@ -491,20 +489,9 @@ struct ColumnsReader {
         return fields
     }
 
-    private func setSystemFields(of record: inout Record, at position: Int) {
-        func value(_ field: Columns.SystemField) -> FieldValue? { system[field.rawValue].value(at: position) }
-        if case .timestamp(let x)? = value(.creationDate) { record.creationDate = x }
-        if case .string(let x)? = value(.creator) { record.creatorUserRecordName = x }
-        if case .timestamp(let x)? = value(.modificationDate) { record.modificationDate = x }
-        if case .string(let x)? = value(.modifier) { record.lastModifiedUserRecordName = x }
-        if case .string(let x)? = value(.changeTag) { record.recordChangeTag = x }
-        if case .reference(let x)? = value(.parent) { record.parent = x }
-        if case .reference(let x)? = value(.share) { record.share = x }
-    }
-
     func record(at position: Int, recordType: String) -> Record {
         var record = Record(taking: recordType, recordID: recordID(at: position), fields: fields(at: position))
-        if hasSystemValues { setSystemFields(of: &record, at: position) }
+        if hasSystemValues { Columns.setSystemFields(of: &record) { system[$0.rawValue].value(at: position) } }
         return record
     }
 }
@@ -838,13 +825,20 @@ struct Columns: Sendable {
 
     private func setSystemFields(of record: inout Record, at position: Int) {
         guard hasSystemValues else { return }
-        if case .timestamp(let x)? = systemValue(.creationDate, at: position) { record.creationDate = x }
-        if case .string(let x)? = systemValue(.creator, at: position) { record.creatorUserRecordName = x }
-        if case .timestamp(let x)? = systemValue(.modificationDate, at: position) { record.modificationDate = x }
-        if case .string(let x)? = systemValue(.modifier, at: position) { record.lastModifiedUserRecordName = x }
-        if case .string(let x)? = systemValue(.changeTag, at: position) { record.recordChangeTag = x }
-        if case .reference(let x)? = systemValue(.parent, at: position) { record.parent = x }
-        if case .reference(let x)? = systemValue(.share, at: position) { record.share = x }
+        Self.setSystemFields(of: &record) { systemValue($0, at: position) }
+    }
+
+    /// Sets `record`'s system fields from `value`, which reads each system column at the record's
+    /// position (through the columns, or a reader's pointers).
+    @inline(__always)
+    fileprivate static func setSystemFields(of record: inout Record, _ value: (SystemField) -> FieldValue?) {
+        if case .timestamp(let x)? = value(.creationDate) { record.creationDate = x }
+        if case .string(let x)? = value(.creator) { record.creatorUserRecordName = x }
+        if case .timestamp(let x)? = value(.modificationDate) { record.modificationDate = x }
+        if case .string(let x)? = value(.modifier) { record.lastModifiedUserRecordName = x }
+        if case .string(let x)? = value(.changeTag) { record.recordChangeTag = x }
+        if case .reference(let x)? = value(.parent) { record.parent = x }
+        if case .reference(let x)? = value(.share) { record.share = x }
     }
 
     private func systemValue(_ field: SystemField, at position: Int) -> FieldValue? {
@@ -947,7 +941,7 @@ struct Columns: Sendable {
         for index in columns.indices { columns[index].trimExcessCapacity() }
         for index in system.indices { system[index].trimExcessCapacity() }
         tokens.trimExcessCapacity()
-        if names.capacity - names.count > names.count / 8 + 64 { names = Array(names) }
+        names.trimExcessCapacity()
         zoneNumbers.trimExcessCapacity()
     }
 
@@ -969,9 +963,10 @@ struct Columns: Sendable {
     }
 }
 
-extension Array where Element: BitwiseCopyable {
+extension Array {
     /// Reallocates to about `count` when more than an eighth of the capacity is unused (one copy
     /// of the elements; nothing to do for an array appended to in step with its reservation).
+    /// `array = Array(array)` would not: the new array shares the old one's buffer.
     mutating func trimExcessCapacity() {
         guard capacity - count > count / 8 + 64 else { return }
         let count = count

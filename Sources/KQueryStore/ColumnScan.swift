@@ -6,8 +6,7 @@ import KQuery
 /// selection vector), cheapest first; the conjuncts no column answers (system fields, OR, NOT,
 /// lists, string options, a field whose records hold mixed kinds...) then test the surviving
 /// records, made from the columns, one at a time with the record evaluator. A filter keeps exactly
-/// the positions where the
-/// record evaluator answers yes (a missing value or one of another kind is never a yes, except for
+/// the positions where the record evaluator answers yes (a missing value or one of another kind is never a yes, except for
 /// `== nil`), so the matches are the evaluator's.
 struct ColumnScan {
     private enum Filter {

@@ -221,7 +221,6 @@ struct RecordTable: Sendable {
         (Array(hashIndexes.keys), Array(orderedIndexes.keys), Array(spatialIndexes.keys), tokenIndex != nil)
     }
 
-
     mutating func buildHashIndex(on field: FieldReference) {
         guard hashIndexes[field] == nil else { return }
         var index = HashIndex()

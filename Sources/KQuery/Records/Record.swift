@@ -12,7 +12,7 @@ public struct Record: Hashable, Sendable {
     public var recordChangeTag: String?
     /// The parent and share, rarely set, in a box that exists only when one is: each would take 56
     /// bytes in every record held in memory.
-    @usableFromInline var links: Links?
+    private var links: Links?
 
     /// The record's parent (CKRecord.parent; Web Services `parent`), the `___parent` system field.
     public var parent: Reference? {
@@ -27,7 +27,7 @@ public struct Record: Hashable, Sendable {
     }
 
     /// Immutable once made: a change makes a new box (records are values).
-    @usableFromInline final class Links: Sendable {
+    final class Links: Sendable {
         let parent: Reference?
         let share: Reference?
 
