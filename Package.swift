@@ -34,7 +34,7 @@ let package = Package(
         .systemLibrary(name: "CEditLine", pkgConfig: "libedit", providers: [.apt(["libedit-dev"])]),
         .target(name: "CKQuerySupport"),
         .target(name: "KQuery", dependencies: ["CPCRE2", "CKQuerySupport"]),
-        .target(name: "KQueryStore", dependencies: ["KQuery", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")]),
+        .target(name: "KQueryStore", dependencies: ["KQuery", "CKQuerySupport", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")]),
         .target(
             name: "KQueryContainer",
             dependencies: ["KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")]

@@ -7,7 +7,8 @@ import KQueryStore
 //   swift run -c release ContainerBenchmarks
 // BENCH_MODIFY_ROUNDS sets the modify benchmark's rounds (3,000; more for profiling it).
 // BENCH_OPEN_RECORDS and BENCH_OPEN_SUBSCRIPTIONS size the open benchmark (default 1,000,000 and
-// 100,000; 0 records skips it). Figures are medians; the modify-versus-save ratio is the median of ratios
+// 100,000; 0 records skips it). BENCH_SERVED_RECORDS and BENCH_SERVED_ROUNDS size the served-query
+// benchmark (default 1,000,000 and 20,000). Figures are medians; the modify-versus-save ratio is the median of ratios
 // of interleaved runs (A B A B), which holds on a noisy machine where single timings do not.
 
 func environmentInt(_ name: String, _ fallback: Int) -> Int {
@@ -233,9 +234,49 @@ func openLargeFile() throws {
           + "of which saving the subscriptions one by one \(String(format: "%.1f", subscribing)) s)")
 }
 
+// MARK: 5. A query as `kquery serve` answers it
+
+/// One `records/query` as the server answers it, without HTTP: the query, then every result
+/// written to JSON. Kept out of line, so that a profiler can count one (callgrind's toggle).
+@inline(never)
+func servedQuery(_ database: ContainerDatabase, _ query: KQuery.Query, into out: inout [UInt8]) throws -> Int {
+    let result = try database.query(query)
+    out.removeAll(keepingCapacity: true)
+    for record in result.records { record.writeJSON(desiredKeys: query.desiredKeys, to: &out) }
+    return result.records.count
+}
+
+/// `price == k` with ten results a query over a million records (the serve benchmark's query), each
+/// result written to JSON: what the store's query benchmark leaves out (reading the results'
+/// fields and system fields).
+func servedQueries() throws {
+    let recordCount = environmentInt("BENCH_SERVED_RECORDS", 1_000_000)
+    guard recordCount > 0 else { return }
+    let container = try Container(containerIdentifier: "iCloud.bench", path: nil)   // in memory
+    let database = try container.database(.public)
+    var start = 0
+    while start < recordCount {
+        let end = min(start + 10_000, recordCount)
+        _ = try database.importRecords((start..<end).map { item($0) })
+        start = end
+    }
+    var lcg: UInt64 = 0x2545F4914F6CDD1D
+    var out: [UInt8] = []
+    var times: [Double] = []
+    var results = 0
+    for round in 0..<environmentInt("BENCH_SERVED_ROUNDS", 20_000) {
+        lcg = lcg &* 6364136223846793005 &+ 1442695040888963407
+        let query = KQuery.Query(recordType: "Item", predicate: try ValidatedPredicate("price == \((lcg >> 33) % 100_000)"), resultsLimit: 10)
+        let time = try seconds { results += try servedQuery(database, query, into: &out) }
+        if round > 0 { times.append(time) }   // the first builds the query store
+    }
+    print("served query (price == k, 10 results written to JSON, \(recordCount) records in memory): median \(microseconds(median(times))) (\(results) results)")
+}
+
 let only = ProcessInfo.processInfo.environment["BENCH_ONLY"]
 if only == nil || only == "modify" { try modifyVersusSave() }
 if only == nil || only == "file" { try fileModify() }
 if only == nil || only == "file-one" { try fileModifyOne() }
 if only == nil || only == "changes" { try changeFetches() }
 if only == nil || only == "open" { try openLargeFile() }
+if only == nil || only == "served" { try servedQueries() }

@@ -1,3 +1,4 @@
+import CKQuerySupport
 import KQuery
 
 /// The values of one field across a table's records, by dense position: one contiguous array of a
@@ -113,8 +114,24 @@ struct Column: Sendable {
         case .location:
             return .location(Location(latitude: numbers[position], longitude: longitudes[position],
                                       detailsBox: details.isEmpty ? nil : details[position]))
-        case .string: return .string(withString(at: position) { String(decoding: $0, as: UTF8.self) })
+        case .string:
+            if let string = dictionary?.strings[Int(codes[position])] { return .string(string) }
+            return .string(withString(at: position) { String(decoding: $0, as: UTF8.self) })
         case .mixed: return values[position]
+        }
+    }
+
+    /// A `.string` column's arrays as pointers, for `ColumnReader`: the arena's (the dictionary's
+    /// while the column keeps one), and the codes and dictionary strings then. Out of line, on the
+    /// column in place: read through a pointer, the dictionary was copied (its arrays retained).
+    @inline(never)
+    fileprivate func stringBases() -> (UnsafePointer<Int>, UnsafePointer<UInt32>, UnsafePointer<UInt8>, UnsafePointer<UInt32>?, UnsafePointer<String>?) {
+        switch dictionary {
+        case .some(let dictionary):
+            (dictionary.values.starts.unsafeBase, dictionary.values.lengths.unsafeBase, dictionary.values.elements.unsafeBase,
+             codes.unsafeBase, dictionary.strings.unsafeBase)
+        case .none:
+            (strings.starts.unsafeBase, strings.lengths.unsafeBase, strings.elements.unsafeBase, nil, nil)
         }
     }
 
@@ -309,6 +326,10 @@ struct Column: Sendable {
 struct StringDictionary: Sendable {
     /// The distinct values by code.
     private(set) var values = SpanArena<UInt8>()
+    /// The same values as strings, by code: a record made from the columns takes its string from
+    /// here (a retain) rather than decode and check its bytes again (one allocation for a string
+    /// of more than 15 bytes). Few, as the dictionary's values are (`Column.isFewDistinct`).
+    private(set) var strings: [String] = []
     /// `code + 1` at a value's slot; 0 is an empty slot.
     private var slots: [UInt32] = Array(repeating: 0, count: 16)
 
@@ -326,6 +347,7 @@ struct StringDictionary: Sendable {
         }
         let code = UInt32(truncatingIfNeeded: count)
         values.append(bytes)
+        strings.append(String(decoding: bytes, as: UTF8.self))
         slots[slot] = code + 1
         return code
     }
@@ -379,8 +401,8 @@ struct StringReader {
 }
 
 /// A table's columns as they were when a query read them: the records the query returns read
-/// their fields from here when first needed (`Fields(provider:position:)`), without making them
-/// for every result.
+/// their fields from here when first needed (`Fields(provider:position:)`, the position being the
+/// record's place in the page), without making them for every result.
 ///
 /// Records are values: a record returned must keep its fields while the table changes. Before
 /// the table changes, it `detach`es its live snapshots: each makes the fields of the records it
@@ -388,44 +410,73 @@ struct StringReader {
 /// it changes (the arrays would be shared).
 final class ColumnsSnapshot: FieldsProvider {
     private struct State {
+        /// The columns, and a reader of them (valid while they are held: this copy never changes).
         var columns: Columns?
-        /// The records given out, by position, once detached.
-        var detached: [Int: Fields] = [:]
+        var reader: ColumnsReader?
+        /// The fields of the records given out, by place in the page, once made.
+        var made: [Fields] = []
+
+        /// Makes the fields of the records at `positions` and lets go of the columns (once).
+        mutating func make(_ positions: [Int]) {
+            guard let reader else { return }
+            made = positions.map { reader.fields(at: $0) }
+            self.reader = nil
+            columns = nil
+        }
     }
     private let state: Locked<State>
+    /// The table positions of the records given out, in page order.
     private let positions: [Int]
 
     /// A snapshot of `columns` for the records at `positions`.
     init(_ columns: Columns, positions: [Int]) {
-        state = Locked(State(columns: columns))
+        state = Locked(State(columns: columns, reader: columns.unsafeReader()))
         self.positions = positions
     }
 
-    func fields(at position: Int) -> Fields {
-        state.withLock { state in state.columns?.fields(at: position) ?? state.detached[position] ?? Fields() }
-    }
-
-    func value(of key: FieldKey, at position: Int) -> FieldValue? {
+    /// The first record's fields asked for makes every given-out record's, through the reader: a
+    /// page's records are written out together (the server writes each to JSON), and a lazy record
+    /// asks again each time its fields are read. Made one by one through the columns, they cost a
+    /// served query more than the query itself.
+    func fields(at index: Int) -> Fields {
         state.withLock { state in
-            if let columns = state.columns { return columns.value(of: key, at: position) }
-            return state.detached[position]?[key]
+            state.make(positions)
+            return state.made[index]
         }
     }
 
-    /// Makes the fields of the records given out and lets go of the columns.
+    func value(of key: FieldKey, at index: Int) -> FieldValue? {
+        state.withLock { state in
+            if let columns = state.columns { return columns.value(of: key, at: positions[index]) }
+            return state.made[index][key]
+        }
+    }
+
+    /// Makes the fields of the records given out and lets go of the columns (before the table
+    /// changes them).
     func detach() {
-        state.withLock { state in
-            guard let columns = state.columns else { return }
-            columns.withReader { reader in
-                for position in positions { state.detached[position] = reader.fields(at: position) }
-            }
-            state.columns = nil
-        }
+        state.withLock { state in state.make(positions) }
     }
 
-    /// The records at `positions` (the snapshot's), their fields read from it when first needed.
+    /// The records at `positions` (the snapshot's), of `recordType`: their IDs and system fields
+    /// made now, their fields read from here when first needed.
+    ///
+    /// At a million records, each column a record has a value in is a cache miss: every line the
+    /// page's records need is asked for first, so that the misses overlap (written out one record
+    /// after another, the served query was 1.5 times slower than with whole records).
     func records(recordType: String) -> [Record] {
-        state.withLock { state in state.columns?.lazyRecords(at: positions, recordType: recordType, provider: self) ?? [] }
+        state.withLock { state in
+            guard let reader = state.reader else { return [] }
+            for position in positions { reader.prefetch(at: position) }
+            for position in positions { reader.prefetchStrings(at: position) }
+            var records: [Record] = []
+            records.reserveCapacity(positions.count)
+            for (index, position) in positions.enumerated() {
+                records.append(Record(taking: recordType, recordID: reader.recordID(at: position), fields: Fields(provider: self, position: index)))
+                reader.setSystemFields(of: &records[index], at: position)
+            }
+            return records
+        }
     }
 }
 
@@ -445,6 +496,13 @@ struct RecordIDReader {
     @inline(__always)
     func recordID(at position: Int) -> RecordID {
         RecordID(recordName: names[position], zoneID: zones[Int(zoneNumbers?[position] ?? 0)])
+    }
+
+    /// Asks the CPU to start loading the record ID at `position` (a prefetch never faults).
+    @inline(__always)
+    func prefetch(at position: Int) {
+        kquery_prefetch(names + position)
+        if let zoneNumbers { kquery_prefetch(zoneNumbers + position) }
     }
 
     /// Whether the record at `a` comes before the one at `b` by record ID (name bytes, then zone).
@@ -467,8 +525,14 @@ struct ColumnsReader {
     private let ids: RecordIDReader
 
     fileprivate init(_ columns: Columns, keyOrder: [Int], hasSystemValues: Bool, ids: RecordIDReader) {
-        user = keyOrder.map { (columns.keys[$0], ColumnReader(columns.columns[$0])) }
-        system = columns.system.map(ColumnReader.init)
+        // Each column read where it lies: `columns.columns[index]` and `map` copied it, every
+        // array retained and released.
+        user = columns.columns.withUnsafeBufferPointer { user in
+            keyOrder.map { (columns.keys[$0], ColumnReader(user.baseAddress.unsafelyUnwrapped + $0)) }
+        }
+        system = columns.system.withUnsafeBufferPointer { system in
+            system.indices.map { ColumnReader(system.baseAddress.unsafelyUnwrapped + $0) }
+        }
         self.hasSystemValues = hasSystemValues
         self.ids = ids
     }
@@ -491,8 +555,40 @@ struct ColumnsReader {
 
     func record(at position: Int, recordType: String) -> Record {
         var record = Record(taking: recordType, recordID: recordID(at: position), fields: fields(at: position))
-        if hasSystemValues { Columns.setSystemFields(of: &record) { system[$0.rawValue].value(at: position) } }
+        setSystemFields(of: &record, at: position)
         return record
+    }
+
+    /// Asks the CPU to start loading what making the record at `position` reads: its ID, and its
+    /// value's place in each column (a string's bytes come later, their start read first).
+    func prefetch(at position: Int) {
+        ids.prefetch(at: position)
+        user.withUnsafeBufferPointer { user in
+            for index in user.indices { user[index].column.prefetch(at: position) }
+        }
+        if hasSystemValues {
+            system.withUnsafeBufferPointer { system in
+                for index in system.indices { system[index].prefetch(at: position) }
+            }
+        }
+    }
+
+    /// Asks the CPU to start loading the bytes of the strings of the record at `position` that
+    /// lie in an arena (after `prefetch(at:)`: their starts are read here).
+    func prefetchStrings(at position: Int) {
+        user.withUnsafeBufferPointer { user in
+            for index in user.indices { user[index].column.prefetchString(at: position) }
+        }
+        if hasSystemValues {
+            system.withUnsafeBufferPointer { system in
+                for index in system.indices { system[index].prefetchString(at: position) }
+            }
+        }
+    }
+
+    /// Sets `record`'s system fields from those of the record at `position`.
+    func setSystemFields(of record: inout Record, at position: Int) {
+        if hasSystemValues { Columns.setSystemFields(of: &record) { system[$0.rawValue].value(at: position) } }
     }
 }
 
@@ -510,22 +606,51 @@ struct ColumnReader {
     /// A string column's codes, while it keeps a dictionary (`starts`, `lengths` and `bytes` are
     /// then the dictionary's).
     private let codes: UnsafePointer<UInt32>?
+    /// The dictionary's values as strings, by code (with `codes`).
+    private let dictionaryStrings: UnsafePointer<String>?
     private let details: UnsafePointer<Location.DetailsBox?>?
     private let values: UnsafePointer<FieldValue?>
 
-    init(_ column: Column) {
-        kind = column.kind
-        present = column.presentCount == column.count ? nil : column.present.unsafeBase
-        integers = column.integers.unsafeBase
-        numbers = column.numbers.unsafeBase
-        longitudes = column.longitudes.unsafeBase
-        let arena = column.dictionary?.values ?? column.strings
-        starts = arena.starts.unsafeBase
-        lengths = arena.lengths.unsafeBase
-        bytes = arena.elements.unsafeBase
-        codes = column.dictionary == nil ? nil : column.codes.unsafeBase
-        details = column.details.isEmpty ? nil : column.details.unsafeBase
-        values = column.values.unsafeBase
+    /// The column `column` points to, read in place (a `Column` passed by value was copied).
+    init(_ column: UnsafePointer<Column>) {
+        kind = column.pointee.kind
+        present = column.pointee.presentCount == column.pointee.count ? nil : column.pointee.present.unsafeBase
+        integers = column.pointee.integers.unsafeBase
+        numbers = column.pointee.numbers.unsafeBase
+        longitudes = column.pointee.longitudes.unsafeBase
+        (starts, lengths, bytes, codes, dictionaryStrings) = column.pointee.stringBases()
+        details = column.pointee.details.isEmpty ? nil : column.pointee.details.unsafeBase
+        values = column.pointee.values.unsafeBase
+    }
+
+    /// Asks the CPU to start loading the value at `position` (`ColumnsReader.prefetch(at:)`).
+    @inline(__always)
+    func prefetch(at position: Int) {
+        if let present { kquery_prefetch(present + (position &>> 6)) }
+        switch kind {
+        case .empty: break
+        case .int64, .timestamp: kquery_prefetch(integers + position)
+        case .double: kquery_prefetch(numbers + position)
+        case .location:
+            kquery_prefetch(numbers + position)
+            kquery_prefetch(longitudes + position)
+            if let details { kquery_prefetch(details + position) }
+        case .string:
+            if let codes {
+                kquery_prefetch(codes + position)
+            } else {
+                kquery_prefetch(starts + position)
+                kquery_prefetch(lengths + position)
+            }
+        case .mixed: kquery_prefetch(values + position)
+        }
+    }
+
+    /// Asks the CPU to start loading the bytes of the string at `position`, when they lie in the
+    /// column's arena (a dictionary's strings are made already).
+    @inline(__always)
+    func prefetchString(at position: Int) {
+        if kind == .string, codes == nil { kquery_prefetch(bytes + starts[position]) }
     }
 
     /// As `Column.value(at:)`.
@@ -540,8 +665,8 @@ struct ColumnReader {
         case .location:
             return .location(Location(latitude: numbers[position], longitude: longitudes[position], detailsBox: details?[position]))
         case .string:
-            let slot = codes.map { Int($0[position]) } ?? position
-            return .string(String(decoding: UnsafeBufferPointer(start: bytes + starts[slot], count: Int(lengths[slot])), as: UTF8.self))
+            if let codes, let dictionaryStrings { return .string(dictionaryStrings[Int(codes[position])]) }
+            return .string(String(decoding: UnsafeBufferPointer(start: bytes + starts[position], count: Int(lengths[position])), as: UTF8.self))
         case .mixed: return values[position]
         }
     }
@@ -806,23 +931,6 @@ struct Columns: Sendable {
         return record
     }
 
-    /// The records at `positions`, in that order, whose fields `provider` reads from these columns
-    /// when first needed: only their IDs (and system fields) are made now. A query's page: making
-    /// each record's fields here cost 5-6 times the whole query.
-    func lazyRecords(at positions: [Int], recordType: String, provider: some FieldsProvider) -> [Record] {
-        var records: [Record] = []
-        records.reserveCapacity(positions.count)
-        withRecordIDs { ids in
-            for position in positions {
-                records.append(Record(taking: recordType, recordID: ids.recordID(at: position), fields: Fields(provider: provider, position: position)))
-            }
-        }
-        if hasSystemValues {
-            for index in records.indices { setSystemFields(of: &records[index], at: positions[index]) }
-        }
-        return records
-    }
-
     private func setSystemFields(of record: inout Record, at position: Int) {
         guard hasSystemValues else { return }
         Self.setSystemFields(of: &record) { systemValue($0, at: position) }
@@ -856,9 +964,13 @@ struct Columns: Sendable {
     /// arrays through pointers taken once. Read through the columns' structs, every array was
     /// retained and released for each value (more than half the time of making a record).
     func withReader<T>(_ body: (ColumnsReader) -> T) -> T {
-        withExtendedLifetime(self) {
-            body(ColumnsReader(self, keyOrder: keyOrder, hasSystemValues: hasSystemValues, ids: RecordIDReader(names: names, zoneNumbers: zoneNumbers, zones: zones)))
-        }
+        withExtendedLifetime(self) { body(unsafeReader()) }
+    }
+
+    /// A reader of the columns, valid only while these columns are alive and unchanged (a copy
+    /// of them held and never changed, as a `ColumnsSnapshot` holds it).
+    func unsafeReader() -> ColumnsReader {
+        ColumnsReader(self, keyOrder: keyOrder, hasSystemValues: hasSystemValues, ids: RecordIDReader(names: names, zoneNumbers: zoneNumbers, zones: zones))
     }
 
     /// Calls `body` with a reader of the record IDs alone (for sorting and for making many

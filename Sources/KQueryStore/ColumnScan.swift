@@ -49,7 +49,7 @@ struct ColumnScan {
 
     /// Nil when no conjunct of `condition` is answered by a column: the record-at-a-time scan is
     /// then as good.
-    init?(_ condition: Condition, columns: Columns) {
+    init?(_ condition: Condition, columns: borrowing Columns) {
         var compiled: [(filter: Filter, order: Int)] = []
         var rest: [Condition] = []
         var answered = false
@@ -69,7 +69,7 @@ struct ColumnScan {
 
     /// Calls `body` with the position of every matching record of `table` among `positions` (all
     /// of them when nil), in the order given (position order when nil).
-    func forEachMatch(in table: RecordTable, among positions: [UInt32]? = nil, now: Int64, _ body: (Int) -> Void) {
+    func forEachMatch(in table: borrowing RecordTable, among positions: [UInt32]? = nil, now: Int64, _ body: (Int) -> Void) {
         var selection = positions
         for filter in filters {
             apply(filter, to: &selection, in: table.columns)
@@ -329,7 +329,6 @@ struct ColumnScan {
 /// A query's residual test over a table's records by position, for a plan's candidates: the columns
 /// answer what they can (`ColumnScan`), and what they cannot is tested on records made from them.
 struct TableFilter {
-    private let table: RecordTable
     private let zone: UInt32?
     private let now: Int64
     private let scan: ColumnScan?
@@ -337,8 +336,9 @@ struct TableFilter {
     private let predicate: CompiledPredicate?
 
     /// With `zone`, only the records in the zone of that number pass.
-    init(_ condition: Condition, in table: RecordTable, zone: UInt32?, now: Int64) {
-        self.table = table
+    /// The filter keeps no copy of `table` (a copy retained every array and index of it): each
+    /// call is given it.
+    init(_ condition: Condition, in table: borrowing RecordTable, zone: UInt32?, now: Int64) {
         self.zone = zone
         self.now = now
         if condition == .constant(true) {
@@ -350,9 +350,9 @@ struct TableFilter {
         }
     }
 
-    /// Calls `body` with the position of each record among `positions` (every record when nil)
-    /// that passes.
-    func forEachMatch(among positions: [UInt32]?, _ body: (Int) -> Void) {
+    /// Calls `body` with the position of each record of `table` (the filter's) among `positions`
+    /// (every record when nil) that passes.
+    func forEachMatch(in table: borrowing RecordTable, among positions: [UInt32]?, _ body: (Int) -> Void) {
         var selection = positions
         if let zone {
             let columns = table.columns
@@ -370,7 +370,7 @@ struct TableFilter {
     }
 
     /// Tests the records at `positions` (all when nil), made from the columns, with `predicate`.
-    static func test(_ predicate: CompiledPredicate, in table: RecordTable, among positions: [UInt32]?, now: Int64, _ body: (Int) -> Void) {
+    static func test(_ predicate: CompiledPredicate, in table: borrowing RecordTable, among positions: [UInt32]?, now: Int64, _ body: (Int) -> Void) {
         table.columns.withReader { reader in
             func test(_ position: Int) {
                 var context = EvaluationContext(now: now, searchableFields: table.searchableFields)

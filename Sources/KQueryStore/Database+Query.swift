@@ -25,8 +25,9 @@ extension Database {
         if let cursor, !query.accepts(cursor) { throw DatabaseError(.invalidQuery, "the cursor belongs to a different query") }
         var paged = query
         paged.resultsLimit = min(max(query.resultsLimit ?? Self.defaultResultsLimit, 1), Self.maximumResultsLimit)
-        let fingerprint = paged.fingerprint
-        if let cursor, let cache = pageCache, cache.fingerprint == fingerprint, cache.now == now, cache.generation == generation,
+        // The query's fingerprint is needed only with a cursor, given or made (it spells the query
+        // out: its cost was an eighth of a served query's).
+        if let cursor, let cache = pageCache, cache.fingerprint == paged.fingerprint, cache.now == now, cache.generation == generation,
            let table = tables[paged.recordType] {
             // The next page of the query just run: a binary search in its sorted matches.
             var (low, high) = (0, cache.hits.count)
@@ -38,19 +39,31 @@ extension Database {
             }
             let start = low
             var hits = Array(cache.hits[start...])
-            return page(of: &hits, paged, in: table, fingerprint: fingerprint)
+            return page(of: &hits, paged, in: table, fingerprint: cache.fingerprint)
         }
         // Planning may build an index: read the table after it.
         let plan = makePlan(paged, now: now)
-        guard let table = tables[paged.recordType] else { return QueryResult(records: [], cursor: nil) }
-        var hits = execute(plan, paged, in: table, cursor: cursor, now: now)
-        sort(&hits, paged.sortDescriptors, in: table)
-        if hits.count > paged.resultsLimit ?? Self.defaultResultsLimit, case .sortedWalk = plan.access {
-            // A walk stops after one page: its matches are not all there is.
-        } else if hits.count > paged.resultsLimit ?? Self.defaultResultsLimit {
-            pageCache = PageCache(fingerprint: fingerprint, now: now, generation: generation, hits: hits)
-        }
-        return page(of: &hits, paged, in: table, fingerprint: fingerprint)
+        return withTable(paged.recordType) { table in
+            var hits = execute(plan, paged, in: table, cursor: cursor, now: now)
+            sort(&hits, paged.sortDescriptors, in: table)
+            let more = hits.count > paged.resultsLimit ?? Self.defaultResultsLimit
+            let fingerprint = more ? paged.fingerprint : nil
+            if more, case .sortedWalk = plan.access {
+                // A walk stops after one page: its matches are not all there is.
+            } else if let fingerprint {
+                pageCache = PageCache(fingerprint: fingerprint, now: now, generation: generation, hits: hits)
+            }
+            return page(of: &hits, paged, in: table, fingerprint: fingerprint)
+        } ?? QueryResult(records: [], cursor: nil)
+    }
+
+    /// Calls `body` with the table of `type` where it lies in `tables`, through the dictionary's
+    /// modify accessor: `tables[type]` copied the table (every array and index retained and
+    /// released) for each query. `body` must not touch `tables`.
+    func withTable<T>(_ type: String, _ body: (borrowing RecordTable) -> T) -> T? {
+        guard let index = tables.index(forKey: type) else { return nil }
+        func inPlace(_ table: inout RecordTable) -> T { body(table) }
+        return inPlace(&tables.values[index])
     }
 
     /// The sorted matches of the last query that filled more than one page, so the pages after the
@@ -71,7 +84,7 @@ extension Database {
 
     /// Sorts in the query's order. Record IDs are compared in place, in the table's columns.
     /// The sort moves plain indexes, not the hits (moving a hit retains and releases its values).
-    private func sort(_ hits: inout [Hit], _ descriptors: [SortDescriptor], in table: RecordTable) {
+    private func sort(_ hits: inout [Hit], _ descriptors: [SortDescriptor], in table: borrowing RecordTable) {
         var order = Array(0..<hits.count)
         // The table is read only through `ids`: a closure reading `table` copied it (every array
         // and index retained and released) for each sort.
@@ -90,13 +103,14 @@ extension Database {
     }
 
     /// Cuts the page from sorted matches and copies out its records.
-    private func page(of hits: inout [Hit], _ query: Query, in table: RecordTable, fingerprint: UInt64) -> QueryResult {
+    /// `fingerprint` is the query's when known (made here when a cursor needs it).
+    private func page(of hits: inout [Hit], _ query: Query, in table: borrowing RecordTable, fingerprint: UInt64?) -> QueryResult {
         let limit = query.resultsLimit ?? Self.defaultResultsLimit
         var cursor: QueryCursor?
         if hits.count > limit {
             hits.removeSubrange(limit...)
             let last = hits[limit - 1]
-            cursor = QueryCursor(fingerprint: fingerprint, position: SortKey(values: last.values, recordID: table.columns.recordID(at: last.position)))
+            cursor = QueryCursor(fingerprint: fingerprint ?? query.fingerprint, position: SortKey(values: last.values, recordID: table.columns.recordID(at: last.position)))
         }
         let snapshot = ColumnsSnapshot(table.columns, positions: hits.map(\.position))
         keep(snapshot)
@@ -220,7 +234,7 @@ extension Database {
             return keys
         }
         func hashProbe(_ field: FieldReference, _ keys: [IndexKey], members: Bool, all: Bool = false) -> Probe? {
-            guard ensureHashIndex(on: field, type: type, built: &built), let index = tables[type]?.hashIndexes[field] else { return nil }
+            guard ensureHashIndex(on: field, type: type, built: &built), let index = withTable(type, { $0.hashIndexes[field] }) ?? nil else { return nil }
             let counts = keys.map { index.count(equalTo: $0, members: members) }
             let estimate = all ? (counts.min() ?? 0) : counts.reduce(0, +)
             let lookup: Probe.Lookup = all ? .hashAll(field, keys: keys) : .hash(field, keys: keys, members: members)
@@ -229,14 +243,14 @@ extension Database {
         func rangeProbe(_ field: FieldReference, lower: RangeBound?, upper: RangeBound?, members: Bool) -> Probe? {
             for bound in [lower, upper].compactMap({ $0 }) where !Self.isRangeComparable(bound.value) { return nil }
             if let lower, let upper, SortOrder.rank(lower.value) != SortOrder.rank(upper.value) { return nil }
-            guard ensureOrderedIndex(on: field, type: type, built: &built), let index = tables[type]?.orderedIndexes[field] else { return nil }
+            guard ensureOrderedIndex(on: field, type: type, built: &built), let index = withTable(type, { $0.orderedIndexes[field] }) ?? nil else { return nil }
             let entries = members ? index.members : index.scalars
             let (from, to) = Self.range(in: entries, lower: lower, upper: upper)
             return Probe(lookup: .range(field, lower: lower, upper: upper, members: members), condition: conjunct,
                          estimate: entries.distance(from: from, to: to), isExact: true)
         }
         func prefixProbe(_ field: FieldReference, _ prefix: String, members: Bool) -> Probe? {
-            guard ensureOrderedIndex(on: field, type: type, built: &built), let index = tables[type]?.orderedIndexes[field] else { return nil }
+            guard ensureOrderedIndex(on: field, type: type, built: &built), let index = withTable(type, { $0.orderedIndexes[field] }) ?? nil else { return nil }
             let entries = members ? index.members : index.scalars
             let (from, to) = Self.prefixRange(in: entries, prefix)
             return Probe(lookup: .prefix(field, prefix, members: members), condition: conjunct,
@@ -294,13 +308,13 @@ extension Database {
         case .tokens(let match, let text):
             let tokens = Tokenizer.tokens(of: text)
             if tokens.isEmpty { return Probe(lookup: .tokens(match, []), condition: conjunct, estimate: 0, isExact: true) }
-            guard ensureTokenIndex(type: type, built: &built), let index = tables[type]?.tokenIndex else { return nil }
+            guard ensureTokenIndex(type: type, built: &built), let index = withTable(type, { $0.tokenIndex }) ?? nil else { return nil }
             let counts = tokens.map(index.count)
             let estimate = match == .all ? (counts.min() ?? 0) : counts.reduce(0, +)
             return Probe(lookup: .tokens(match, tokens), condition: conjunct, estimate: estimate, isExact: true)
         case .distance(let field, let center, let relation, let radius) where relation == .lessThan || relation == .lessThanOrEqual:
             guard let (level, cells) = SpatialIndex.cells(center: center, radius: Condition.radiusInMetres(radius)),
-                  ensureSpatialIndex(on: field, type: type, built: &built), let index = tables[type]?.spatialIndexes[field]
+                  ensureSpatialIndex(on: field, type: type, built: &built), let index = withTable(type, { $0.spatialIndexes[field] }) ?? nil
             else { return nil }
             return Probe(lookup: .spatial(field, level: level, cells: cells), condition: conjunct,
                          estimate: index.count(level: level, cells: cells), isExact: false)
@@ -395,7 +409,7 @@ extension Database {
     /// Runs a plan, collecting every match after the cursor with its sort key; with `counting`, hands
     /// each match's position to it instead and collects nothing.
     private func execute(
-        _ plan: QueryPlan, _ query: Query, in table: RecordTable, cursor: QueryCursor?, now: Int64,
+        _ plan: QueryPlan, _ query: Query, in table: borrowing RecordTable, cursor: QueryCursor?, now: Int64,
         counting: ((Int) -> Void)? = nil
     ) -> [Hit] {
         let descriptors = query.sortDescriptors
@@ -429,12 +443,12 @@ extension Database {
         case .empty:
             break
         case .scan:
-            filter.forEachMatch(among: nil) { accept($0) }
+            filter.forEachMatch(in: table, among: nil) { accept($0) }
         case .probes(let probes):
             var rows = self.rows(of: probes[0], in: table)
             for probe in probes.dropFirst() { rows = Postings.intersection(rows, self.rows(of: probe, in: table)) }
             let positions = rows.compactMap { table.isLive($0) ? UInt32(truncatingIfNeeded: table.position(of: $0)) : nil }
-            filter.forEachMatch(among: positions) { accept($0) }
+            filter.forEachMatch(in: table, among: positions) { accept($0) }
         case .sortedWalk(let field):
             walk(table, field: field, ascending: descriptors.first?.ascending ?? true, cursor: cursor,
                  pageSize: (query.resultsLimit ?? Self.defaultResultsLimit) + 1, filter: filter, accept: accept)
@@ -446,7 +460,7 @@ extension Database {
     /// until the page (plus one record, to know a next page exists) is full; then, if needed, the
     /// records that sort last because they lack a value.
     private func walk(
-        _ table: RecordTable, field: FieldReference, ascending: Bool, cursor: QueryCursor?, pageSize: Int,
+        _ table: borrowing RecordTable, field: FieldReference, ascending: Bool, cursor: QueryCursor?, pageSize: Int,
         filter: TableFilter, accept: (Int) -> Bool
     ) {
         guard let entries = table.orderedIndexes[field]?.scalars else { return }
@@ -456,7 +470,7 @@ extension Database {
         var added = 0
         var full = false
         func flush() {
-            filter.forEachMatch(among: group) { if accept($0) { added += 1 } }
+            filter.forEachMatch(in: table, among: group) { if accept($0) { added += 1 } }
             group.removeAll(keepingCapacity: true)
             full = added >= pageSize
         }
@@ -485,11 +499,11 @@ extension Database {
         }
         let descriptor = SortDescriptor(key: .field(field))
         let unvalued = (0..<table.count).filter { position in descriptor.sortValue { table.columns.value(of: $0, at: position) } == nil }
-        filter.forEachMatch(among: unvalued.map { UInt32(truncatingIfNeeded: $0) }) { _ = accept($0) }
+        filter.forEachMatch(in: table, among: unvalued.map { UInt32(truncatingIfNeeded: $0) }) { _ = accept($0) }
     }
 
     /// The rows a probe returns, sorted and without repeats.
-    private func rows(of probe: Probe, in table: RecordTable) -> [RowID] {
+    private func rows(of probe: Probe, in table: borrowing RecordTable) -> [RowID] {
         switch probe.lookup {
         case .recordIDs(let ids):
             return Postings.sortedUnique(ids.compactMap { table.row(of: $0) })
