@@ -410,18 +410,19 @@ struct StringReader {
 /// it changes (the arrays would be shared).
 final class ColumnsSnapshot: FieldsProvider {
     private struct State {
-        /// The columns, and a reader of them (valid while they are held: this copy never changes).
         var columns: Columns?
-        var reader: ColumnsReader?
         /// The fields of the records given out, by place in the page, once made.
         var made: [Fields] = []
 
         /// Makes the fields of the records at `positions` and lets go of the columns (once).
         mutating func make(_ positions: [Int]) {
-            guard let reader else { return }
-            made = positions.map { reader.fields(at: $0) }
-            self.reader = nil
-            columns = nil
+            guard let columns else { return }
+            columns.withReader { reader in
+                for position in positions { reader.prefetch(.fields, at: position) }
+                for position in positions { reader.prefetchStrings(.fields, at: position) }
+                made = positions.map { reader.fields(at: $0) }
+            }
+            self.columns = nil
         }
     }
     private let state: Locked<State>
@@ -430,7 +431,7 @@ final class ColumnsSnapshot: FieldsProvider {
 
     /// A snapshot of `columns` for the records at `positions`.
     init(_ columns: Columns, positions: [Int]) {
-        state = Locked(State(columns: columns, reader: columns.unsafeReader()))
+        state = Locked(State(columns: columns))
         self.positions = positions
     }
 
@@ -462,20 +463,22 @@ final class ColumnsSnapshot: FieldsProvider {
     /// made now, their fields read from here when first needed.
     ///
     /// At a million records, each column a record has a value in is a cache miss: every line the
-    /// page's records need is asked for first, so that the misses overlap (written out one record
-    /// after another, the served query was 1.5 times slower than with whole records).
+    /// page's records need is asked for first, so that the misses overlap (`ColumnsReader.prefetch`;
+    /// read one record after another, the served query was 1.5 times slower than with whole
+    /// records).
     func records(recordType: String) -> [Record] {
         state.withLock { state in
-            guard let reader = state.reader else { return [] }
-            for position in positions { reader.prefetch(at: position) }
-            for position in positions { reader.prefetchStrings(at: position) }
-            var records: [Record] = []
-            records.reserveCapacity(positions.count)
-            for (index, position) in positions.enumerated() {
-                records.append(Record(taking: recordType, recordID: reader.recordID(at: position), fields: Fields(provider: self, position: index)))
-                reader.setSystemFields(of: &records[index], at: position)
-            }
-            return records
+            state.columns?.withReader(fields: false) { reader in
+                for position in positions { reader.prefetch(.idAndSystemFields, at: position) }
+                for position in positions { reader.prefetchStrings(.idAndSystemFields, at: position) }
+                var records: [Record] = []
+                records.reserveCapacity(positions.count)
+                for (index, position) in positions.enumerated() {
+                    records.append(Record(taking: recordType, recordID: reader.recordID(at: position), fields: Fields(provider: self, position: index)))
+                    reader.setSystemFields(of: &records[index], at: position)
+                }
+                return records
+            } ?? []
         }
     }
 }
@@ -520,6 +523,8 @@ struct RecordIDReader {
 /// `Columns.withReader` (the columns are alive and unchanged then).
 struct ColumnsReader {
     private let user: [(key: FieldKey, column: ColumnReader)]
+    /// `user`'s columns alone, for prefetching.
+    private let userColumns: [ColumnReader]
     private let system: [ColumnReader]
     private let hasSystemValues: Bool
     private let ids: RecordIDReader
@@ -530,7 +535,9 @@ struct ColumnsReader {
         user = columns.columns.withUnsafeBufferPointer { user in
             keyOrder.map { (columns.keys[$0], ColumnReader(user.baseAddress.unsafelyUnwrapped + $0)) }
         }
-        system = columns.system.withUnsafeBufferPointer { system in
+        userColumns = user.map(\.column)
+        // Read only when some record has a system field besides its ID.
+        system = !hasSystemValues ? [] : columns.system.withUnsafeBufferPointer { system in
             system.indices.map { ColumnReader(system.baseAddress.unsafelyUnwrapped + $0) }
         }
         self.hasSystemValues = hasSystemValues
@@ -559,30 +566,34 @@ struct ColumnsReader {
         return record
     }
 
-    /// Asks the CPU to start loading what making the record at `position` reads: its ID, and its
-    /// value's place in each column (a string's bytes come later, their start read first).
-    func prefetch(at position: Int) {
-        ids.prefetch(at: position)
-        user.withUnsafeBufferPointer { user in
-            for index in user.indices { user[index].column.prefetch(at: position) }
-        }
-        if hasSystemValues {
-            system.withUnsafeBufferPointer { system in
-                for index in system.indices { system[index].prefetch(at: position) }
-            }
+    /// What `prefetch` asks for: a record's ID and system fields (what a query's page makes at
+    /// once), or its user fields (made when first read).
+    enum Part { case idAndSystemFields, fields }
+
+    /// Asks the CPU to start loading the part of the record at `position` that making `part`
+    /// reads: the ID, and the value's place in each column (a string's bytes come after, from
+    /// `prefetchStrings`, which reads their start). A query's page asks for every line first, so
+    /// that the misses overlap; it asks for its records' fields only once one is read (a page
+    /// whose fields are never read would have loaded them for nothing).
+    func prefetch(_ part: Part, at position: Int) {
+        if part == .idAndSystemFields { ids.prefetch(at: position) }
+        columns(part).withUnsafeBufferPointer { columns in
+            for index in columns.indices { columns[index].prefetch(at: position) }
         }
     }
 
-    /// Asks the CPU to start loading the bytes of the strings of the record at `position` that
-    /// lie in an arena (after `prefetch(at:)`: their starts are read here).
-    func prefetchStrings(at position: Int) {
-        user.withUnsafeBufferPointer { user in
-            for index in user.indices { user[index].column.prefetchString(at: position) }
+    /// Asks the CPU to start loading the bytes of `part`'s strings of the record at `position`
+    /// that lie in an arena (after `prefetch`).
+    func prefetchStrings(_ part: Part, at position: Int) {
+        columns(part).withUnsafeBufferPointer { columns in
+            for index in columns.indices { columns[index].prefetchString(at: position) }
         }
-        if hasSystemValues {
-            system.withUnsafeBufferPointer { system in
-                for index in system.indices { system[index].prefetchString(at: position) }
-            }
+    }
+
+    private func columns(_ part: Part) -> [ColumnReader] {
+        switch part {
+        case .idAndSystemFields: system
+        case .fields: userColumns
         }
     }
 
@@ -963,14 +974,13 @@ struct Columns: Sendable {
     /// Calls `body` with a reader of the columns, for making many records: it reads the columns'
     /// arrays through pointers taken once. Read through the columns' structs, every array was
     /// retained and released for each value (more than half the time of making a record).
-    func withReader<T>(_ body: (ColumnsReader) -> T) -> T {
-        withExtendedLifetime(self) { body(unsafeReader()) }
-    }
-
-    /// A reader of the columns, valid only while these columns are alive and unchanged (a copy
-    /// of them held and never changed, as a `ColumnsSnapshot` holds it).
-    func unsafeReader() -> ColumnsReader {
-        ColumnsReader(self, keyOrder: keyOrder, hasSystemValues: hasSystemValues, ids: RecordIDReader(names: names, zoneNumbers: zoneNumbers, zones: zones))
+    /// Without `fields`, the reader reads record IDs and system fields alone (and is cheaper to
+    /// make).
+    func withReader<T>(fields: Bool = true, _ body: (ColumnsReader) -> T) -> T {
+        withExtendedLifetime(self) {
+            body(ColumnsReader(self, keyOrder: fields ? keyOrder : [], hasSystemValues: hasSystemValues,
+                               ids: RecordIDReader(names: names, zoneNumbers: zoneNumbers, zones: zones)))
+        }
     }
 
     /// Calls `body` with a reader of the record IDs alone (for sorting and for making many
