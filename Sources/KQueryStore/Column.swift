@@ -942,6 +942,22 @@ struct Columns: Sendable {
         return record
     }
 
+    /// The records at `positions`, whole, in that order: every line they are made from asked for
+    /// first, so that the cache misses overlap (a small page: `Database.largestWholePage`).
+    func records(at positions: [Int], recordType: String) -> [Record] {
+        withReader { reader in
+            for position in positions {
+                reader.prefetch(.idAndSystemFields, at: position)
+                reader.prefetch(.fields, at: position)
+            }
+            for position in positions {
+                reader.prefetchStrings(.idAndSystemFields, at: position)
+                reader.prefetchStrings(.fields, at: position)
+            }
+            return positions.map { reader.record(at: $0, recordType: recordType) }
+        }
+    }
+
     private func setSystemFields(of record: inout Record, at position: Int) {
         guard hasSystemValues else { return }
         Self.setSystemFields(of: &record) { systemValue($0, at: position) }

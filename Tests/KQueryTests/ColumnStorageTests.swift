@@ -191,6 +191,25 @@ struct ColumnStorageTests {
         }
     }
 
+    /// A page of at most `Database.largestWholePage` records is made whole at once (a server's
+    /// pages, read whole); a larger one's records read their fields when first asked. Both give
+    /// the records as saved, system fields included.
+    @Test func aSmallPageIsMadeWholeAndALargerOneLazily() throws {
+        let database = Database(indexPolicy: .declared)
+        var expected: [RecordID: Record] = [:]
+        for index in 0..<100 {
+            let saved = try database.save(RecordOperation(kind: .create, record: Record(
+                recordType: "T", recordName: "r\(index)", fields: ["n": .int64(Int64(index)), "s": .string("text \(index)")]))).record
+            expected[saved.recordID] = saved
+        }
+        for (limit, lazy) in [(Database.largestWholePage, false), (Database.largestWholePage + 1, true)] {
+            let records = try database.perform(KQuery.Query(recordType: "T", predicate: try ValidatedPredicate("n >= 0"), resultsLimit: limit), now: 0).records
+            #expect(records.count == limit)
+            #expect(records.allSatisfy { ($0.fields._lazy != nil) == lazy && $0.recordChangeTag != nil })
+            #expect(records.allSatisfy { Self.identical($0, expected[$0.recordID]) })
+        }
+    }
+
     /// A string column keeps its few distinct values in a dictionary, each once as bytes and once
     /// as the string records are made with; past the threshold it keeps the strings by position.
     /// Records read before, across and after the move, and a page held across it, come back as
@@ -231,10 +250,11 @@ struct ColumnStorageTests {
             return table.columns.columns[try #require(table.columns.index(of: FieldKey("n")))].integers.withUnsafeBufferPointer { UnsafeRawPointer($0.baseAddress) }
         }
         let before = try address()
-        let held = try database.perform(KQuery.Query(recordType: "T", predicate: try ValidatedPredicate("n < 10")), now: 0).records
+        let held = try database.perform(KQuery.Query(recordType: "T", predicate: try ValidatedPredicate("n < 100")), now: 0).records
+        #expect(held.allSatisfy { $0.fields._lazy != nil })
         try database.save(RecordOperation(kind: .forceReplace, record: Record(recordType: "T", recordName: "r3", fields: ["n": .int64(-3)])))
         #expect(try address() == before)
-        #expect(held.count == 10 && held.first { $0.recordID.recordName == "r3" }?["n"] == .int64(3))
+        #expect(held.count == 100 && held.first { $0.recordID.recordName == "r3" }?["n"] == .int64(3))
         #expect(database.record(RecordID(recordName: "r3"))?["n"] == .int64(-3))
     }
 
