@@ -523,9 +523,8 @@ struct RecordIDReader {
 /// `Columns.withReader` (the columns are alive and unchanged then).
 struct ColumnsReader {
     private let user: [(key: FieldKey, column: ColumnReader)]
-    /// `user`'s columns alone, for prefetching.
-    private let userColumns: [ColumnReader]
-    private let system: [ColumnReader]
+    /// In `SystemField` order, inline (an array a reader was a fifth of making a small page).
+    private let system: InlineArray<7, ColumnReader>
     private let hasSystemValues: Bool
     private let ids: RecordIDReader
 
@@ -535,10 +534,9 @@ struct ColumnsReader {
         user = columns.columns.withUnsafeBufferPointer { user in
             keyOrder.map { (columns.keys[$0], ColumnReader(user.baseAddress.unsafelyUnwrapped + $0)) }
         }
-        userColumns = user.map(\.column)
         // Read only when some record has a system field besides its ID.
-        system = !hasSystemValues ? [] : columns.system.withUnsafeBufferPointer { system in
-            system.indices.map { ColumnReader(system.baseAddress.unsafelyUnwrapped + $0) }
+        system = !hasSystemValues ? InlineArray(repeating: .empty) : columns.system.withUnsafeBufferPointer { system in
+            InlineArray { ColumnReader(system.baseAddress.unsafelyUnwrapped + $0) }
         }
         self.hasSystemValues = hasSystemValues
         self.ids = ids
@@ -576,24 +574,29 @@ struct ColumnsReader {
     /// that the misses overlap; it asks for its records' fields only once one is read (a page
     /// whose fields are never read would have loaded them for nothing).
     func prefetch(_ part: Part, at position: Int) {
-        if part == .idAndSystemFields { ids.prefetch(at: position) }
-        columns(part).withUnsafeBufferPointer { columns in
-            for index in columns.indices { columns[index].prefetch(at: position) }
+        switch part {
+        case .idAndSystemFields:
+            ids.prefetch(at: position)
+            guard hasSystemValues else { return }
+            for index in system.indices { system[index].prefetch(at: position) }
+        case .fields:
+            user.withUnsafeBufferPointer { user in
+                for index in user.indices { user[index].column.prefetch(at: position) }
+            }
         }
     }
 
     /// Asks the CPU to start loading the bytes of `part`'s strings of the record at `position`
     /// that lie in an arena (after `prefetch`).
     func prefetchStrings(_ part: Part, at position: Int) {
-        columns(part).withUnsafeBufferPointer { columns in
-            for index in columns.indices { columns[index].prefetchString(at: position) }
-        }
-    }
-
-    private func columns(_ part: Part) -> [ColumnReader] {
         switch part {
-        case .idAndSystemFields: system
-        case .fields: userColumns
+        case .idAndSystemFields:
+            guard hasSystemValues else { return }
+            for index in system.indices { system[index].prefetchString(at: position) }
+        case .fields:
+            user.withUnsafeBufferPointer { user in
+                for index in user.indices { user[index].column.prefetchString(at: position) }
+            }
         }
     }
 
@@ -622,8 +625,32 @@ struct ColumnReader {
     private let details: UnsafePointer<Location.DetailsBox?>?
     private let values: UnsafePointer<FieldValue?>
 
+    /// A reader of a column no record has a value in: it reads nothing (every value is absent,
+    /// and its pointers, never read, point nowhere).
+    static var empty: ColumnReader { ColumnReader() }
+
+    private init() {
+        let nowhere = UnsafeRawPointer(bitPattern: 64).unsafelyUnwrapped
+        kind = .empty
+        present = nil
+        integers = nowhere.assumingMemoryBound(to: Int64.self)
+        numbers = nowhere.assumingMemoryBound(to: Double.self)
+        longitudes = nowhere.assumingMemoryBound(to: Double.self)
+        starts = nowhere.assumingMemoryBound(to: Int.self)
+        lengths = nowhere.assumingMemoryBound(to: UInt32.self)
+        bytes = nowhere.assumingMemoryBound(to: UInt8.self)
+        codes = nil
+        dictionaryStrings = nil
+        details = nil
+        values = nowhere.assumingMemoryBound(to: FieldValue?.self)
+    }
+
     /// The column `column` points to, read in place (a `Column` passed by value was copied).
     init(_ column: UnsafePointer<Column>) {
+        guard column.pointee.kind != .empty else {
+            self = .empty
+            return
+        }
         kind = column.pointee.kind
         present = column.pointee.presentCount == column.pointee.count ? nil : column.pointee.present.unsafeBase
         integers = column.pointee.integers.unsafeBase
