@@ -418,8 +418,7 @@ final class ColumnsSnapshot: FieldsProvider {
         mutating func make(_ positions: [Int]) {
             guard let columns else { return }
             columns.withReader { reader in
-                for position in positions { reader.prefetch(.fields, at: position) }
-                for position in positions { reader.prefetchStrings(.fields, at: position) }
+                reader.prefetch(.fields, of: positions)
                 made = positions.map { reader.fields(at: $0) }
             }
             self.columns = nil
@@ -435,7 +434,7 @@ final class ColumnsSnapshot: FieldsProvider {
         self.positions = positions
     }
 
-    /// The first record's fields asked for makes every given-out record's, through the reader: a
+    /// The first record's fields asked for makes every given-out record's, through one reader: a
     /// page's records are written out together (the server writes each to JSON), and a lazy record
     /// asks again each time its fields are read. Made one by one through the columns, they cost a
     /// served query more than the query itself.
@@ -469,8 +468,7 @@ final class ColumnsSnapshot: FieldsProvider {
     func records(recordType: String) -> [Record] {
         state.withLock { state in
             state.columns?.withReader(fields: false) { reader in
-                for position in positions { reader.prefetch(.idAndSystemFields, at: position) }
-                for position in positions { reader.prefetchStrings(.idAndSystemFields, at: position) }
+                reader.prefetch(.idAndSystemFields, of: positions)
                 var records: [Record] = []
                 records.reserveCapacity(positions.count)
                 for (index, position) in positions.enumerated() {
@@ -565,35 +563,43 @@ struct ColumnsReader {
     }
 
     /// What `prefetch` asks for: a record's ID and system fields (what a query's page makes at
-    /// once), or its user fields (made when first read).
-    enum Part { case idAndSystemFields, fields }
+    /// once), its user fields (made when first read), or both.
+    struct Parts: OptionSet {
+        let rawValue: UInt8
+        static let idAndSystemFields = Parts(rawValue: 1)
+        static let fields = Parts(rawValue: 2)
+    }
 
-    /// Asks the CPU to start loading the part of the record at `position` that making `part`
-    /// reads: the ID, and the value's place in each column (a string's bytes come after, from
-    /// `prefetchStrings`, which reads their start). A query's page asks for every line first, so
-    /// that the misses overlap; it asks for its records' fields only once one is read (a page
-    /// whose fields are never read would have loaded them for nothing).
-    func prefetch(_ part: Part, at position: Int) {
-        switch part {
-        case .idAndSystemFields:
+    /// Asks the CPU to start loading every line that making `parts` of the records at `positions`
+    /// reads: first each record's ID and its value's place in each column, then (their starts
+    /// read by then) the bytes of the strings that lie in an arena. A query's page asks for every
+    /// line before it makes anything, so that the misses overlap instead of coming one after
+    /// another; a lazy page asks for its records' fields only once one is read (a page whose
+    /// fields are never read would have loaded them for nothing).
+    func prefetch(_ parts: Parts, of positions: [Int]) {
+        for position in positions { prefetchSlots(parts, at: position) }
+        for position in positions { prefetchStrings(parts, at: position) }
+    }
+
+    private func prefetchSlots(_ parts: Parts, at position: Int) {
+        if parts.contains(.idAndSystemFields) {
             ids.prefetch(at: position)
-            guard hasSystemValues else { return }
-            for index in system.indices { system[index].prefetch(at: position) }
-        case .fields:
+            if hasSystemValues {
+                for index in system.indices { system[index].prefetch(at: position) }
+            }
+        }
+        if parts.contains(.fields) {
             user.withUnsafeBufferPointer { user in
                 for index in user.indices { user[index].column.prefetch(at: position) }
             }
         }
     }
 
-    /// Asks the CPU to start loading the bytes of `part`'s strings of the record at `position`
-    /// that lie in an arena (after `prefetch`).
-    func prefetchStrings(_ part: Part, at position: Int) {
-        switch part {
-        case .idAndSystemFields:
-            guard hasSystemValues else { return }
+    private func prefetchStrings(_ parts: Parts, at position: Int) {
+        if parts.contains(.idAndSystemFields), hasSystemValues {
             for index in system.indices { system[index].prefetchString(at: position) }
-        case .fields:
+        }
+        if parts.contains(.fields) {
             user.withUnsafeBufferPointer { user in
                 for index in user.indices { user[index].column.prefetchString(at: position) }
             }
@@ -661,7 +667,7 @@ struct ColumnReader {
         values = column.pointee.values.unsafeBase
     }
 
-    /// Asks the CPU to start loading the value at `position` (`ColumnsReader.prefetch(at:)`).
+    /// Asks the CPU to start loading the value at `position` (`ColumnsReader.prefetch(_:of:)`).
     @inline(__always)
     func prefetch(at position: Int) {
         if let present { kquery_prefetch(present + (position &>> 6)) }
@@ -685,7 +691,7 @@ struct ColumnReader {
     }
 
     /// Asks the CPU to start loading the bytes of the string at `position`, when they lie in the
-    /// column's arena (a dictionary's strings are made already).
+    /// column's arena (a dictionary's strings are made already); reads the string's start.
     @inline(__always)
     func prefetchString(at position: Int) {
         if kind == .string, codes == nil { kquery_prefetch(bytes + starts[position]) }
@@ -973,14 +979,7 @@ struct Columns: Sendable {
     /// first, so that the cache misses overlap (a small page: `Database.largestWholePage`).
     func records(at positions: [Int], recordType: String) -> [Record] {
         withReader { reader in
-            for position in positions {
-                reader.prefetch(.idAndSystemFields, at: position)
-                reader.prefetch(.fields, at: position)
-            }
-            for position in positions {
-                reader.prefetchStrings(.idAndSystemFields, at: position)
-                reader.prefetchStrings(.fields, at: position)
-            }
+            reader.prefetch([.idAndSystemFields, .fields], of: positions)
             return positions.map { reader.record(at: $0, recordType: recordType) }
         }
     }

@@ -28,18 +28,19 @@ extension Database {
         // The query's fingerprint is needed only with a cursor, given or made (it spells the query
         // out: its cost was an eighth of a served query's).
         if let cursor, let cache = pageCache, cache.fingerprint == paged.fingerprint, cache.now == now, cache.generation == generation,
-           let table = tables[paged.recordType] {
-            // The next page of the query just run: a binary search in its sorted matches.
-            var (low, high) = (0, cache.hits.count)
-            while low < high {
-                let mid = (low + high) / 2
-                let hit = cache.hits[mid]
-                let order = SortOrder.compare(hit.values, table.columns.recordID(at: hit.position), cursor.position.values, cursor.position.recordID, paged.sortDescriptors)
-                if order <= 0 { low = mid + 1 } else { high = mid }
-            }
-            let start = low
-            var hits = Array(cache.hits[start...])
-            return page(of: &hits, paged, in: table, fingerprint: cache.fingerprint)
+           let next = withTable(paged.recordType, { table in
+               // The next page of the query just run: a binary search in its sorted matches.
+               var (low, high) = (0, cache.hits.count)
+               while low < high {
+                   let mid = (low + high) / 2
+                   let hit = cache.hits[mid]
+                   let order = SortOrder.compare(hit.values, table.columns.recordID(at: hit.position), cursor.position.values, cursor.position.recordID, paged.sortDescriptors)
+                   if order <= 0 { low = mid + 1 } else { high = mid }
+               }
+               var hits = Array(cache.hits[low...])
+               return page(of: &hits, paged, in: table, fingerprint: cache.fingerprint)
+           }) {
+            return next
         }
         // Planning may build an index: read the table after it.
         let plan = makePlan(paged, now: now)
@@ -119,11 +120,12 @@ extension Database {
             let last = hits[limit - 1]
             cursor = QueryCursor(fingerprint: fingerprint ?? query.fingerprint, position: SortKey(values: last.values, recordID: table.columns.recordID(at: last.position)))
         }
+        let positions = hits.map(\.position)
         var records: [Record]
-        if hits.count <= Self.largestWholePage {
-            records = table.columns.records(at: hits.map(\.position), recordType: table.recordType)
+        if positions.count <= Self.largestWholePage {
+            records = table.columns.records(at: positions, recordType: table.recordType)
         } else {
-            let snapshot = ColumnsSnapshot(table.columns, positions: hits.map(\.position))
+            let snapshot = ColumnsSnapshot(table.columns, positions: positions)
             keep(snapshot)
             records = snapshot.records(recordType: table.recordType)
         }
