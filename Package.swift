@@ -37,7 +37,10 @@ let package = Package(
         .target(name: "KQueryStore", dependencies: ["KQuery", "CKQuerySupport", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")]),
         .target(
             name: "KQueryContainer",
-            dependencies: ["KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")]
+            dependencies: [
+                "KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         .target(name: "KQueryWebServices", dependencies: ["KQuery", "KQueryStore", "KQueryContainer"]),
         .target(

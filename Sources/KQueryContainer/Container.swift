@@ -39,6 +39,12 @@ public final class Container: Sendable {
     /// Each database's records in memory, for queries: built from storage on the first query,
     /// then kept up to date by the writes that commit.
     let queryStores = Locked(QueryStores())
+    /// The limits and lifetimes of the container's assets (SPEC §12).
+    public let assetPolicy: AssetPolicy
+    /// Whether any asset blob was ever stored: until then, modifies skip keeping asset references.
+    let assetsHeld = Atomic<Bool>(false)
+    /// The upload tokens whose bytes a request is sending now (one request per token at a time).
+    let uploadsInProgress = Locked<Set<String>>([])
 
     struct WriterState {
         /// Each database's subscriptions, with their push templates: those stored, restored at
@@ -125,22 +131,25 @@ public final class Container: Sendable {
     /// database: each write that deletes compacts older ones away, and a token from before them is
     /// CHANGE_TOKEN_EXPIRED. nil keeps every deletion until `compactChangeHistory` is called.
     public convenience init(
-        containerIdentifier: String, path: String? = nil, changeHistoryRetention: Int? = nil,
+        containerIdentifier: String, path: String? = nil, changeHistoryRetention: Int? = nil, assetPolicy: AssetPolicy = AssetPolicy(),
         clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
     ) throws(ContainerError) {
         let storage: any ContainerStorage = if let path { try SQLiteContainerStorage(path: path) } else { MemoryContainerStorage() }
-        try self.init(containerIdentifier: containerIdentifier, storage: storage, changeHistoryRetention: changeHistoryRetention, clock: clock)
+        try self.init(containerIdentifier: containerIdentifier, storage: storage, changeHistoryRetention: changeHistoryRetention,
+                      assetPolicy: assetPolicy, clock: clock)
     }
 
     /// A container on `storage` (tests run the container's suites on each storage this way).
     init(
-        containerIdentifier: String, storage: any ContainerStorage, changeHistoryRetention: Int? = nil,
+        containerIdentifier: String, storage: any ContainerStorage, changeHistoryRetention: Int? = nil, assetPolicy: AssetPolicy = AssetPolicy(),
         clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
     ) throws(ContainerError) {
         self.containerIdentifier = containerIdentifier
         self.storage = storage
         self.changeHistoryRetention = changeHistoryRetention.map { max($0, 0) }
+        self.assetPolicy = assetPolicy
         self.clock = clock
+        if try storage.read({ tx throws(ContainerError) in try tx.holdsAssetBlobs() }) { assetsHeld.store(true, ordering: .relaxed) }
         try restoreSubscriptions()
     }
 

@@ -5,6 +5,7 @@ extension ContainerDatabase {
     /// Saves records as `forceReplace` operations, 200 a transaction (Web Services' limit), creating
     /// the custom zones they name first: for loading a records file into a container. Each record
     /// gets a new change tag, enters its zone's change history and fires subscriptions, as any save.
+    /// Asset values `{"$file": "PATH"}` are uploaded from those files first.
     /// `progress` is called with the number of records done. Returns the operations that failed.
     public func importRecords(_ records: [Record], progress: (Int) -> Void = { _ in }) throws(ContainerError) -> [RecordResult] {
         let zones = Set(records.map(\.recordID.zoneID)).filter { !$0.isDefaultZone }.sorted { $0.zoneName < $1.zoneName }
@@ -13,7 +14,7 @@ extension ContainerDatabase {
         var start = 0
         while start < records.count {
             let chunk = records[start..<min(start + Self.maximumOperations, records.count)].map { RecordOperation(kind: .forceReplace, record: $0) }
-            failures += try modify(chunk, atomic: false).results.filter { $0.error != nil }
+            failures += try modify(try uploadingFiles(chunk), atomic: false).results.filter { $0.error != nil }
             start += chunk.count
             progress(start)
         }

@@ -34,8 +34,8 @@ extension ContainerDatabase {
         _ operations: [RecordOperation], atomic: Bool = true, device: String? = nil, durably: Bool = true
     ) throws(ContainerError) -> ModifyResult {
         // Only a private database's zones have two spellings: elsewhere the operations stand.
-        let operations = scope == .private ? operations.map { RecordOperation(kind: $0.kind, record: canonical($0.record)) } : operations
-        guard operations.count <= Self.maximumOperations else {
+        let requested = scope == .private ? operations.map { RecordOperation(kind: $0.kind, record: canonical($0.record)) } : operations
+        guard requested.count <= Self.maximumOperations else {
             throw ContainerError(.limitExceeded, "a modify takes at most \(Self.maximumOperations) operations, not \(operations.count)")
         }
         // The operations by zone, zones in order of first appearance. Found by comparing, not
@@ -43,11 +43,11 @@ extension ContainerDatabase {
         var groups: [(zone: ZoneID, indices: [Int])] = []
         var seen: Set<RecordID> = []
         // By position: enumerating copied each operation, its record with it.
-        for index in operations.indices {
-            let id = operations[index].record.recordID
+        for index in requested.indices {
+            let id = requested[index].record.recordID
             guard !id.recordName.isEmpty else { throw ContainerError(.badRequest, "operation \(index) has an empty recordName") }
             // A lone operation repeats no other: not hashed.
-            guard operations.count == 1 || seen.insert(id).inserted else {
+            guard requested.count == 1 || seen.insert(id).inserted else {
                 throw ContainerError(.badRequest, "record '\(id.recordName)' appears in more than one operation (one operation per record)")
             }
             if let group = groups.lastIndex(where: { $0.zone == id.zoneID }) {
@@ -59,13 +59,17 @@ extension ContainerDatabase {
         let now = container.clock()
         let user = actingUser
         let queryStore = container.queryStore(key)
+        let savesAssets = requested.contains { $0.record.holdsAssets }
         return try container.write(durably: durably) { state, tx throws(ContainerError) -> (ModifyResult, Container.QueryStoreUpdate?) in
             // Each operation's result, "not applied" until the modify decides it.
-            var results = operations.map { RecordResult.failed($0.record.recordID, ContainerError(.internalError, "not applied")) }
+            var results = requested.map { RecordResult.failed($0.record.recordID, ContainerError(.internalError, "not applied")) }
             // The changes to commit, and beside each the operation that caused it.
             var changes: [RecordChange] = []
             var causes: [Int] = []
             let stored = try tx.database(key)
+            // Asset values with receipts become stored assets (SPEC §12) before anything is staged.
+            let assets = savesAssets ? try resolveAssets(requested, tx: tx, database: stored, now: now) : nil
+            let operations = assets?.operations ?? requested
             // Change `position` of the modify takes this sequence plus `position` (a new
             // database starts at 0).
             let firstSequence = (stored?.sequence ?? 0) + 1
@@ -79,8 +83,8 @@ extension ContainerDatabase {
                     continue
                 }
                 // The zones' changes follow one another.
-                let staged = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, tx: tx, database: stored, user: user, now: now,
-                                       firstSequence: firstSequence + Int64(changes.count))
+                let staged = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, failed: assets?.errors ?? [:], tx: tx,
+                                       database: stored, user: user, now: now, firstSequence: firstSequence + Int64(changes.count))
                 // One zone's changes are taken as they are rather than copied into empty lists.
                 if changes.isEmpty {
                     changes = staged.changes
@@ -128,6 +132,9 @@ extension ContainerDatabase {
                 if !id.zoneID.isDefaultZone { zoneChanged[id.zoneID] = sequence }
             }
             if !saves.isEmpty { try tx.saveRecords(consume saves, in: database) }
+            if assets != nil || container.assetsHeld.load(ordering: .relaxed) {
+                try commitAssets(changes, receipts: assets?.receipts ?? [:], results: results, tx: tx, database: database, now: now)
+            }
             for (zoneID, sequence) in zoneChanged {
                 guard var zone = try tx.zone(zoneID, in: database) else { continue }
                 zone.changedSequence = sequence
@@ -170,10 +177,11 @@ extension ContainerDatabase {
     /// Atomic: any failure fails them all. Otherwise operations that break a reference rule are
     /// left out and the rest staged again, until none does.
     private func stage(
-        _ operations: [RecordOperation], _ indices: [Int], in zone: ZoneID, atomic: Bool,
+        _ operations: [RecordOperation], _ indices: [Int], in zone: ZoneID, atomic: Bool, failed: [Int: ContainerError],
         tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64, firstSequence: Int64
     ) throws(ContainerError) -> (changes: [RecordChange], causes: [Int], errors: [Int: ContainerError]) {
-        var excluded: [Int: ContainerError] = [:]
+        // Operations that failed before staging (their assets) stay out, as reference violations do.
+        var excluded = failed.isEmpty ? [:] : failed.filter { indices.contains($0.key) }
         while true {
             var staging = ZoneStaging(zoneID: zone, tx: tx, database: database, user: user, now: now, firstSequence: firstSequence)
             staging.reserveCapacity(indices.count)

@@ -47,6 +47,7 @@ public struct ContainerDatabase: Sendable {
             }
             let sequence = database.sequence + 1
             try tx.deleteZone(zoneID, sequence: sequence, in: database)
+            if container.assetsHeld.load(ordering: .relaxed) { try tx.deleteAssetReferences(in: zoneID, of: database, now: container.clock()) }
             try tx.setSequence(sequence, of: database)
             if let keep = container.changeHistoryRetention { _ = try tx.compactHistory(of: database, keepingLast: keep) }
             let fired = try container.changeSubscriptionSet(key, &state, tx) { set throws(ContainerError) -> [Subscription] in

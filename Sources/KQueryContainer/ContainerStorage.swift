@@ -61,7 +61,7 @@ struct StoredZone: Hashable, Sendable {
 }
 
 /// The reads a request makes, inside one transaction.
-protocol StorageTransaction {
+protocol StorageTransaction: AssetReads {
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase?
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone?
     func zones(in database: StoredDatabase) throws(ContainerError) -> [StoredZone]
@@ -90,7 +90,7 @@ protocol StorageTransaction {
 }
 
 /// The writes a request makes, inside one transaction.
-protocol StorageWriteTransaction: StorageTransaction {
+protocol StorageWriteTransaction: StorageTransaction, AssetWrites {
     func createDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError)
     /// Creates or updates the zone (and forgets a tombstone of its name).

@@ -294,6 +294,8 @@ final class MemoryState {
     @exclusivity(unchecked) var outboxHead = 0
     /// The `DeliveryChannel` bits of entries some channels have acknowledged but not all.
     @exclusivity(unchecked) var outboxDelivered: [Int64: Int] = [:]
+    /// Uploads, receipts, blobs and references (SPEC §12).
+    let assets = MemoryAssets()
 
     func database(_ stored: StoredDatabase) -> MemoryDatabase? {
         if let lastDatabase, lastDatabase.stored.id == stored.id { return lastDatabase }

@@ -141,6 +141,7 @@ final class SQLiteContainerStorage: ContainerStorage {
         if !outboxColumns.contains("collapseID") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN collapseID TEXT") }
         if !outboxColumns.contains("excludedDevice") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN excludedDevice TEXT") }
         if !outboxColumns.contains("delivered") { try db.execute(sql: "ALTER TABLE outbox ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0") }
+        try db.execute(sql: SQLiteAssets.schema)
         // A web courier poll reads one user's pushes: by owner, in queue order.
         try db.execute(sql: "CREATE INDEX IF NOT EXISTS outbox_by_owner ON outbox (owner, id)")
         try db.execute(sql: "INSERT OR IGNORE INTO container_meta (key, value) VALUES ('format', ?)", arguments: [formatVersion])
@@ -167,6 +168,15 @@ final class SQLiteContainerStorage: ContainerStorage {
             return try writer.read { db in
                 try SQLiteTransaction(db: db, name: name).pendingNotifications(for: channels, recipient: recipient, limit: limit)
             }
+        } catch {
+            throw Self.storageError(error, name: name)
+        }
+    }
+
+    /// Reads assets from the file: they are not mirrored (their bytes are read a chunk at a time).
+    fileprivate func readAssets<T>(_ body: (SQLiteAssets) throws -> T) throws(ContainerError) -> T {
+        do {
+            return try writer.read { db in try body(SQLiteAssets(db: db)) }
         } catch {
             throw Self.storageError(error, name: name)
         }
@@ -283,6 +293,21 @@ private struct MirrorReadTransaction: StorageTransaction {
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] { try mirror.subscriptions(in: database) }
     func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError) -> [OutboxNotification] {
         try file.pendingNotifications(for: channels, recipient: recipient, limit: limit)
+    }
+    func assetUpload(_ token: String) throws(ContainerError) -> AssetUploadTicket? {
+        try file.readAssets { tx in try tx.upload(token) }
+    }
+    func assetReceipt(_ receipt: String) throws(ContainerError) -> AssetReceiptEntry? {
+        try file.readAssets { tx in try tx.receipt(receipt) }
+    }
+    func assetBlob(_ contentHash: String) throws(ContainerError) -> AssetBlob? {
+        try file.readAssets { tx in try tx.blob(contentHash) }
+    }
+    func assetChunk(_ owner: String, index: Int) throws(ContainerError) -> [UInt8]? {
+        try file.readAssets { tx in try tx.chunk(owner, index: index) }
+    }
+    func holdsAssetBlobs() throws(ContainerError) -> Bool {
+        try file.readAssets { tx in try tx.holdsBlobs() }
     }
 }
 
@@ -869,5 +894,33 @@ private struct SQLiteTransaction: StorageWriteTransaction {
             try db.cachedStatement(sql: "UPDATE databases SET horizon = ? WHERE id = ?").execute(arguments: [horizon, database.id])
             return horizon
         }
+    }
+}
+
+/// A file transaction's assets: SQL on the file, never journaled (the mirror holds no assets).
+extension SQLiteTransaction {
+    private var assets: SQLiteAssets { SQLiteAssets(db: db) }
+
+    func assetUpload(_ token: String) throws(ContainerError) -> AssetUploadTicket? { try sql { try assets.upload(token) } }
+    func assetReceipt(_ receipt: String) throws(ContainerError) -> AssetReceiptEntry? { try sql { try assets.receipt(receipt) } }
+    func assetBlob(_ contentHash: String) throws(ContainerError) -> AssetBlob? { try sql { try assets.blob(contentHash) } }
+    func assetChunk(_ owner: String, index: Int) throws(ContainerError) -> [UInt8]? { try sql { try assets.chunk(owner, index: index) } }
+    func holdsAssetBlobs() throws(ContainerError) -> Bool { try sql { try assets.holdsBlobs() } }
+    func saveAssetUpload(_ ticket: AssetUploadTicket) throws(ContainerError) { try sql { try assets.saveUpload(ticket) } }
+    func saveAssetChunk(_ owner: String, index: Int, bytes: [UInt8]) throws(ContainerError) {
+        try sql { try assets.saveChunk(owner, index: index, bytes: bytes) }
+    }
+    func deleteAssetChunks(_ owner: String) throws(ContainerError) { try sql { try assets.deleteChunks(owner) } }
+    func moveAssetChunks(from owner: String, to newOwner: String) throws(ContainerError) { try sql { try assets.moveChunks(from: owner, to: newOwner) } }
+    func saveAssetBlob(_ blob: AssetBlob) throws(ContainerError) { try sql { try assets.saveBlob(blob) } }
+    func saveAssetReceipt(_ entry: AssetReceiptEntry) throws(ContainerError) { try sql { try assets.saveReceipt(entry) } }
+    func setAssetReferences(_ record: RecordID, to hashes: Set<String>, in database: StoredDatabase, now: Int64) throws(ContainerError) {
+        try sql { try assets.setReferences(record, to: hashes, database: database.id, now: now) }
+    }
+    func deleteAssetReferences(in zoneID: ZoneID, of database: StoredDatabase, now: Int64) throws(ContainerError) {
+        try sql { try assets.deleteReferences(in: zoneID, database: database.id, now: now) }
+    }
+    func collectAssets(now: Int64, gracePeriod: Int64) throws(ContainerError) -> AssetCollection {
+        try sql { try assets.collect(now: now, gracePeriod: gracePeriod) }
     }
 }

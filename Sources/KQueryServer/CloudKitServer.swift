@@ -33,7 +33,7 @@ public final class CloudKitServer: Sendable {
     /// The database operations: POST unless listed in `getOperations`.
     static let postOperations = [
         "records/query", "records/modify", "records/lookup", "records/changes", "changes/database", "changes/zone",
-        "zones/lookup", "zones/modify", "zones/changes", "subscriptions/lookup", "subscriptions/modify",
+        "zones/lookup", "zones/modify", "zones/changes", "subscriptions/lookup", "subscriptions/modify", "assets/upload", "assets/rereference",
     ]
     static let getOperations = ["zones/list", "subscriptions/list", "users/current"]
     /// Where the web courier listens, as Apple's does (`/aps?tok=...&ttl=43200`).
@@ -41,7 +41,7 @@ public final class CloudKitServer: Sendable {
 
     public init(configuration: ServerConfiguration) throws(ServerError) {
         self.configuration = configuration
-        containers = try ContainerDirectory(path: configuration.dataDirectory)
+        containers = try ContainerDirectory(path: configuration.dataDirectory, assetPolicy: configuration.assetPolicy)
         secret = try ServerSecret(directory: configuration.dataDirectory)
         authentication = Authentication(
             apiTokens: configuration.apiTokens, serverKeys: configuration.serverKeys, secret: secret,
@@ -82,6 +82,7 @@ public final class CloudKitServer: Sendable {
             }
         }
         router.get(RouterPath(Self.courierPath)) { request, context in await self.courierPoll(request, context) }
+        assetRoutes(router)
         return router
     }
 
@@ -140,7 +141,7 @@ public final class CloudKitServer: Sendable {
     /// The services `run` runs together: the application and, when configured, APNs delivery.
     public func services(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> (application: some ApplicationProtocol, all: [any Service]) {
         let application = application(onServerRunning: onServerRunning)
-        var all: [any Service] = [application]
+        var all: [any Service] = [application, AssetCollector(containers: containers, interval: configuration.assetCollectionInterval)]
         if let apns { all.append(apns) }
         return (application, all)
     }
@@ -162,8 +163,8 @@ public final class CloudKitServer: Sendable {
                 throw ServerError.badRequest("the database must be public, private or shared")
             }
             let user = try self.authenticate(request, context, body: body.bytes, scope: scope)
-            if operation == "users/current", user == nil {
-                throw ServerError.authenticationRequired("users/current needs a signed-in user (ckWebAuthToken)")
+            if operation == "users/current" || operation.hasPrefix("assets/"), user == nil {
+                throw ServerError.authenticationRequired("\(operation) needs a signed-in user (ckWebAuthToken)")
             }
             let containerIdentifier = context.parameters.get("container") ?? ""
             let container = try self.containers.container(containerIdentifier)
@@ -173,7 +174,8 @@ public final class CloudKitServer: Sendable {
             }
             let learnedSchema = self.configuration.schema == nil && operation == "records/modify"
                 ? try self.containers.learnedSchema(containerIdentifier) : nil
-            let service = DatabaseService(database: database, schema: self.configuration.schema, learnedSchema: learnedSchema)
+            let service = DatabaseService(database: database, schema: self.configuration.schema, learnedSchema: learnedSchema,
+                                          assetLinks: self.assetLinks(request, containerIdentifier: containerIdentifier))
             let json = try body.json()
             let answer: ServiceAnswer
             if operation == "records/query", database.queriesAreInMemory {

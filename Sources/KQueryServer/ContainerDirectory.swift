@@ -10,8 +10,11 @@ public final class ContainerDirectory: Sendable {
     public let path: String
     private let opened = Locked<[String: Container]>([:])
     private let learned = Locked<[String: LearnedSchema]>([:])
+    /// The asset limits and lifetimes every container opened here keeps.
+    let assetPolicy: AssetPolicy
 
-    public init(path: String) throws(ServerError) {
+    public init(path: String, assetPolicy: AssetPolicy = AssetPolicy()) throws(ServerError) {
+        self.assetPolicy = assetPolicy
         var isDirectory: ObjCBool = false
         if !FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
             do {
@@ -45,7 +48,7 @@ public final class ContainerDirectory: Sendable {
             if let container = containers[identifier] { return container }
             let file = (path as NSString).appendingPathComponent("\(identifier).\(Self.fileExtension)")
             do throws(ContainerError) {
-                let container = try Container(containerIdentifier: identifier, path: file)
+                let container = try Container(containerIdentifier: identifier, path: file, assetPolicy: assetPolicy)
                 containers[identifier] = container
                 return container
             } catch {

@@ -1,4 +1,5 @@
 import KQuery
+import KQueryContainer
 import KQueryStore
 import KQueryWebServices
 
@@ -43,6 +44,13 @@ public struct ServerConfiguration: Sendable {
     /// APNs delivery; nil turns it off (the web courier alone then delivers, and decides when a
     /// push leaves the outbox).
     public var apns: APNsConfiguration?
+    /// Asset limits and lifetimes (SPEC §12): 50 MB an asset, upload URLs for 15 minutes, receipts
+    /// for an hour, unreferenced bytes kept a day.
+    public var assetPolicy = AssetPolicy()
+    /// How long a record's asset `downloadURL` works, in seconds (SPEC §12's Decision: an hour).
+    public var assetDownloadLifetime: Double = 3600
+    /// How often expired uploads and unreferenced assets are collected.
+    public var assetCollectionInterval: Duration = .seconds(600)
 
     public init(dataDirectory: String) {
         self.dataDirectory = dataDirectory

@@ -55,12 +55,19 @@ package struct DatabaseService: Sendable {
     /// Without a schema, the one the container learns from its saves (CloudKit's development
     /// behaviour: a field's first save fixes its type).
     package let learnedSchema: LearnedSchema?
+    /// The server's asset URLs: records read through it show download URLs, and `assets/upload`
+    /// is served (nil: assets are shown as stored and uploads are refused).
+    package let assetLinks: AssetLinks?
 
-    package init(database: ContainerDatabase, schema: Schema? = nil, learnedSchema: LearnedSchema? = nil) {
+    package init(database: ContainerDatabase, schema: Schema? = nil, learnedSchema: LearnedSchema? = nil, assetLinks: AssetLinks? = nil) {
         self.database = database
         self.schema = schema
         self.learnedSchema = learnedSchema
+        self.assetLinks = assetLinks
     }
+
+    /// The links that present this database's records' assets, when it may hold any.
+    private var presentsAssets: AssetLinks? { database.container.holdsAssets ? assetLinks : nil }
 
     /// Refuses a request body that is not a JSON object (every operation that takes a body).
     package static func requireObject(_ body: JSON) throws(ServerError) {
@@ -89,6 +96,8 @@ package struct DatabaseService: Sendable {
             case "subscriptions/lookup": return try lookupSubscriptions(body)
             case "subscriptions/modify": return try modifySubscriptions(body)
             case "users/current": return ServiceAnswer(json: .object([("userRecordName", .string(database.userRecordName ?? ""))]))
+            case "assets/upload": return try requestAssetUploads(body)
+            case "assets/rereference": return try rereferenceAssets(body)
             default: throw ContainerError(.notFound, "no operation '\(operation)'")
             }
         } catch {
@@ -101,8 +110,9 @@ package struct DatabaseService: Sendable {
     func query(_ body: JSON) throws(ServerError) -> ServiceAnswer {
         let request = try QueryRequest(webServicesJSON: body)
         try schema?.check(request.query)
-        let result: QueryResult
+        var result: QueryResult
         do throws(ContainerError) { result = try database.query(request.query, cursor: request.cursor) } catch { throw ServerError(error) }
+        if let links = presentsAssets { result.records = result.records.map(links.presenting) }
         // `{"records":[...],"continuationMarker":"..."}`, the records written straight to bytes.
         var out: [UInt8] = []
         out.reserveCapacity(64 + 512 * result.records.count)
@@ -159,6 +169,8 @@ package struct DatabaseService: Sendable {
 
     /// The `records/modify` answer for a committed modify.
     package func answer(_ request: PreparedModify, _ result: ModifyResult) -> ServiceAnswer {
+        var result = result
+        if let links = presentsAssets { result.results = result.results.map { links.presenting($0) } }
         let json = result.webServicesJSON(desiredKeys: request.desiredKeys)
         if request.atomic, result.results.contains(where: { $0.error?.code == .atomicError }) {
             var error = ServerError("ATOMIC_ERROR", "an operation of an atomic zone failed, so none of that zone's were applied", httpStatus: 400)
@@ -179,7 +191,8 @@ package struct DatabaseService: Sendable {
             ids.append(RecordID(recordName: name, zoneID: try element["zoneID"].map(zoneID) ?? zone))
         }
         let desiredKeys = try keys(body["desiredKeys"])
-        let results = try database.lookup(ids)
+        var results = try database.lookup(ids)
+        if let links = presentsAssets { results = results.map { links.presenting($0) } }
         return ServiceAnswer(json: .object([("records", .array(results.map { $0.webServicesJSON(desiredKeys: desiredKeys) }))]))
     }
 
@@ -187,7 +200,8 @@ package struct DatabaseService: Sendable {
 
     func recordChanges(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
         guard let zoneJSON = body["zoneID"] else { throw ContainerError(.badRequest, "records/changes needs a \"zoneID\"") }
-        let changes = try database.zoneChanges(try zoneID(zoneJSON), since: try token(body["syncToken"]), resultsLimit: try limit(body["resultsLimit"]))
+        var changes = try database.zoneChanges(try zoneID(zoneJSON), since: try token(body["syncToken"]), resultsLimit: try limit(body["resultsLimit"]))
+        if let links = presentsAssets { changes.changes = changes.changes.map { links.presenting($0) } }
         return ServiceAnswer(json: changes.webServicesJSON(desiredKeys: try keys(body["desiredKeys"])))
     }
 
@@ -202,7 +216,8 @@ package struct DatabaseService: Sendable {
             do throws(ContainerError) {
                 let entryLimit = entry["resultsLimit"] == nil ? sharedLimit : try limit(entry["resultsLimit"])
                 let entryKeys = entry["desiredKeys"] == nil ? sharedKeys : try keys(entry["desiredKeys"])
-                let changes = try database.zoneChanges(zone, since: try token(entry["syncToken"]), resultsLimit: entryLimit)
+                var changes = try database.zoneChanges(zone, since: try token(entry["syncToken"]), resultsLimit: entryLimit)
+                if let links = presentsAssets { changes.changes = changes.changes.map { links.presenting($0) } }
                 answers.append(changes.webServicesJSON(desiredKeys: entryKeys))
             } catch {
                 answers.append(.object([("zoneID", zone.json)] + error.webServicesMembers))
@@ -320,6 +335,65 @@ package struct DatabaseService: Sendable {
             }
         }
         return ServiceAnswer(json: .object([("subscriptions", .array(answers))]))
+    }
+
+    // MARK: Assets
+
+    /// `assets/upload`: `{zoneID?, tokens: [{recordName?, recordType?, fieldName}]}` answers
+    /// `{tokens: [{recordName, fieldName, url}]}` in request order.
+    func requestAssetUploads(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        guard let assetLinks else { throw ContainerError(.notFound, "assets/upload is served by kquery serve") }
+        guard case .array(let tokens)? = body["tokens"] else { throw ContainerError(.badRequest, "assets/upload needs a \"tokens\" array") }
+        var requests: [AssetFieldRequest] = []
+        for (index, token) in tokens.enumerated() {
+            guard case .object = token else { throw ContainerError(.badRequest, "tokens[\(index)] must be an object, not \(token.kindName)") }
+            guard let fieldName = token["fieldName"]?.stringValue else { throw ContainerError(.badRequest, "tokens[\(index)] needs a \"fieldName\" string") }
+            let recordName = try optionalString(token["recordName"], "tokens[\(index)].recordName")
+            let recordType = try optionalString(token["recordType"], "tokens[\(index)].recordType")
+            requests.append(AssetFieldRequest(recordName: recordName, recordType: recordType, fieldName: fieldName))
+        }
+        let tickets = try database.requestAssetUploads(requests, in: try body["zoneID"].map(zoneID) ?? .default)
+        let answers: [JSON] = tickets.map { ticket in
+            .object([("recordName", .string(ticket.binding.recordName)), ("fieldName", .string(ticket.binding.fieldName)),
+                     ("url", .string(assetLinks.upload(ticket.token)))])
+        }
+        return ServiceAnswer(json: .object([("tokens", .array(answers))]))
+    }
+
+    /// `assets/rereference`: `{zoneID?, assets: [{recordName, fieldName}]}` answers `{assets: [...]}`,
+    /// a fresh asset dictionary (with a receipt) or a per-item error for each, in order.
+    func rereferenceAssets(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
+        guard case .array(let items)? = body["assets"] else { throw ContainerError(.badRequest, "assets/rereference needs an \"assets\" array") }
+        var fields: [(recordName: String, fieldName: String, index: Int?)] = []
+        for (index, item) in items.enumerated() {
+            guard let recordName = item["recordName"]?.stringValue, !recordName.isEmpty, let fieldName = item["fieldName"]?.stringValue else {
+                throw ContainerError(.badRequest, "assets[\(index)] needs \"recordName\" and \"fieldName\" strings")
+            }
+            var position: Int?
+            if let indexJSON = item["index"], indexJSON != .null {
+                guard let value = indexJSON.int64Value, value >= 0, value < Int64(Int32.max) else {
+                    throw ContainerError(.badRequest, "assets[\(index)].index must be a non-negative integer")
+                }
+                position = Int(value)
+            }
+            fields.append((recordName, fieldName, position))
+        }
+        let results = try database.rereferenceAssets(fields, in: try body["zoneID"].map(zoneID) ?? .default)
+        let answers: [JSON] = zip(fields, results).map { field, result in
+            switch result {
+            case .success(let asset): asset.webServicesJSON
+            case .failure(let error): .object([("recordName", .string(field.recordName)), ("fieldName", .string(field.fieldName))] + error.webServicesMembers)
+            }
+        }
+        return ServiceAnswer(json: .object([("assets", .array(answers))]))
+    }
+
+    func optionalString(_ json: JSON?, _ name: String) throws(ContainerError) -> String? {
+        switch json {
+        case nil, .null?: return nil
+        case .string(let text)? where !text.isEmpty: return text
+        case let other?: throw ContainerError(.badRequest, "\(name) must be a non-empty string, not \(other.serialized.prefix(40))")
+        }
     }
 
     // MARK: Reading request members

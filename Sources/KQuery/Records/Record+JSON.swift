@@ -199,6 +199,8 @@ extension FieldValue {
 
     /// Reads a value of the named Web Services type (`STRING`, `INT64_LIST`, ...).
     public init(json: JSON, typeName: String) throws(RecordDecodingError) {
+        // Clients also spell assets ASSET and ASSET_LIST (MistKit's request enum); answers say ASSETID.
+        let typeName = typeName == "ASSET" ? "ASSETID" : typeName == "ASSET_LIST" ? "ASSETID_LIST" : typeName
         if typeName.hasSuffix("_LIST") {
             guard let type = FieldType(rawValue: String(typeName.dropLast(5))) else {
                 throw RecordDecodingError("unknown field type '\(typeName)'")
@@ -260,8 +262,12 @@ extension FieldValue {
                 self = .location(try Location(json: json))
             } else if json["recordName"] != nil {
                 self = .reference(try Reference(json: json))
+            } else if json["receipt"] != nil || json["fileChecksum"] != nil || json["$file"] != nil {
+                // An asset dictionary: Apple's own example and CloudKit JS save one with no "type"
+                // (`$file`: a local file the command line uploads first).
+                self = .assetID(json.serialized)
             } else {
-                throw RecordDecodingError("cannot infer a field type for an object without latitude/longitude or recordName")
+                throw RecordDecodingError("cannot infer a field type for an object without latitude/longitude, recordName or an asset's receipt")
             }
         case .array(let elements):
             var values: [FieldValue] = []

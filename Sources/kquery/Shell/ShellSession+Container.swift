@@ -153,7 +153,7 @@ extension ShellSession {
     /// A save or delete through the container: its result, then each push it queued.
     func performInContainer(_ operation: RecordOperation) -> ShellReply {
         withCurrentDatabase { opened throws(ContainerError) in
-            let result = try opened.modify([operation])
+            let result = try opened.modify(try opened.uploadingFiles([operation]))
             if let error = result.results.first?.error { throw error }
             var out = ""
             for notification in result.notifications {

@@ -1,0 +1,234 @@
+import Crypto
+import KQuery
+import Synchronization
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+extension AssetPolicy {
+    /// Bytes per stored chunk: an upload is written and a download read a chunk at a time. Fixed:
+    /// stored blobs are read by it.
+    public static let chunkSize = 1 << 20
+}
+
+extension Container {
+    /// Whether the container has ever stored an asset (until then no record holds one).
+    public var holdsAssets: Bool { assetsHeld.load(ordering: .relaxed) }
+
+    /// Starts taking the bytes of the upload `token` names (the upload URL's request body). The
+    /// token must be known, unexpired and unused, and not being uploaded to by another request.
+    /// Append the bytes, then `finish()` for the client's `singleFile` dictionary, or `abandon()`.
+    public func beginAssetUpload(token: String, contentType: String?) throws(ContainerError) -> AssetUploadWriter {
+        let now = clock()
+        let ticket = try storage.read { tx throws(ContainerError) in try tx.assetUpload(token) }
+        guard let ticket, ticket.expires > now else {
+            throw ContainerError(.notFound, "this upload URL is unknown or has expired (upload URLs last \(assetPolicy.uploadLifetime / 60_000) minutes): ask assets/upload for another")
+        }
+        guard ticket.state != .received else {
+            throw ContainerError(.badRequest, "this upload URL was used already: ask assets/upload for another")
+        }
+        guard uploadsInProgress.withLock({ $0.insert(token).inserted }) else {
+            throw ContainerError(.badRequest, "another request is uploading to this URL")
+        }
+        do throws(ContainerError) {
+            // Chunks a crashed upload left behind go first.
+            try write(durably: false) { _, tx throws(ContainerError) in try tx.deleteAssetChunks(AssetChunks.uploadOwner(token)) }
+        } catch {
+            uploadsInProgress.withLock { _ = $0.remove(token) }
+            throw error
+        }
+        let type = contentType.map { $0.trimmingCharacters(in: .whitespaces) }.flatMap { $0.isEmpty || $0.utf8.count > 255 ? nil : $0 }
+        return AssetUploadWriter(container: self, ticket: ticket, contentType: type ?? "application/octet-stream")
+    }
+
+    /// A stored blob's facts, if it is stored.
+    public func assetBlob(_ contentHash: String) throws(ContainerError) -> AssetBlob? {
+        guard StoredAsset.isContentHash(contentHash) else { return nil }
+        return try storage.read { tx throws(ContainerError) in try tx.assetBlob(contentHash) }
+    }
+
+    /// Chunk `index` of a stored blob (`AssetPolicy.chunkSize` bytes, the last one fewer).
+    public func assetChunk(_ contentHash: String, index: Int) throws(ContainerError) -> [UInt8]? {
+        guard StoredAsset.isContentHash(contentHash) else { return nil }
+        return try storage.read { tx throws(ContainerError) in try tx.assetChunk(contentHash, index: index) }
+    }
+
+    /// Calls `body` with the blob's bytes in `range` (all of them for nil), a chunk at a time.
+    public func readAsset(_ contentHash: String, range: Range<Int64>? = nil, _ body: ([UInt8]) throws -> Void) throws {
+        guard let blob = try assetBlob(contentHash) else { throw ContainerError(.notFound, "no asset \(contentHash)") }
+        let range = range ?? 0..<blob.size
+        guard range.lowerBound >= 0, range.upperBound <= blob.size else { throw ContainerError(.badRequest, "range \(range) is outside the asset's \(blob.size) bytes") }
+        let chunkSize = Int64(AssetPolicy.chunkSize)
+        var offset = range.lowerBound
+        while offset < range.upperBound {
+            let index = Int(offset / chunkSize)
+            guard let chunk = try assetChunk(contentHash, index: index) else {
+                throw ContainerError(.internalError, "asset \(contentHash) is missing its chunk \(index)")
+            }
+            let start = Int(offset - Int64(index) * chunkSize)
+            let end = min(chunk.count, Int(range.upperBound - Int64(index) * chunkSize))
+            guard start < end else { throw ContainerError(.internalError, "asset \(contentHash) has a short chunk \(index)") }
+            try body(Array(chunk[start..<end]))
+            offset += Int64(end - start)
+        }
+    }
+
+    /// Removes expired upload tickets and their bytes, spent and expired receipts, and blobs no
+    /// record has referred to for `assetPolicy.gracePeriod` (SPEC §12).
+    @discardableResult
+    public func collectAssets() throws(ContainerError) -> AssetCollection {
+        let now = clock()
+        let grace = assetPolicy.gracePeriod
+        return try write { _, tx throws(ContainerError) in try tx.collectAssets(now: now, gracePeriod: grace) }
+    }
+}
+
+/// The bytes of one upload, on their way into the container: appended in order, hashed as they
+/// come, written a chunk at a time (so an asset never sits whole in memory), and turned into a
+/// blob and a receipt by `finish()`. Used by one task at a time.
+public final class AssetUploadWriter: @unchecked Sendable {
+    let container: Container
+    public let ticket: AssetUploadTicket
+    let contentType: String
+    private var sha256 = SHA256()
+    private var sha1 = Insecure.SHA1()
+    private var pending: [UInt8] = []
+    private var chunks = 0
+    /// Bytes received so far.
+    public private(set) var size: Int64 = 0
+    private var ended = false
+
+    init(container: Container, ticket: AssetUploadTicket, contentType: String) {
+        self.container = container
+        self.ticket = ticket
+        self.contentType = contentType
+        pending.reserveCapacity(AssetPolicy.chunkSize)
+    }
+
+    deinit { if !ended { abandon() } }
+
+    private var owner: String { AssetChunks.uploadOwner(ticket.token) }
+
+    /// Takes the next bytes; throws QUOTA_EXCEEDED once the asset passes the size limit (the
+    /// upload is then abandoned).
+    public func append(_ bytes: some Collection<UInt8>) throws(ContainerError) {
+        guard !ended else { throw ContainerError(.badRequest, "the upload has ended") }
+        size += Int64(bytes.count)
+        guard size <= container.assetPolicy.maximumSize else {
+            abandon()
+            throw ContainerError(.quotaExceeded, "the asset is larger than \(container.assetPolicy.maximumSize) bytes")
+        }
+        var rest = bytes[...]
+        while !rest.isEmpty {
+            let taken = rest.prefix(AssetPolicy.chunkSize - pending.count)
+            pending.append(contentsOf: taken)
+            rest = rest.dropFirst(taken.count)
+            if pending.count == AssetPolicy.chunkSize { try flush() }
+        }
+    }
+
+    /// Writes the pending chunk (not yet durable: `finish` makes the whole upload durable at once).
+    private func flush() throws(ContainerError) {
+        guard !pending.isEmpty else { return }
+        pending.withUnsafeBytes { bytes in
+            sha256.update(bufferPointer: bytes)
+            sha1.update(bufferPointer: bytes)
+        }
+        let chunk = pending, index = chunks, owner = owner
+        try container.write(durably: false) { _, tx throws(ContainerError) in try tx.saveAssetChunk(owner, index: index, bytes: chunk) }
+        chunks += 1
+        pending.removeAll(keepingCapacity: true)
+    }
+
+    /// Stores the bytes as a blob (once per content: the same bytes uploaded again are kept once),
+    /// issues the receipt the client saves in its record, and returns the `singleFile`
+    /// dictionary. Durable when it returns.
+    public func finish() throws(ContainerError) -> UploadedAsset {
+        guard !ended else { throw ContainerError(.badRequest, "the upload has ended") }
+        do throws(ContainerError) {
+            try flush()
+        } catch {
+            abandon()
+            throw error
+        }
+        let contentHash = AssetSecrets.hex(Array(sha256.finalize()))
+        let asset = StoredAsset(fileChecksum: AssetSecrets.fileChecksum(sha1: Array(sha1.finalize())), size: size, contentHash: contentHash)
+        let ticket = ticket, owner = owner, contentType = contentType, container = container
+        let now = container.clock()
+        let database = try container.database(ticket.binding.database.scope, environment: ticket.binding.database.environment,
+                                              user: ticket.binding.database.userRecordName.isEmpty ? nil : ticket.binding.database.userRecordName)
+        do throws(ContainerError) {
+            let uploaded = try container.write { _, tx throws(ContainerError) -> UploadedAsset in
+                if try tx.assetBlob(contentHash) != nil {
+                    try tx.deleteAssetChunks(owner)
+                } else {
+                    try tx.saveAssetBlob(AssetBlob(contentHash: contentHash, size: asset.size, fileChecksum: asset.fileChecksum, contentType: contentType, released: now))
+                    try tx.moveAssetChunks(from: owner, to: contentHash)
+                }
+                var received = ticket
+                received.state = .received
+                try tx.saveAssetUpload(received)
+                return try database.issueReceipt(for: asset, binding: ticket.binding, now: now, tx: tx)
+            }
+            container.assetsHeld.store(true, ordering: .relaxed)
+            end()
+            return uploaded
+        } catch {
+            abandon()
+            throw error
+        }
+    }
+
+    /// Drops what was received: the URL can be used again until it expires.
+    public func abandon() {
+        guard !ended else { return }
+        let owner = owner
+        try? container.write(durably: false) { _, tx throws(ContainerError) in try tx.deleteAssetChunks(owner) }
+        end()
+    }
+
+    private func end() {
+        ended = true
+        let token = ticket.token
+        container.uploadsInProgress.withLock { _ = $0.remove(token) }
+    }
+}
+
+/// Random tokens and the checksums clients see.
+enum AssetSecrets {
+    /// 24 random bytes, base64url: an upload URL's or a receipt's secret.
+    static func token() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<24).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        return base64URL(bytes)
+    }
+
+    static func wrappingKey() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return Data((0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }).base64EncodedString()
+    }
+
+    /// base64 of `0x01` and a 20-byte SHA-1 (the shape of CloudKit's `fileChecksum`).
+    static func fileChecksum(sha1 digest: [UInt8]) -> String { Data([0x01] + digest).base64EncodedString() }
+
+    static func checksum(of bytes: [UInt8]) -> String { fileChecksum(sha1: Array(Insecure.SHA1.hash(data: bytes))) }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 15)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    static func base64URL(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+}

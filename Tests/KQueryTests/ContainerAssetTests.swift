@@ -1,0 +1,149 @@
+import Foundation
+import KQuery
+import Testing
+@testable import KQueryContainer
+
+/// Assets in the container (SPEC §12) on both storages: receipts, content-addressed blobs with
+/// references, and the collection of what nothing refers to.
+@Suite struct ContainerAssetTests {
+    /// A clock the test moves.
+    final class Clock: Sendable {
+        let now = Locked<Int64>(1_700_000_000_000)
+        func advance(_ milliseconds: Int64) { now.withLock { $0 += milliseconds } }
+    }
+
+    static func container(_ storage: ContainerFixture.Storage, clock: Clock) throws -> Container {
+        try Container(containerIdentifier: ContainerFixture.identifier, storage: storage.make(), clock: { clock.now.withLock { $0 } })
+    }
+
+    static func save(_ database: ContainerDatabase, _ name: String, _ field: String, _ value: FieldValue?, zone: ZoneID = .default) throws -> RecordResult {
+        var fields: [String: FieldValue] = ["title": .string(name)]
+        fields[field] = value
+        return try database.modify([RecordOperation(kind: .forceReplace, record: ContainerFixture.record(name, type: "Doc", zone: zone, fields))]).results[0]
+    }
+
+    static func value(_ uploaded: UploadedAsset) -> FieldValue { .assetID(uploaded.webServicesJSON.serialized) }
+
+    static func bytes(of container: Container, _ asset: StoredAsset) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        try container.readAsset(asset.contentHash) { bytes += $0 }
+        return bytes
+    }
+
+    @Test(arguments: ContainerFixture.Storage.allCases)
+    func uploadSaveAndReadBack(_ storage: ContainerFixture.Storage) throws {
+        let clock = Clock()
+        let container = try Self.container(storage, clock: clock)
+        let database = try container.database(.private, user: "_u1")
+        // Three chunks and a bit: the bytes cross chunk boundaries.
+        let content = (0..<(3 * AssetPolicy.chunkSize + 17)).map { UInt8(truncatingIfNeeded: $0 * 31 + $0 / 7) }
+        let uploaded = try database.uploadAsset(content, recordName: "d1", fieldName: "file")
+        #expect(uploaded.size == Int64(content.count) && uploaded.wrappingKey != nil)
+        guard case .saved(let record) = try Self.save(database, "d1", "file", Self.value(uploaded)) else { Issue.record("not saved"); return }
+        let asset = try #require(try database.asset(record.recordID, field: "file"))
+        #expect(asset.fileChecksum == uploaded.fileChecksum && asset.size == uploaded.size)
+        #expect(try Self.bytes(of: container, asset) == content)
+        var middle: [UInt8] = []
+        let range: Range<Int64> = Int64(AssetPolicy.chunkSize - 5)..<Int64(2 * AssetPolicy.chunkSize + 9)
+        try container.readAsset(asset.contentHash, range: range) { middle += $0 }
+        #expect(middle == Array(content[Int(range.lowerBound)..<Int(range.upperBound)]))
+        #expect(try container.assetBlob(asset.contentHash)?.contentType == "application/octet-stream")
+    }
+
+    @Test(arguments: ContainerFixture.Storage.allCases)
+    func receiptsAreCheckedInTheModify(_ storage: ContainerFixture.Storage) throws {
+        let clock = Clock()
+        let container = try Self.container(storage, clock: clock)
+        let database = try ContainerFixture.privateDatabase(container)
+        let other = try container.database(.private, user: "_u2")
+        let uploaded = try database.uploadAsset([1, 2, 3], recordName: "d1", fieldName: "file")
+        func refusal(_ result: RecordResult) -> String? {
+            guard let error = result.error, error.code == .badRequest else { return nil }
+            return error.reason
+        }
+        #expect(refusal(try Self.save(database, "d1", "file", .assetID(#"{"receipt": "nope"}"#)))?.contains("unknown") == true)
+        #expect(refusal(try Self.save(database, "d2", "file", Self.value(uploaded)))?.contains("issued for") == true)
+        #expect(refusal(try Self.save(database, "d1", "other", Self.value(uploaded)))?.contains("issued for") == true)
+        #expect(refusal(try Self.save(database, "d1", "file", Self.value(uploaded), zone: ContainerFixture.zone))?.contains("issued for") == true)
+        #expect(refusal(try Self.save(other, "d1", "file", Self.value(uploaded)))?.contains("another database") == true)
+        #expect(refusal(try Self.save(database, "d1", "file", .assetID("plain text"))) != nil)
+        // In an atomic zone the asset's failure fails its siblings.
+        let zoned = try database.uploadAsset([4], recordName: "z1", fieldName: "file", in: ContainerFixture.zone)
+        let results = try database.modify([
+            RecordOperation(kind: .create, record: ContainerFixture.record("z1", zone: ContainerFixture.zone, ["file": .assetID(#"{"receipt": "bad"}"#)])),
+            RecordOperation(kind: .create, record: ContainerFixture.record("z2", zone: ContainerFixture.zone, ["n": .int64(1)])),
+        ]).results
+        #expect(results[0].error?.code == .badRequest && results[1].error?.code == .atomicError)
+        #expect(try Self.save(database, "z1", "file", Self.value(zoned), zone: ContainerFixture.zone).error == nil)
+        // Good once; then spent.
+        #expect(try Self.save(database, "d1", "file", Self.value(uploaded)).error == nil)
+        #expect(refusal(try Self.save(database, "d1", "file", Self.value(uploaded)))?.contains("already used") == true)
+        // Expired.
+        let late = try database.uploadAsset([9], recordName: "d3", fieldName: "file")
+        clock.advance(container.assetPolicy.receiptLifetime)
+        #expect(refusal(try Self.save(database, "d3", "file", Self.value(late)))?.contains("expired") == true)
+    }
+
+    @Test(arguments: ContainerFixture.Storage.allCases)
+    func blobsGoOnlyWhenNothingRefersToThemForTheGracePeriod(_ storage: ContainerFixture.Storage) throws {
+        let clock = Clock()
+        let container = try Self.container(storage, clock: clock)
+        let database = try ContainerFixture.privateDatabase(container)
+        let content: [UInt8] = Array("shared bytes".utf8)
+        // Two records hold the same bytes (stored once), one through a rereference.
+        let first = try database.uploadAsset(content, recordName: "a", fieldName: "file", in: ContainerFixture.zone)
+        #expect(try Self.save(database, "a", "file", Self.value(first), zone: ContainerFixture.zone).error == nil)
+        let again = try #require(try database.rereferenceAssets([("a", "file", nil)], in: ContainerFixture.zone).first?.get())
+        #expect(try Self.save(database, "b", "file", Self.value(again)).error == nil)
+        let hash = try #require(try database.asset(RecordID(recordName: "b", zoneID: .default), field: "file")).contentHash
+        let grace = container.assetPolicy.gracePeriod
+
+        clock.advance(grace * 2)
+        #expect(try container.collectAssets().blobs == 0, "referenced blobs stay, however old")
+        // Record b drops it; a's zone is deleted: nothing refers to it from now on.
+        #expect(try Self.save(database, "b", "file", nil).error == nil)
+        try database.deleteZone(ContainerFixture.zone)
+        clock.advance(grace - 1)
+        #expect(try container.collectAssets().blobs == 0, "within the grace period")
+        #expect(try container.assetBlob(hash) != nil)
+        clock.advance(1)
+        let collected = try container.collectAssets()
+        #expect(collected.blobs == 1 && collected.bytes == Int64(content.count))
+        #expect(try container.assetBlob(hash) == nil && (try container.assetChunk(hash, index: 0)) == nil)
+    }
+
+    @Test(arguments: ContainerFixture.Storage.allCases)
+    func expiredUploadsAndUnsavedBlobsAreCollected(_ storage: ContainerFixture.Storage) throws {
+        let clock = Clock()
+        let container = try Self.container(storage, clock: clock)
+        let database = try container.database(.public, user: "_u1")
+        let ticket = try #require(try database.requestAssetUploads([AssetFieldRequest(fieldName: "f")]).first)
+        let writer = try container.beginAssetUpload(token: ticket.token, contentType: "text/plain")
+        #expect(throws: ContainerError.self) { try container.beginAssetUpload(token: ticket.token, contentType: nil) }
+        try writer.append(Array(repeating: 7, count: AssetPolicy.chunkSize + 1))
+        writer.abandon()
+        // An uploaded blob never saved goes once its receipt has expired and the grace is over.
+        let unsaved = try database.uploadAsset([1, 2], recordName: "x", fieldName: "f")
+        clock.advance(container.assetPolicy.receiptLifetime + container.assetPolicy.gracePeriod)
+        let collected = try container.collectAssets()
+        #expect(collected.uploads == 2 && collected.blobs == 1 && collected.receipts == 1)
+        #expect(throws: ContainerError.self) { try container.beginAssetUpload(token: ticket.token, contentType: nil) }
+        _ = unsaved
+    }
+
+    @Test func assetsSurviveReopeningTheFile() throws {
+        let path = ContainerFixture.temporaryPath()
+        defer { ContainerFixture.remove(path) }
+        let content = Array("kept".utf8)
+        do {
+            let container = try Container(containerIdentifier: ContainerFixture.identifier, path: path)
+            let database = try container.database(.public, user: "_u1")
+            let uploaded = try database.uploadAsset(content, recordName: "k", fieldName: "f")
+            #expect(try Self.save(database, "k", "f", Self.value(uploaded)).error == nil)
+        }
+        let container = try Container(containerIdentifier: ContainerFixture.identifier, path: path)
+        #expect(container.holdsAssets)
+        let asset = try #require(try container.database(.public, user: "_u1").asset(RecordID(recordName: "k", zoneID: .default), field: "f"))
+        #expect(try Self.bytes(of: container, asset) == content)
+    }
+}
