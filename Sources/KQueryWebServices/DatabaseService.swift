@@ -254,7 +254,9 @@ package struct DatabaseService: Sendable {
         }
         var answers: [JSON] = []
         var pushes = 0
-        for (type, zone) in parsed {
+        for (type, requested) in parsed {
+            // `__defaultOwner__` means the caller: the answer names the real owner, as lists and lookups do.
+            let zone = database.canonical(requested)
             do throws(ContainerError) {
                 if type == "create" {
                     try database.createZone(zone)
