@@ -68,7 +68,7 @@ public final class CloudKitServer: Sendable {
         router.middlewares.add(RequestLog(enabled: configuration.logsRequests))
         router.middlewares.add(BrowserAccess())
         router.middlewares.add(AdmissionLimit(limit: configuration.maximumRequestsInFlight, inFlight: requestsInFlight, exempting: Self.courierPath))
-        router.middlewares.add(WebAuthRotation(secret: secret))
+        router.middlewares.add(WebAuthRotation(secret: secret, spentTokens: authentication.spentTokens))
         let databasePath = "/database/1/:container/:environment/:database/"
         for operation in Self.postOperations {
             router.post(RouterPath(databasePath + operation)) { request, context in await self.database(operation, request, context) }
@@ -82,6 +82,7 @@ public final class CloudKitServer: Sendable {
             }
         }
         router.get(RouterPath(Self.courierPath)) { request, context in await self.courierPoll(request, context) }
+        router.get(RouterPath(Self.signInPath)) { request, _ in self.signInPage(request) }
         return router
     }
 
@@ -230,9 +231,7 @@ public final class CloudKitServer: Sendable {
                 let token = WebCourier.token(
                     for: WebCourier.Subscriber(containerIdentifier: containerIdentifier, environment: environment, user: user), client: client,
                     secret: self.secret)
-                let port = self.boundPort.withLock { $0 } ?? self.configuration.port
-                let host = request.head.authority ?? "\(self.configuration.host):\(port)"
-                let url = "http://\(host)\(Self.courierPath)?tok=\(token)&ttl=43200"
+                let url = "http://\(self.address(of: request))\(Self.courierPath)?tok=\(token)&ttl=43200"
                 return ServiceAnswer(json: .object([
                     ("apnsEnvironment", .string(apnsEnvironment)), ("apnsToken", .string(token)), ("webcourierURL", .string(url)),
                 ]))
@@ -344,10 +343,44 @@ public final class CloudKitServer: Sendable {
             }
             answer = try await operation(Body(bytes: Array(buffer.readableBytesView)))
         } catch {
+            var error = error
+            // CloudKit's 421 names where to sign in (CloudKit JS opens it); here, this server's page
+            // saying how to get a token.
+            if error.httpStatus == 421, error.extra["redirectURL"] == nil {
+                error.extra["redirectURL"] = .string("http://\(address(of: request))\(Self.signInPath)")
+            }
             answer = ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus)
         }
         context.entry.record(pushes: answer.pushes)
         return answer
+    }
+
+    /// `host:port` as the client reached the server.
+    func address(of request: Request) -> String {
+        let port = boundPort.withLock { $0 } ?? configuration.port
+        return request.head.authority ?? "\(configuration.host):\(port)"
+    }
+
+    /// The page every AUTHENTICATION_REQUIRED answer's `redirectURL` names.
+    static let signInPath = "/signin"
+
+    /// How to sign in to a local server: there is no iCloud account page, only `kquery token`.
+    func signInPage(_ request: Request) -> Response {
+        let directory = configuration.dataDirectory.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+        let html = """
+            <!doctype html>
+            <html><head><meta charset="utf-8"><title>Sign in to kquery serve</title></head>
+            <body>
+            <h1>Sign in to kquery serve</h1>
+            <p>This local CloudKit Web Services server has no sign-in page. A user signs in with a web auth token:</p>
+            <pre>kquery token --data \(directory) --user NAME</pre>
+            <p>Pass the printed token as <code>ckWebAuthToken</code> (CloudKit JS: the <code>ckWebAuthToken</code> of the
+            container's auth), and adopt the next one each successful answer carries in
+            <code>X-Apple-CloudKit-Web-Auth-Token</code>.</p>
+            </body></html>
+
+            """
+        return Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: html)))
     }
 
     static func response(_ answer: ServiceAnswer) -> Response {
@@ -378,7 +411,7 @@ public final class CloudKitServer: Sendable {
             keyID: header("x-apple-cloudkit-request-keyid"), date: header("x-apple-cloudkit-request-iso8601date"),
             signature: header("x-apple-cloudkit-request-signaturev1"), subpath: request.uri.path, body: body)
         let requester = try authentication.requester(credentials, scope: scope)
-        context.entry.record(user: requester.user, bySignIn: requester.bySignIn)
+        context.entry.record(user: requester.user, bySignIn: requester.bySignIn, spentToken: requester.spentToken)
         return requester.user
     }
 
