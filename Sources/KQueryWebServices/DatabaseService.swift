@@ -55,20 +55,31 @@ package struct DatabaseService: Sendable {
     /// Without a schema, the one the container learns from its saves (CloudKit's development
     /// behaviour: a field's first save fixes its type).
     package let learnedSchema: LearnedSchema?
+    /// The local users, for the user endpoints.
+    package let users: UserDirectory
 
-    package init(database: ContainerDatabase, schema: Schema? = nil, learnedSchema: LearnedSchema? = nil) {
+    package init(database: ContainerDatabase, schema: Schema? = nil, learnedSchema: LearnedSchema? = nil, users: UserDirectory = UserDirectory()) {
         self.database = database
         self.schema = schema
         self.learnedSchema = learnedSchema
+        self.users = users
     }
+
+    /// The record type of the public database's user records (CKRecordTypeUserRecord).
+    package static let usersRecordType = "Users"
 
     /// Refuses a request body that is not a JSON object (every operation that takes a body).
     package static func requireObject(_ body: JSON) throws(ServerError) {
         guard case .object = body else { throw ServerError.badRequest("the request body must be a JSON object") }
     }
 
+    /// Runs an operation. `body` is `.null` for a GET (which takes no body): `users/discover`
+    /// answers GET and POST differently.
     package func run(_ operation: String, _ body: JSON) throws(ServerError) -> ServiceAnswer {
-        if operation.hasSuffix("/list") || operation == "users/current" {
+        if operation == "users/current" || Self.publicUserOperations.contains(operation) {
+            return try users(operation, body == .null ? nil : body)
+        }
+        if operation.hasSuffix("/list") {
             // GET operations take no body.
         } else {
             try Self.requireObject(body)
@@ -88,7 +99,6 @@ package struct DatabaseService: Sendable {
             case "subscriptions/list": return ServiceAnswer(json: .object([("subscriptions", .array(try database.subscriptions().map(\.webServicesJSON)))]))
             case "subscriptions/lookup": return try lookupSubscriptions(body)
             case "subscriptions/modify": return try modifySubscriptions(body)
-            case "users/current": return ServiceAnswer(json: .object([("userRecordName", .string(database.userRecordName ?? ""))]))
             default: throw ContainerError(.notFound, "no operation '\(operation)'")
             }
         } catch {
@@ -100,6 +110,10 @@ package struct DatabaseService: Sendable {
 
     func query(_ body: JSON) throws(ServerError) -> ServiceAnswer {
         let request = try QueryRequest(webServicesJSON: body)
+        // CloudKit's user records are fetched by name, never queried (CKRecordTypeUserRecord).
+        guard request.query.recordType != Self.usersRecordType else {
+            throw ServerError.badRequest("Type is not marked indexable: \(Self.usersRecordType) records cannot be queried; look one up by its userRecordName")
+        }
         try schema?.check(request.query)
         let result: QueryResult
         do throws(ContainerError) { result = try database.query(request.query, cursor: request.cursor) } catch { throw ServerError(error) }
