@@ -25,8 +25,8 @@ public final class CloudKitServer: Sendable {
     let commits = CommitQueue()
     /// Delivery to APNs, when configured.
     public let apns: APNsDelivery?
-    /// The users whose `Users` record exists, by container and environment (`Self.userRecordKey`):
-    /// each is made once, on the user's first signed-in request.
+    /// The users whose `Users` record is known to exist, as container, environment and user name
+    /// (`ensureUserRecord`): each is made once, on the user's first signed-in request.
     let usersWithRecords = Locked<Set<String>>([])
     /// The port the server listens on, once it does (the configured one may be 0).
     let boundPort = Locked<Int?>(nil)
@@ -86,7 +86,7 @@ public final class CloudKitServer: Sendable {
             }
         }
         router.get(RouterPath(Self.courierPath)) { request, context in await self.courierPoll(request, context) }
-        router.get(RouterPath(Self.signInPath)) { request, _ in self.signInPage(request) }
+        router.get(RouterPath(Self.signInPath)) { _, _ in self.signInPage() }
         return router
     }
 
@@ -379,15 +379,16 @@ public final class CloudKitServer: Sendable {
     /// The page every AUTHENTICATION_REQUIRED answer's `redirectURL` names.
     static let signInPath = "/signin"
 
-    /// How to sign in to a local server: there is no iCloud account page, only `kquery token`.
-    func signInPage(_ request: Request) -> Response {
+    /// How to sign in to a local server: there is no iCloud account to sign in with, only `kquery token`.
+    func signInPage() -> Response {
         let directory = configuration.dataDirectory.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
         let html = """
             <!doctype html>
             <html><head><meta charset="utf-8"><title>Sign in to kquery serve</title></head>
             <body>
             <h1>Sign in to kquery serve</h1>
-            <p>This local CloudKit Web Services server has no sign-in page. A user signs in with a web auth token:</p>
+            <p>This local CloudKit Web Services server has no iCloud accounts: a user signs in with a web auth token
+            that <code>kquery token</code> prints for the server's data directory.</p>
             <pre>kquery token --data \(directory) --user NAME</pre>
             <p>Pass the printed token as <code>ckWebAuthToken</code> (CloudKit JS: the <code>ckWebAuthToken</code> of the
             container's auth), and adopt the next one each successful answer carries in
