@@ -153,6 +153,11 @@ package struct DatabaseService: Sendable {
     /// the learned schema's).
     package func prepareModify(_ body: JSON) throws(ContainerError) -> PreparedModify {
         let request = try ModifyRequest(webServicesJSON: body)
+        // CloudKit makes each user's record itself: "you can't create new user records" (CKRecordTypeUserRecord).
+        if database.scope == .public,
+           let index = request.operations.firstIndex(where: { $0.kind == .create && $0.record.recordType == Self.usersRecordType }) {
+            throw ContainerError(.badRequest, "operations[\(index)]: records of type \(Self.usersRecordType) cannot be created; each user's exists already, named by their userRecordName")
+        }
         let desiredKeys: [String]?
         do throws(ServerError) { desiredKeys = try QueryRequest.desiredKeys(body["desiredKeys"]) } catch {
             throw ContainerError(.badRequest, error.reason)

@@ -142,6 +142,18 @@ import Foundation
             answer = try await c.post("public", "records/query", #"{"query": {"recordType": "Users"}}"#, user: "_dan")
             #expect(answer.status == 400)
             #expect(answer.json["reason"]?.stringValue?.contains("Type is not marked indexable") == true)
+            // It can be given fields, but no Users record can be created.
+            answer = try await c.post("public", "records/lookup", #"{"records": [{"recordName": "_dan"}]}"#)
+            let changeTag = try #require(answer.json["records"]?[0]?["recordChangeTag"]?.stringValue)
+            answer = try await c.post("public", "records/modify", """
+                {"operations": [{"operationType": "update", "record": {"recordName": "_dan", "recordType": "Users", "recordChangeTag": "\(changeTag)",
+                  "fields": {"nickname": {"value": "D"}}}}]}
+                """, user: "_dan")
+            #expect(answer.status == 200)
+            #expect(answer.json["records"]?[0]?["fields"]?["nickname"]?["value"] == .string("D"), "\(answer.text)")
+            answer = try await c.post("public", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "_fake", "recordType": "Users"}}]}"#, user: "_dan")
+            #expect(answer.status == 400)
+            #expect(answer.json["reason"]?.stringValue?.contains("cannot be created") == true)
         }
     }
 
