@@ -127,7 +127,7 @@ extension ContainerDatabase {
                 let index = causes[position]
                 // An operation's own change (a cascade's deletions are other records').
                 if id == operations[index].record.recordID {
-                    results[index] = isDeletion ? .deleted(id) : .saved(changes[position].record)
+                    results[index] = isDeletion ? .deleted(id, recordType: changes[position].record.recordType) : .saved(changes[position].record)
                 }
                 if !id.zoneID.isDefaultZone { zoneChanged[id.zoneID] = sequence }
             }

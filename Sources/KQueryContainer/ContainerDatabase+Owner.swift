@@ -3,8 +3,9 @@ import KQuery
 extension ContainerDatabase {
     /// The zone ID as stored: in a private database, a custom zone owned by `__defaultOwner__`
     /// (CKCurrentUserDefaultName, and what Web Services means by an omitted `ownerRecordName`) is
-    /// the user's own zone, so both spellings name one zone.
-    func canonical(_ zoneID: ZoneID) -> ZoneID {
+    /// the user's own zone, so both spellings name one zone. Answers name zones this way: the
+    /// owner's real name, whichever spelling the request used.
+    package func canonical(_ zoneID: ZoneID) -> ZoneID {
         guard scope == .private, !zoneID.isDefaultZone, zoneID.ownerName == ZoneID.defaultOwnerName, let userRecordName else { return zoneID }
         return ZoneID(zoneName: zoneID.zoneName, ownerName: userRecordName)
     }

@@ -149,11 +149,16 @@ public struct ContainerDatabase: Sendable {
     }
 
     /// Runs a query (Web Services `records/query`) on the committed records: one page, and a
-    /// cursor when more follow. `now` is the time `now()` in the predicate stands for.
+    /// cursor when more follow. `now` is the time `now()` in the predicate stands for. A query in
+    /// a custom zone that does not exist is ZONE_NOT_FOUND, as saves and change fetches there are
+    /// (an empty answer would let a client take a missing zone for an empty one).
     public func query(_ query: Query, cursor: QueryCursor? = nil, now: Int64? = nil) throws(ContainerError) -> QueryResult {
         let now = now ?? container.clock()
         var query = query
         query.zoneID = query.zoneID.map(canonical)
+        if let zoneID = query.zoneID, !zoneID.isDefaultZone, try zone(zoneID) == nil {
+            throw ContainerError(.zoneNotFound, "zone '\(zoneID.zoneName)' does not exist")
+        }
         let canonicalQuery = query
         return try container.withQueryStore(key) { store throws(ContainerError) in
             do throws(DatabaseError) {

@@ -11,15 +11,17 @@ extension ContainerError {
 }
 
 extension RecordResult {
-    /// A saved record in the Web Services form; a deletion as `{"recordName", "zoneID", "deleted":
-    /// true}`; a failure as CloudKit's RecordFetchError `{"recordName", "zoneID", "serverErrorCode",
+    /// A saved record in the Web Services form; a deletion as `{"recordName", "recordType", "zoneID",
+    /// "deleted": true}` (SPEC §11: MistKit takes a result without `recordType` for an error); a failure as CloudKit's RecordFetchError `{"recordName", "zoneID", "serverErrorCode",
     /// "reason"}` (`zoneID` only outside the default zone).
     public func webServicesJSON(desiredKeys: [String]? = nil) -> JSON {
         switch self {
         case .saved(let record):
             return record.json(desiredKeys: desiredKeys)
-        case .deleted(let id):
-            return .object(Self.identity(id) + [("deleted", .bool(true))])
+        case .deleted(let id, let recordType):
+            var members = Self.identity(id)
+            members.insert(("recordType", .string(recordType)), at: 1)
+            return .object(members + [("deleted", .bool(true))])
         case .failed(let id, let error):
             return .object(Self.identity(id) + [("serverErrorCode", .string(error.code.rawValue)), ("reason", .string(error.reason))])
         }

@@ -35,6 +35,17 @@ struct Authentication: Sendable {
         var user: String?
         /// Whether a web auth token named the user (its answer then carries the next token).
         var bySignIn = false
+        /// The single-use token this request spent: given back if the answer is not a success.
+        var spentToken: String? = nil
+    }
+
+    /// The web auth token a request carries, if any. CloudKit JS sends `null` or `undefined` (the
+    /// JavaScript value printed into the URL) or an empty value when nobody is signed in: that is
+    /// no token, so a public read stays anonymous and a private one asks for sign-in (421), rather
+    /// than failing as a forged token (401).
+    static func webAuthToken(_ value: String?) -> String? {
+        guard let value, !value.isEmpty, value != "null", value != "undefined" else { return nil }
+        return value
     }
 
     /// Who a request acts as. `scope` is the database the request reaches, nil for the device
@@ -58,7 +69,7 @@ struct Authentication: Sendable {
             throw ServerError.authenticationRequired("a ckAPIToken (or a server-to-server key signature) is required")
         }
         guard apiTokens.isEmpty || apiTokens.contains(apiToken) else { throw ServerError.authenticationFailed("unknown ckAPIToken") }
-        guard let webAuthToken = credentials.webAuthToken else {
+        guard let webAuthToken = Self.webAuthToken(credentials.webAuthToken) else {
             if scope == .public { return Requester(user: nil) }
             throw ServerError.authenticationRequired(
                 scope.map { "the \($0.name) database requires a signed-in user (ckWebAuthToken)" } ?? "this request requires a signed-in user (ckWebAuthToken)")
@@ -72,7 +83,7 @@ struct Authentication: Sendable {
             throw ServerError.authenticationFailed(
                 "the ckWebAuthToken was already used (tokens are single-use here: use the one the last answer's X-Apple-CloudKit-Web-Auth-Token header carried)")
         }
-        return Requester(user: identity.user, bySignIn: true)
+        return Requester(user: identity.user, bySignIn: true, spentToken: spentTokens == nil ? nil : webAuthToken)
     }
 
     /// An ISO 8601 date with or without fractional seconds.
@@ -104,5 +115,12 @@ final class SpentWebAuthTokens: Sendable {
             }
             return true
         }
+    }
+
+    /// Takes back the spending of `token`: the request it signed was not answered with success,
+    /// and a client keeps the token it has when an answer fails (CloudKit JS reads the next token
+    /// only off successful answers).
+    func giveBack(_ token: String) {
+        _ = state.withLock { $0.spent.removeValue(forKey: token) }
     }
 }

@@ -25,6 +25,9 @@ public final class CloudKitServer: Sendable {
     let commits = CommitQueue()
     /// Delivery to APNs, when configured.
     public let apns: APNsDelivery?
+    /// The users whose `Users` record is known to exist, as container, environment and user name
+    /// (`ensureUserRecord`): each is made once, on the user's first signed-in request.
+    let usersWithRecords = Locked<Set<String>>([])
     /// The port the server listens on, once it does (the configured one may be 0).
     let boundPort = Locked<Int?>(nil)
     /// The requests being served, for `AdmissionLimit`.
@@ -34,8 +37,9 @@ public final class CloudKitServer: Sendable {
     static let postOperations = [
         "records/query", "records/modify", "records/lookup", "records/changes", "changes/database", "changes/zone",
         "zones/lookup", "zones/modify", "zones/changes", "subscriptions/lookup", "subscriptions/modify", "assets/upload", "assets/rereference",
+        "users/discover", "users/lookup/email", "users/lookup/id",
     ]
-    static let getOperations = ["zones/list", "subscriptions/list", "users/current"]
+    static let getOperations = ["zones/list", "subscriptions/list", "users/current", "users/caller", "users/discover"]
     /// Where the web courier listens, as Apple's does (`/aps?tok=...&ttl=43200`).
     static let courierPath = "/aps"
 
@@ -68,7 +72,7 @@ public final class CloudKitServer: Sendable {
         router.middlewares.add(RequestLog(enabled: configuration.logsRequests))
         router.middlewares.add(BrowserAccess())
         router.middlewares.add(AdmissionLimit(limit: configuration.maximumRequestsInFlight, inFlight: requestsInFlight, exempting: Self.courierPath))
-        router.middlewares.add(WebAuthRotation(secret: secret))
+        router.middlewares.add(WebAuthRotation(secret: secret, spentTokens: authentication.spentTokens))
         let databasePath = "/database/1/:container/:environment/:database/"
         for operation in Self.postOperations {
             router.post(RouterPath(databasePath + operation)) { request, context in await self.database(operation, request, context) }
@@ -83,6 +87,7 @@ public final class CloudKitServer: Sendable {
         }
         router.get(RouterPath(Self.courierPath)) { request, context in await self.courierPoll(request, context) }
         assetRoutes(router)
+        router.get(RouterPath(Self.signInPath)) { _, _ in self.signInPage() }
         return router
     }
 
@@ -162,21 +167,32 @@ public final class CloudKitServer: Sendable {
             guard let scopeName = context.parameters.get("database"), let scope = DatabaseScope(name: scopeName) else {
                 throw ServerError.badRequest("the database must be public, private or shared")
             }
-            let user = try self.authenticate(request, context, body: body.bytes, scope: scope)
+            let requester = try self.authenticate(request, context, body: body.bytes, scope: scope)
+            let user = requester.user
             if operation == "users/current" || operation.hasPrefix("assets/"), user == nil {
+                throw ServerError.authenticationRequired("\(operation) needs a signed-in user (ckWebAuthToken)")
+            }
+            if DatabaseService.publicUserOperations.contains(operation), !requester.bySignIn {
+                // The user endpoints speak for a person: a server-to-server key is refused, as
+                // CloudKit refuses it (MistKit #28, live: 401).
+                guard user == nil else { throw ServerError.authenticationFailed("\(operation) needs a user's ckWebAuthToken, not a server-to-server key") }
                 throw ServerError.authenticationRequired("\(operation) needs a signed-in user (ckWebAuthToken)")
             }
             let containerIdentifier = context.parameters.get("container") ?? ""
             let container = try self.containers.container(containerIdentifier)
+            if requester.bySignIn, let user { try await self.ensureUserRecord(of: user, in: container, environment: environment) }
             let database: ContainerDatabase
             do throws(ContainerError) { database = try container.database(scope, environment: environment, user: user) } catch {
                 throw ServerError(error)
             }
             let learnedSchema = self.configuration.schema == nil && operation == "records/modify"
                 ? try self.containers.learnedSchema(containerIdentifier) : nil
-            let service = DatabaseService(database: database, schema: self.configuration.schema, learnedSchema: learnedSchema,
+            let users = operation.hasPrefix("users/")
+                ? try UserDirectory.load(directory: self.configuration.dataDirectory).overlaying(self.configuration.users) : UserDirectory()
+            let service = DatabaseService(database: database, schema: self.configuration.schema, learnedSchema: learnedSchema, users: users,
                                           assetLinks: self.assetLinks(request, containerIdentifier: containerIdentifier))
-            let json = try body.json()
+            // A GET takes no body (`users/discover` tells GET from POST by it).
+            let json = request.method == .get ? JSON.null : try body.json()
             let answer: ServiceAnswer
             if operation == "records/query", database.queriesAreInMemory {
                 // A query on records in memory is brief CPU work: run here rather than hop to a
@@ -210,7 +226,7 @@ public final class CloudKitServer: Sendable {
     func device(_ operation: String, _ request: Request, _ context: ServerContext) async -> Response {
         await respond(request, context) { body async throws(ServerError) -> ServiceAnswer in
             let environment = try Self.environment(context)
-            guard let user = try self.authenticate(request, context, body: body.bytes, scope: nil) else {
+            guard let user = try self.authenticate(request, context, body: body.bytes, scope: nil).user else {
                 throw ServerError.authenticationRequired("tokens belong to a signed-in user (ckWebAuthToken)")
             }
             let containerIdentifier = context.parameters.get("container") ?? ""
@@ -232,9 +248,7 @@ public final class CloudKitServer: Sendable {
                 let token = WebCourier.token(
                     for: WebCourier.Subscriber(containerIdentifier: containerIdentifier, environment: environment, user: user), client: client,
                     secret: self.secret)
-                let port = self.boundPort.withLock { $0 } ?? self.configuration.port
-                let host = request.head.authority ?? "\(self.configuration.host):\(port)"
-                let url = "http://\(host)\(Self.courierPath)?tok=\(token)&ttl=43200"
+                let url = "http://\(self.address(of: request))\(Self.courierPath)?tok=\(token)&ttl=43200"
                 return ServiceAnswer(json: .object([
                     ("apnsEnvironment", .string(apnsEnvironment)), ("apnsToken", .string(token)), ("webcourierURL", .string(url)),
                 ]))
@@ -346,10 +360,45 @@ public final class CloudKitServer: Sendable {
             }
             answer = try await operation(Body(bytes: Array(buffer.readableBytesView)))
         } catch {
+            var error = error
+            // CloudKit's 421 names where to sign in (CloudKit JS opens it); here, this server's page
+            // saying how to get a token.
+            if error.httpStatus == 421, error.extra["redirectURL"] == nil {
+                error.extra["redirectURL"] = .string("http://\(address(of: request))\(Self.signInPath)")
+            }
             answer = ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus)
         }
         context.entry.record(pushes: answer.pushes)
         return answer
+    }
+
+    /// `host:port` as the client reached the server.
+    func address(of request: Request) -> String {
+        let port = boundPort.withLock { $0 } ?? configuration.port
+        return request.head.authority ?? "\(configuration.host):\(port)"
+    }
+
+    /// The page every AUTHENTICATION_REQUIRED answer's `redirectURL` names.
+    static let signInPath = "/signin"
+
+    /// How to sign in to a local server: there is no iCloud account to sign in with, only `kquery token`.
+    func signInPage() -> Response {
+        let directory = configuration.dataDirectory.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+        let html = """
+            <!doctype html>
+            <html><head><meta charset="utf-8"><title>Sign in to kquery serve</title></head>
+            <body>
+            <h1>Sign in to kquery serve</h1>
+            <p>This local CloudKit Web Services server has no iCloud accounts: a user signs in with a web auth token
+            that <code>kquery token</code> prints for the server's data directory.</p>
+            <pre>kquery token --data \(directory) --user NAME</pre>
+            <p>Pass the printed token as <code>ckWebAuthToken</code> (CloudKit JS: the <code>ckWebAuthToken</code> of the
+            container's auth), and adopt the next one each successful answer carries in
+            <code>X-Apple-CloudKit-Web-Auth-Token</code>.</p>
+            </body></html>
+
+            """
+        return Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: html)))
     }
 
     static func response(_ answer: ServiceAnswer) -> Response {
@@ -370,7 +419,30 @@ public final class CloudKitServer: Sendable {
         return buffer
     }
 
-    func authenticate(_ request: Request, _ context: ServerContext, body: [UInt8], scope: DatabaseScope?) throws(ServerError) -> String? {
+    /// Makes the user's `Users` record in the public database if it does not exist yet (SPEC §13:
+    /// every user has one, named by the userRecordName; CloudKit makes it when the user first
+    /// uses the app). Empty, as CloudKit's starts; the user may add fields to it.
+    func ensureUserRecord(of user: String, in container: Container, environment: ContainerEnvironment) async throws(ServerError) {
+        let key = [container.containerIdentifier, environment.name, user].joined(separator: "\u{1F}")
+        guard !usersWithRecords.withLock({ $0.contains(key) }) else { return }
+        try await blockingWork.run { () throws(ServerError) in
+            do throws(ContainerError) {
+                let database = try container.database(.public, environment: environment, user: user)
+                let id = RecordID(recordName: user)
+                if try database.record(id) == nil {
+                    let record = Record(recordType: DatabaseService.usersRecordType, recordID: id)
+                    let result = try database.modify([RecordOperation(kind: .create, record: record)], atomic: true, device: nil)
+                    // A concurrent first request may have made it a moment before: EXISTS is fine.
+                    if let error = result.results.first?.error, error.code != .exists { throw error }
+                }
+            } catch {
+                throw ServerError(error)
+            }
+        }
+        _ = usersWithRecords.withLock { $0.insert(key) }
+    }
+
+    func authenticate(_ request: Request, _ context: ServerContext, body: [UInt8], scope: DatabaseScope?) throws(ServerError) -> Authentication.Requester {
         func header(_ name: String) -> String? {
             request.headers.first { $0.name.canonicalName == name }?.value
         }
@@ -380,8 +452,8 @@ public final class CloudKitServer: Sendable {
             keyID: header("x-apple-cloudkit-request-keyid"), date: header("x-apple-cloudkit-request-iso8601date"),
             signature: header("x-apple-cloudkit-request-signaturev1"), subpath: request.uri.path, body: body)
         let requester = try authentication.requester(credentials, scope: scope)
-        context.entry.record(user: requester.user, bySignIn: requester.bySignIn)
-        return requester.user
+        context.entry.record(user: requester.user, bySignIn: requester.bySignIn, spentToken: requester.spentToken)
+        return requester
     }
 
     static func environment(_ context: ServerContext) throws(ServerError) -> ContainerEnvironment {

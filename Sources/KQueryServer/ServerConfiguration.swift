@@ -51,6 +51,9 @@ public struct ServerConfiguration: Sendable {
     public var assetDownloadLifetime: Double = 3600
     /// How often expired uploads and unreferenced assets are collected.
     public var assetCollectionInterval: Duration = .seconds(600)
+    /// Users set up with the server (the configuration file's `users`); `DIR/users.json`, which
+    /// `kquery users` writes, adds to them and wins for a name in both.
+    public var users = UserDirectory()
 
     public init(dataDirectory: String) {
         self.dataDirectory = dataDirectory
@@ -58,8 +61,10 @@ public struct ServerConfiguration: Sendable {
 
     /// Reads a configuration file: `{"apiTokens": ["..."], "serverToServerKeys": [{"keyID": "...",
     /// "publicKey": "-----BEGIN PUBLIC KEY-----...", "userRecordName": "_server"}],
-    /// "webAuthTokenLifetime": 1800, "singleUseWebAuthTokens": true, "apns": {...}}` (every member optional; `"apns"` as `APNsConfiguration(json:directory:)` reads it, relative
-    /// paths from `directory`, the configuration file's).
+    /// "webAuthTokenLifetime": 1800, "singleUseWebAuthTokens": true, "apns": {...}, "users": [{"name": "_alice",
+    /// "emailAddress": "alice@example.com", "discoverable": true}]}` (every member optional; `"apns"` as
+    /// `APNsConfiguration(json:directory:)` reads it, relative paths from `directory`, the configuration
+    /// file's; each of `"users"` as `DirectoryUser(json:)` reads it).
     public mutating func load(configurationText text: String, directory: String? = nil) throws(ServerError) {
         let json: JSON
         do { json = try JSON.parse(text) } catch { throw ServerError.badRequest("configuration: \(error)") }
@@ -91,5 +96,10 @@ public struct ServerConfiguration: Sendable {
             singleUseWebAuthTokens = value
         }
         if let apns = json["apns"] { self.apns = try APNsConfiguration(json: apns, directory: directory) }
+        if let users = json["users"] {
+            do throws(ServerError) { self.users = try UserDirectory(json: users) } catch {
+                throw ServerError.badRequest("configuration: \(error.reason)")
+            }
+        }
     }
 }

@@ -18,15 +18,18 @@ final class RequestLogEntry: Sendable {
         var user: String?
         /// Whether a web auth token named the user (the answer then hands back the next one).
         var bySignIn = false
+        /// The single-use web auth token the request spent, if it did.
+        var spentToken: String?
         var pushes = 0
     }
 
     let facts = Locked(Facts())
 
-    func record(user: String?, bySignIn: Bool = false) {
+    func record(user: String?, bySignIn: Bool = false, spentToken: String? = nil) {
         facts.withLock {
             $0.user = user
             $0.bySignIn = bySignIn
+            $0.spentToken = spentToken
         }
     }
     func record(pushes: Int) { facts.withLock { $0.pushes = pushes } }

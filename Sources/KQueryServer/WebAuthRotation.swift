@@ -3,20 +3,39 @@ import Hummingbird
 /// A header name (Hummingbird re-exports `HTTPFields` but not its element type's name).
 typealias HeaderName = HTTPFields.Element.Name
 
-/// CloudKit's web auth token rotation: the answer to a request a web auth token signed in carries
-/// the client's next token in `X-Apple-CloudKit-Web-Auth-Token` (CloudKit JS and other clients
-/// adopt it). Whether the old one still works is `Authentication`'s call (single-use or not).
+/// CloudKit's web auth token rotation: the successful answer to a request a web auth token signed
+/// in carries the client's next token in `X-Apple-CloudKit-Web-Auth-Token` (CloudKit JS and other
+/// clients adopt it). Whether the old one still works is `Authentication`'s call (single-use or not).
+///
+/// An answer that is not a success (any non-2xx) hands out no token and, when tokens are
+/// single-use, gives the spent one back: CloudKit JS never reads an error answer's header, so a
+/// token spent there would leave the client with none and every later request refused.
 struct WebAuthRotation: RouterMiddleware {
     static let header = HeaderName("X-Apple-CloudKit-Web-Auth-Token")!
     let secret: ServerSecret
+    let spentTokens: SpentWebAuthTokens?
 
     func handle(_ request: Request, context: ServerContext, next: (Request, ServerContext) async throws -> Response) async throws -> Response {
-        var response = try await next(request, context)
+        var response: Response
+        do {
+            response = try await next(request, context)
+        } catch {
+            giveBackSpentToken(context)
+            throw error
+        }
         let facts = context.entry.facts.withLock { $0 }
-        if facts.bySignIn, let user = facts.user, response.status != .unauthorized {
+        guard (200..<300).contains(response.status.code) else {
+            giveBackSpentToken(context)
+            return response
+        }
+        if facts.bySignIn, let user = facts.user {
             response.headers[Self.header] = secret.webAuthToken(user: user)
         }
         return response
+    }
+
+    private func giveBackSpentToken(_ context: ServerContext) {
+        if let spentTokens, let token = context.entry.facts.withLock({ $0.spentToken }) { spentTokens.giveBack(token) }
     }
 }
 

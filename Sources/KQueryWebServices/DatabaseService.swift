@@ -55,27 +55,41 @@ package struct DatabaseService: Sendable {
     /// Without a schema, the one the container learns from its saves (CloudKit's development
     /// behaviour: a field's first save fixes its type).
     package let learnedSchema: LearnedSchema?
+    /// The local users, for the user endpoints.
+    package let users: UserDirectory
     /// The server's asset URLs: records read through it show download URLs, and `assets/upload`
     /// is served (nil: assets are shown as stored and uploads are refused).
     package let assetLinks: AssetLinks?
 
-    package init(database: ContainerDatabase, schema: Schema? = nil, learnedSchema: LearnedSchema? = nil, assetLinks: AssetLinks? = nil) {
+    package init(
+        database: ContainerDatabase, schema: Schema? = nil, learnedSchema: LearnedSchema? = nil, users: UserDirectory = UserDirectory(),
+        assetLinks: AssetLinks? = nil
+    ) {
         self.database = database
         self.schema = schema
         self.learnedSchema = learnedSchema
+        self.users = users
         self.assetLinks = assetLinks
     }
 
     /// The links that present this database's records' assets, when it may hold any.
     private var presentsAssets: AssetLinks? { database.container.holdsAssets ? assetLinks : nil }
 
+    /// The record type of the public database's user records (CKRecordTypeUserRecord).
+    package static let usersRecordType = "Users"
+
     /// Refuses a request body that is not a JSON object (every operation that takes a body).
     package static func requireObject(_ body: JSON) throws(ServerError) {
         guard case .object = body else { throw ServerError.badRequest("the request body must be a JSON object") }
     }
 
+    /// Runs an operation. `body` is `.null` for a GET (which takes no body): `users/discover`
+    /// answers GET and POST differently.
     package func run(_ operation: String, _ body: JSON) throws(ServerError) -> ServiceAnswer {
-        if operation.hasSuffix("/list") || operation == "users/current" {
+        if operation == "users/current" || Self.publicUserOperations.contains(operation) {
+            return try users(operation, body == .null ? nil : body)
+        }
+        if operation.hasSuffix("/list") {
             // GET operations take no body.
         } else {
             try Self.requireObject(body)
@@ -95,7 +109,6 @@ package struct DatabaseService: Sendable {
             case "subscriptions/list": return ServiceAnswer(json: .object([("subscriptions", .array(try database.subscriptions().map(\.webServicesJSON)))]))
             case "subscriptions/lookup": return try lookupSubscriptions(body)
             case "subscriptions/modify": return try modifySubscriptions(body)
-            case "users/current": return ServiceAnswer(json: .object([("userRecordName", .string(database.userRecordName ?? ""))]))
             case "assets/upload": return try requestAssetUploads(body)
             case "assets/rereference": return try rereferenceAssets(body)
             default: throw ContainerError(.notFound, "no operation '\(operation)'")
@@ -109,6 +122,10 @@ package struct DatabaseService: Sendable {
 
     func query(_ body: JSON) throws(ServerError) -> ServiceAnswer {
         let request = try QueryRequest(webServicesJSON: body)
+        // CloudKit's user records are fetched by name, never queried (CKRecordTypeUserRecord).
+        guard request.query.recordType != Self.usersRecordType else {
+            throw ServerError.badRequest("Type is not marked indexable: \(Self.usersRecordType) records cannot be queried; look one up by its userRecordName")
+        }
         try schema?.check(request.query)
         var result: QueryResult
         do throws(ContainerError) { result = try database.query(request.query, cursor: request.cursor) } catch { throw ServerError(error) }
@@ -149,6 +166,11 @@ package struct DatabaseService: Sendable {
     /// the learned schema's).
     package func prepareModify(_ body: JSON) throws(ContainerError) -> PreparedModify {
         let request = try ModifyRequest(webServicesJSON: body)
+        // CloudKit makes each user's record itself: "you can't create new user records" (CKRecordTypeUserRecord).
+        if database.scope == .public,
+           let index = request.operations.firstIndex(where: { $0.kind == .create && $0.record.recordType == Self.usersRecordType }) {
+            throw ContainerError(.badRequest, "operations[\(index)]: records of type \(Self.usersRecordType) cannot be created; each user's exists already, named by their userRecordName")
+        }
         let desiredKeys: [String]?
         do throws(ServerError) { desiredKeys = try QueryRequest.desiredKeys(body["desiredKeys"]) } catch {
             throw ContainerError(.badRequest, error.reason)
@@ -269,7 +291,9 @@ package struct DatabaseService: Sendable {
         }
         var answers: [JSON] = []
         var pushes = 0
-        for (type, zone) in parsed {
+        for (type, requested) in parsed {
+            // `__defaultOwner__` means the caller: the answer names the real owner, as lists and lookups do.
+            let zone = database.canonical(requested)
             do throws(ContainerError) {
                 if type == "create" {
                     try database.createZone(zone)

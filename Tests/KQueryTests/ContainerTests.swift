@@ -182,9 +182,9 @@ private typealias F = ContainerFixture
         let database = try F.privateDatabase(F.container(storage))
         let created = try #require(try database.modify([F.operation(.create, F.record("n")), F.operation(.create, F.record("m"))]).results[0].record)
         #expect(try database.modify([F.operation(.delete, F.record("n", tag: "stale"))]).results[0].error?.code == .conflict)
-        #expect(try database.modify([F.operation(.delete, F.record("n", tag: created.recordChangeTag))]).results[0] == .deleted(RecordID(recordName: "n")))
+        #expect(try database.modify([F.operation(.delete, F.record("n", tag: created.recordChangeTag))]).results[0] == .deleted(RecordID(recordName: "n"), recordType: "Note"))
         #expect(try database.modify([F.operation(.delete, F.record("n", tag: created.recordChangeTag))]).results[0].error?.code == .notFound)
-        #expect(try database.modify([F.operation(.forceDelete, F.record("m", tag: "whatever"))]).results[0] == .deleted(RecordID(recordName: "m")))
+        #expect(try database.modify([F.operation(.forceDelete, F.record("m", tag: "whatever"))]).results[0] == .deleted(RecordID(recordName: "m"), recordType: "Note"))
         #expect(try database.modify([F.operation(.forceDelete, F.record("m"))]).results[0].error?.code == .notFound)
     }
 
@@ -302,7 +302,7 @@ private typealias F = ContainerFixture
         #expect(error.reason.hasPrefix("Limit exceeded for number of owning references to single record"))
         #expect(result.results[1].record != nil)
         let cascade = try database.modify([F.operation(.forceDelete, F.record("target", zone: F.zone))])
-        #expect(cascade.results[0] == .deleted(RecordID(recordName: "target", zoneID: F.zone)))
+        #expect(cascade.results[0] == .deleted(RecordID(recordName: "target", zoneID: F.zone), recordType: "Note"))
         #expect(try names(database).isEmpty)
     }
 

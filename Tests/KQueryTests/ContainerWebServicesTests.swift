@@ -70,7 +70,7 @@ private typealias F = ContainerFixture
         #expect(records[0]["recordName"] == .string("n1"))
         #expect(records[0]["fields"]?["title"] == .object([("value", .string("Hi")), ("type", .string("STRING"))]))
         #expect(records[0]["recordChangeTag"] != nil && records[0]["created"]?["userRecordName"] == .string("_u1"))
-        #expect(records[1] == .object([("recordName", .string("gone")), ("zoneID", F.zone.json), ("deleted", .bool(true))]))
+        #expect(records[1] == .object([("recordName", .string("gone")), ("recordType", .string("Note")), ("zoneID", F.zone.json), ("deleted", .bool(true))]))
         #expect(records[2] == .object([("recordName", .string("kept")), ("zoneID", F.zone.json), ("serverErrorCode", .string("EXISTS")),
                                        ("reason", .string("record 'kept' already exists"))]))
 

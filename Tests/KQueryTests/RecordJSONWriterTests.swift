@@ -89,6 +89,6 @@ struct RecordJSONWriterTests {
         record.parent = Reference(recordID: RecordID(recordName: "p", zoneID: ZoneID(zoneName: "Other")))
         var written: [UInt8] = []
         record.writeJSON(to: &written)
-        #expect(String(decoding: written, as: UTF8.self) == #"{"recordName":"r","recordType":"T","zoneID":{"zoneName":"Z","ownerRecordName":"__defaultOwner__"},"fields":{"d":{"value":2.0,"type":"DOUBLE"},"n":{"value":3,"type":"INT64"},"s":{"value":"q\"","type":"STRING"}},"created":{"timestamp":5},"modified":{"userRecordName":"_u"},"parent":{"recordName":"p","zoneID":{"zoneName":"Other","ownerRecordName":"__defaultOwner__"}}}"#)
+        #expect(String(decoding: written, as: UTF8.self) == #"{"recordName":"r","recordType":"T","zoneID":{"zoneName":"Z","ownerRecordName":"__defaultOwner__"},"fields":{"d":{"value":2.0,"type":"DOUBLE"},"n":{"value":3,"type":"INT64"},"s":{"value":"q\"","type":"STRING"}},"created":{"timestamp":5,"deviceID":"2"},"modified":{"userRecordName":"_u","deviceID":"2"},"parent":{"recordName":"p","zoneID":{"zoneName":"Other","ownerRecordName":"__defaultOwner__"}}}"#)
     }
 }

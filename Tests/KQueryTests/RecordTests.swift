@@ -31,7 +31,7 @@ struct RecordTests {
     }
 
     @Test func writesTheWebServicesForm() throws {
-        let text = #"{"recordName":"r","recordType":"T","zoneID":{"zoneName":"Z","ownerRecordName":"_u"},"fields":{"b":{"value":"AQID","type":"BYTES"},"l":{"value":[1,2],"type":"INT64_LIST"},"t":{"value":5,"type":"TIMESTAMP"}},"created":{"timestamp":1,"userRecordName":"_u"},"recordChangeTag":"3"}"#
+        let text = #"{"recordName":"r","recordType":"T","zoneID":{"zoneName":"Z","ownerRecordName":"_u"},"fields":{"b":{"value":"AQID","type":"BYTES"},"l":{"value":[1,2],"type":"INT64_LIST"},"t":{"value":5,"type":"TIMESTAMP"}},"created":{"timestamp":1,"userRecordName":"_u","deviceID":"2"},"recordChangeTag":"3"}"#
         let record = try Record(json: JSON.parse(text))
         #expect(record["b"] == .bytes([1, 2, 3]))
         #expect(record.json().serialized == text)

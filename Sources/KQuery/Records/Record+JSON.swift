@@ -129,15 +129,25 @@ extension Record {
             out.append(contentsOf: #""userRecordName":"#.utf8)
             JSON.writeString(user, to: &out)
         }
+        out.append(contentsOf: #","deviceID":"#.utf8)
+        JSON.writeString(deviceID, to: &out)
         out.append(UInt8(ascii: "}"))
     }
 
-    /// `{"timestamp": ..., "userRecordName": ...}` with whichever of the two is known.
+    /// The `deviceID` of every `created` and `modified` stamp. CloudKit names the device that made
+    /// the change there, and clients (MistKit) decode a stamp without one as malformed. KQuery keeps
+    /// no device per record (a device is known to it only by its APNs token, a credential of the
+    /// web courier that must not be shown to other readers), so every stamp carries one fixed,
+    /// opaque placeholder; clients only read it as a string.
+    public static let deviceID = "2"
+
+    /// `{"timestamp": ..., "userRecordName": ..., "deviceID": ...}` with whichever of the first two
+    /// is known, or nil when neither is.
     private static func stampJSON(_ timestamp: Int64?, _ user: String?) -> JSON? {
         var members: [(String, JSON)] = []
         if let timestamp { members.append(("timestamp", .int(timestamp))) }
         if let user { members.append(("userRecordName", .string(user))) }
-        return members.isEmpty ? nil : .object(members)
+        return members.isEmpty ? nil : .object(members + [("deviceID", .string(deviceID))])
     }
 }
 

@@ -126,6 +126,12 @@ extension Condition {
             }
             conditions.append(negated ? .not(.field(field, test)) : .field(field, test))
         }
-        self = conditions.count == 1 ? conditions[0] : .and(conditions)
+        // An empty list filters nothing out: TRUEPREDICATE, as a missing `filterBy` is (an empty
+        // AND would print as no predicate at all, which nothing reads back).
+        switch conditions.count {
+        case 0: self = .constant(true)
+        case 1: self = conditions[0]
+        default: self = .and(conditions)
+        }
     }
 }
