@@ -40,7 +40,7 @@ extension ContainerDatabase {
         }
         // The operations by zone, zones in order of first appearance. Found by comparing, not
         // hashing: a modify names a zone or a few.
-        var groups: [(zone: ZoneID, indices: [Int])] = []
+        var zoneGroups: [(zone: ZoneID, indices: [Int])] = []
         var seen: Set<RecordID> = []
         // By position: enumerating copied each operation, its record with it.
         for index in requested.indices {
@@ -50,26 +50,41 @@ extension ContainerDatabase {
             guard requested.count == 1 || seen.insert(id).inserted else {
                 throw ContainerError(.badRequest, "record '\(id.recordName)' appears in more than one operation (one operation per record)")
             }
-            if let group = groups.lastIndex(where: { $0.zone == id.zoneID }) {
-                groups[group].indices.append(index)
+            if let group = zoneGroups.lastIndex(where: { $0.zone == id.zoneID }) {
+                zoneGroups[group].indices.append(index)
             } else {
-                groups.append((id.zoneID, [index]))
+                zoneGroups.append((id.zoneID, [index]))
             }
         }
         let now = container.clock()
         let user = actingUser
         let queryStore = container.queryStore(key)
         let savesAssets = requested.contains { $0.record.holdsAssets }
+        let sharing = Self.touchesSharing(requested)
         return try container.write(durably: durably) { state, tx throws(ContainerError) -> (ModifyResult, Container.QueryStoreUpdate?) in
-            // Each operation's result, "not applied" until the modify decides it.
-            var results = requested.map { RecordResult.failed($0.record.recordID, ContainerError(.internalError, "not applied")) }
             // The changes to commit, and beside each the operation that caused it.
             var changes: [RecordChange] = []
             var causes: [Int] = []
             let stored = try tx.database(key)
             // Asset values with receipts become stored assets (SPEC §12) before anything is staged.
             let assets = savesAssets ? try resolveAssets(requested, tx: tx, database: stored, now: now) : nil
-            let operations = assets?.operations ?? requested
+            var operations = assets?.operations ?? requested
+            var groups = zoneGroups
+            var failed = assets?.errors ?? [:]
+            var shareLinks: [RecordID: Reference?] = [:]
+            // Shares are checked and their roots linked (SPEC §13); roots to update come after the request's operations.
+            if sharing {
+                let shares = try resolveSharing(operations, tx: tx, database: stored)
+                for index in operations.count..<shares.operations.count {
+                    let zone = shares.operations[index].record.recordID.zoneID
+                    if let group = groups.firstIndex(where: { $0.zone == zone }) { groups[group].indices.append(index) } else { groups.append((zone, [index])) }
+                }
+                operations = shares.operations
+                failed.merge(shares.errors) { first, _ in first }
+                shareLinks = shares.links
+            }
+            // Each operation's result, "not applied" until the modify decides it.
+            var results = operations.map { RecordResult.failed($0.record.recordID, ContainerError(.internalError, "not applied")) }
             // Change `position` of the modify takes this sequence plus `position` (a new
             // database starts at 0).
             let firstSequence = (stored?.sequence ?? 0) + 1
@@ -83,7 +98,8 @@ extension ContainerDatabase {
                     continue
                 }
                 // The zones' changes follow one another.
-                let staged = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, failed: assets?.errors ?? [:], tx: tx,
+                let links = shareLinks.isEmpty ? [:] : Dictionary(uniqueKeysWithValues: shareLinks.filter { $0.key.zoneID == zone }.map { ($0.key.recordName, $0.value) })
+                let staged = try stage(operations, indices, in: zone, atomic: atomic && !zone.isDefaultZone, failed: failed, shareLinks: links, tx: tx,
                                        database: stored, user: user, now: now, firstSequence: firstSequence + Int64(changes.count))
                 // One zone's changes are taken as they are rather than copied into empty lists.
                 if changes.isEmpty {
@@ -95,7 +111,8 @@ extension ContainerDatabase {
                 }
                 for (index, error) in staged.errors { results[index] = .failed(operations[index].record.recordID, error) }
             }
-            guard !changes.isEmpty else { return (ModifyResult(results: results, notifications: []), nil) }
+            // Operations sharing appended (roots linked to their shares) answer as part of the share's.
+            guard !changes.isEmpty else { return (ModifyResult(results: Array(results.prefix(requested.count)), notifications: []), nil) }
 
             // The bookkeeping read above is still current: staging writes nothing.
             let database = if let stored { stored } else { try tx.existingOrNewDatabase(key) }
@@ -150,6 +167,7 @@ extension ContainerDatabase {
                 let firings = subscribed.subscriptions.apply(&changes, now: now)
                 return try notify(changes, firings, database: database, tx: tx, now: now, device: device, templates: &subscribed.pushTemplates)
             }
+            if results.count > requested.count { results.removeLast(results.count - requested.count) }
             return (ModifyResult(results: results, notifications: try tx.enqueue(notifications)), Container.QueryStoreUpdate(store: queryStore, changes: changes))
         }
     }
@@ -178,12 +196,13 @@ extension ContainerDatabase {
     /// left out and the rest staged again, until none does.
     private func stage(
         _ operations: [RecordOperation], _ indices: [Int], in zone: ZoneID, atomic: Bool, failed: [Int: ContainerError],
-        tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64, firstSequence: Int64
+        shareLinks: [String: Reference?], tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64, firstSequence: Int64
     ) throws(ContainerError) -> (changes: [RecordChange], causes: [Int], errors: [Int: ContainerError]) {
         // Operations that failed before staging (their assets) stay out, as reference violations do.
         var excluded = failed.isEmpty ? [:] : failed.filter { indices.contains($0.key) }
         while true {
             var staging = ZoneStaging(zoneID: zone, tx: tx, database: database, user: user, now: now, firstSequence: firstSequence)
+            staging.shareLinks = shareLinks
             staging.reserveCapacity(indices.count)
             var errors = excluded
             operations.withUnsafeBufferPointer { operations in

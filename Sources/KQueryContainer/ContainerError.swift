@@ -23,6 +23,8 @@ public struct ContainerError: Error, Hashable, Sendable, CustomStringConvertible
         case limitExceeded = "LIMIT_EXCEEDED"
         /// Native `changeTokenExpired` (21): the client refetches from no token.
         case changeTokenExpired = "CHANGE_TOKEN_EXPIRED"
+        /// The caller may not do this (a share it is not invited to).
+        case accessDenied = "ACCESS_DENIED"
         /// An asset larger than the container takes (HTTP 413, as Web Services' QUOTA_EXCEEDED).
         case quotaExceeded = "QUOTA_EXCEEDED"
         /// The storage failed (disk full, damaged file).
@@ -36,6 +38,7 @@ public struct ContainerError: Error, Hashable, Sendable, CustomStringConvertible
             case .notFound, .zoneNotFound: 404
             case .validatingReferenceError: 412
             case .quotaExceeded: 413
+            case .accessDenied: 403
             case .internalError: 500
             }
         }

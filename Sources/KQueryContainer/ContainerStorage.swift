@@ -79,6 +79,8 @@ protocol StorageTransaction: AssetReads {
     /// The zones changed or deleted after `sequence`, in sequence order, at most `limit`.
     func zoneChanges(of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
         -> [(sequence: Int64, zoneID: ZoneID, deleted: Bool)]
+    /// Every database the storage holds.
+    func allDatabases() throws(ContainerError) -> [(key: DatabaseKey, stored: StoredDatabase)]
     /// The databases that have subscriptions.
     func subscribedDatabases() throws(ContainerError) -> [DatabaseKey]
     /// The database's subscriptions, in the order they were saved.

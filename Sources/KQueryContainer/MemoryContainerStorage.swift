@@ -412,6 +412,10 @@ struct MemoryTransaction: StorageWriteTransaction {
         return changes
     }
 
+    func allDatabases() throws(ContainerError) -> [(key: DatabaseKey, stored: StoredDatabase)] {
+        state.databases.values.map { ($0.key, $0.stored) }
+    }
+
     func subscribedDatabases() throws(ContainerError) -> [DatabaseKey] {
         state.databases.values.filter { !$0.subscriptions.isEmpty }.map(\.key)
     }

@@ -289,6 +289,7 @@ private struct MirrorReadTransaction: StorageTransaction {
         -> [(sequence: Int64, zoneID: ZoneID, deleted: Bool)] {
         try mirror.zoneChanges(of: database, after: sequence, limit: limit)
     }
+    func allDatabases() throws(ContainerError) -> [(key: DatabaseKey, stored: StoredDatabase)] { try mirror.allDatabases() }
     func subscribedDatabases() throws(ContainerError) -> [DatabaseKey] { try mirror.subscribedDatabases() }
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] { try mirror.subscriptions(in: database) }
     func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError) -> [OutboxNotification] {
@@ -536,6 +537,16 @@ private struct SQLiteTransaction: StorageWriteTransaction {
                 ORDER BY s LIMIT ?
                 """, arguments: [database.id, sequence, limit, database.id, sequence, limit, limit], cached: true))
                 .map { ($0[0], ZoneID(zoneName: $0[1], ownerName: $0[2]), $0[3] as Bool) }
+        }
+    }
+
+    func allDatabases() throws(ContainerError) -> [(key: DatabaseKey, stored: StoredDatabase)] {
+        let rows = try sql { try Row.fetchAll(db, sql: "SELECT id, environment, scope, userRecordName, sequence, horizon FROM databases") }
+        return try rows.map { row throws(ContainerError) in
+            guard let environment = ContainerEnvironment(rawValue: row[1]), let scope = DatabaseScope(rawValue: row[2]) else {
+                throw ContainerError(.internalError, "\(name): corrupt databases table")
+            }
+            return (DatabaseKey(environment: environment, scope: scope, userRecordName: row[3]), StoredDatabase(id: row[0], sequence: row[4], horizon: row[5]))
         }
     }
 

@@ -48,6 +48,9 @@ struct ZoneStaging {
     private var deletedBy: [String: Int] = [:]
     /// Whether a record saved holds a DELETE_SELF or VALIDATE reference.
     private var savesReferences = false
+    /// The `share` sharing gives records this modify (nil inside: cleared), by name. A record's
+    /// `share` is the server's: clients never set it, and otherwise it stays as stored.
+    var shareLinks: [String: Reference?] = [:]
 
     init(zoneID: ZoneID, tx: any StorageTransaction, database: StoredDatabase?, user: String, now: Int64, firstSequence: Int64) {
         self.zoneID = zoneID
@@ -180,9 +183,15 @@ struct ZoneStaging {
             var record = existing
             if operation.pointee.kind == .update || operation.pointee.kind == .forceUpdate {
                 for (key, value) in operation.pointee.record.fields { record.fields[key] = value }
+                if let parent = operation.pointee.record.parent { record.parent = parent }
             } else {
+                // A replace keeps the record's system values (its short GUID) and takes the rest as sent.
+                let guid = existing.fields[ContainerDatabase.shortGUIDKey]
                 record.fields = operation.pointee.record.fields
+                if record.fields[ContainerDatabase.shortGUIDKey] == nil, let guid { record.fields[ContainerDatabase.shortGUIDKey] = guid }
+                record.parent = operation.pointee.record.parent
             }
+            if let link = shareLinks[name] { record.share = link }
             record.modificationDate = now
             record.lastModifiedUserRecordName = user
             save(index, record, before: existing)
@@ -192,10 +201,13 @@ struct ZoneStaging {
             try delete(index, existing)
         }
 
-        /// A new record of the operation's type and ID with `fields`, stamped now by the user.
+        /// A new record of the operation's type and ID with `fields` and its parent, stamped now by the user.
         func created(_ fields: Fields) -> Record {
-            Record(recordType: operation.pointee.record.recordType, recordID: operation.pointee.record.recordID, fields: fields, creationDate: now, creatorUserRecordName: user,
-                   modificationDate: now, lastModifiedUserRecordName: user)
+            var record = Record(recordType: operation.pointee.record.recordType, recordID: operation.pointee.record.recordID, fields: fields, creationDate: now,
+                                creatorUserRecordName: user, modificationDate: now, lastModifiedUserRecordName: user)
+            if let parent = operation.pointee.record.parent { record.parent = parent }
+            if let link = shareLinks[name] { record.share = link }
+            return record
         }
     }
 

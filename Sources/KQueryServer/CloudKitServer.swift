@@ -37,7 +37,7 @@ public final class CloudKitServer: Sendable {
     static let postOperations = [
         "records/query", "records/modify", "records/lookup", "records/changes", "changes/database", "changes/zone",
         "zones/lookup", "zones/modify", "zones/changes", "subscriptions/lookup", "subscriptions/modify", "assets/upload", "assets/rereference",
-        "users/discover", "users/lookup/email", "users/lookup/id",
+        "users/discover", "users/lookup/email", "users/lookup/id", "records/resolve", "records/accept",
     ]
     static let getOperations = ["zones/list", "subscriptions/list", "users/current", "users/caller", "users/discover"]
     /// Where the web courier listens, as Apple's does (`/aps?tok=...&ttl=43200`).
@@ -169,7 +169,7 @@ public final class CloudKitServer: Sendable {
             }
             let requester = try self.authenticate(request, context, body: body.bytes, scope: scope)
             let user = requester.user
-            if operation == "users/current" || operation.hasPrefix("assets/"), user == nil {
+            if operation == "users/current" || operation.hasPrefix("assets/") || DatabaseService.shareOperations.contains(operation), user == nil {
                 throw ServerError.authenticationRequired("\(operation) needs a signed-in user (ckWebAuthToken)")
             }
             if DatabaseService.publicUserOperations.contains(operation), !requester.bySignIn {
@@ -187,7 +187,7 @@ public final class CloudKitServer: Sendable {
             }
             let learnedSchema = self.configuration.schema == nil && operation == "records/modify"
                 ? try self.containers.learnedSchema(containerIdentifier) : nil
-            let users = operation.hasPrefix("users/")
+            let users = operation.hasPrefix("users/") || DatabaseService.shareOperations.contains(operation)
                 ? try UserDirectory.load(directory: self.configuration.dataDirectory).overlaying(self.configuration.users) : UserDirectory()
             let service = DatabaseService(database: database, schema: self.configuration.schema, learnedSchema: learnedSchema, users: users,
                                           assetLinks: self.assetLinks(request, containerIdentifier: containerIdentifier))

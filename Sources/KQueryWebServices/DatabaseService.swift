@@ -109,6 +109,10 @@ package struct DatabaseService: Sendable {
             case "subscriptions/list": return ServiceAnswer(json: .object([("subscriptions", .array(try database.subscriptions().map(\.webServicesJSON)))]))
             case "subscriptions/lookup": return try lookupSubscriptions(body)
             case "subscriptions/modify": return try modifySubscriptions(body)
+            case "records/resolve", "records/accept":
+                do throws(ServerError) { return try resolveShares(body, accepting: operation == "records/accept") } catch {
+                    throw ContainerError(ContainerError.Code(rawValue: error.serverErrorCode) ?? .badRequest, error.reason)
+                }
             case "assets/upload": return try requestAssetUploads(body)
             case "assets/rereference": return try rereferenceAssets(body)
             default: throw ContainerError(.notFound, "no operation '\(operation)'")

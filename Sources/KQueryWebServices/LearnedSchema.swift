@@ -63,7 +63,7 @@ package final class LearnedSchema: Sendable {
         guard FieldKey.isValidName(record.recordType) else { return }
         var type = schema[record.recordType] ?? RecordTypeSchema(name: record.recordType, fields: [])
         let before = type
-        for key in record.fields.keys.sorted(by: { $0.name < $1.name }) where type.field(.user(key)) == nil {
+        for key in record.fields.keys.sorted(by: { $0.name < $1.name }) where type.field(.user(key)) == nil && !SharingKeys.isReserved(key.name) {
             guard let value = record.fields[key] else { continue }
             type.fields.append(FieldSchema(.user(key), value.isList ? .list(value.type) : .scalar(value.type)))
         }

@@ -8,7 +8,14 @@ extension Schema {
     /// `record` with its untyped numbers given the type the schema declares (a client sends a date as
     /// `{"value": 1704164645000}`, which reads as INT64), then checked against the schema.
     func conforming(_ record: Record) throws(SchemaViolation) -> Record {
+        // Shares are CloudKit's own type, and sharing keys are system values: no schema declares them.
+        if SharingKeys.isShareType(record.recordType) { return record }
         var record = record
+        var reserved: [(FieldKey, FieldValue)] = []
+        for key in record.fields.keys where SharingKeys.isReserved(key.name) {
+            if let value = record.fields[key] { reserved.append((key, value)) }
+            record.fields[key] = nil
+        }
         if let type = self[record.recordType] {
             for key in record.fields.keys {
                 guard let field = type.field(.user(key)), let value = record.fields[key] else { continue }
@@ -16,6 +23,7 @@ extension Schema {
             }
         }
         try check(record)
+        for (key, value) in reserved { record.fields[key] = value }
         return record
     }
 

@@ -525,7 +525,7 @@ private typealias F = ContainerFixture
     @Test func errorCodesMapToWebServicesStatuses() {
         let statuses = Dictionary(uniqueKeysWithValues: ContainerError.Code.allCases.map { ($0.rawValue, $0.httpStatus) })
         #expect(statuses == ["BAD_REQUEST": 400, "CONFLICT": 409, "EXISTS": 409, "NOT_FOUND": 404, "ZONE_NOT_FOUND": 404, "ATOMIC_ERROR": 400,
-                             "VALIDATING_REFERENCE_ERROR": 412, "LIMIT_EXCEEDED": 400, "CHANGE_TOKEN_EXPIRED": 400, "QUOTA_EXCEEDED": 413, "INTERNAL_ERROR": 500])
+                             "VALIDATING_REFERENCE_ERROR": 412, "LIMIT_EXCEEDED": 400, "CHANGE_TOKEN_EXPIRED": 400, "QUOTA_EXCEEDED": 413, "ACCESS_DENIED": 403, "INTERNAL_ERROR": 500])
     }
 }
 

@@ -28,7 +28,11 @@ extension Record {
                 throw RecordDecodingError("record '\(recordName)': \"fields\" must be an object")
             }
             for (name, valueJSON) in members {
-                guard FieldKey.isValidName(name) else {
+                guard !SharingKeys.isReserved(name) else {
+                    throw RecordDecodingError("record '\(recordName)': field names starting with ___ are CloudKit's ('\(name)')")
+                }
+                // A share's own fields are CloudKit's `cloudkit.title`, `cloudkit.type`, ...
+                guard FieldKey.isValidName(name) || (SharingKeys.isShareType(recordType) && name.hasPrefix("cloudkit.") && name.utf8.count <= 255) else {
                     throw RecordDecodingError("record '\(recordName)': invalid field name '\(name)' (letters, digits, _ and $, starting with a letter or _, at most 255 characters)")
                 }
                 do {
@@ -50,6 +54,7 @@ extension Record {
         recordChangeTag = json["recordChangeTag"]?.stringValue
         parent = try json["parent"].map { json throws(RecordDecodingError) in try Reference(systemJSON: json, key: "parent", of: recordID) }
         share = try json["share"].map { json throws(RecordDecodingError) in try Reference(systemJSON: json, key: "share", of: recordID) }
+        try readSharingKeys(json)
     }
 
     /// The CloudKit Web Services form. `desiredKeys` nil writes every field, `[]` none (SPEC §3).
@@ -58,7 +63,13 @@ extension Record {
         if recordID.zoneID != .default { members.append(("zoneID", recordID.zoneID.json)) }
         var fieldMembers: [(String, JSON)] = []
         let names = desiredKeys.map { $0.filter { fields[$0] != nil } } ?? fields.sortedNames
+        var holdsReserved = false
         for name in names {
+            // Sharing keys are written beside the fields (SPEC §13), never among them.
+            if SharingKeys.isReserved(name) {
+                holdsReserved = true
+                continue
+            }
             if let value = fields[name] { fieldMembers.append((name, value.typedJSON)) }
         }
         members.append(("fields", .object(fieldMembers)))
@@ -67,6 +78,7 @@ extension Record {
         if let recordChangeTag { members.append(("recordChangeTag", .string(recordChangeTag))) }
         if let parent { members.append(("parent", parent.systemJSON(of: recordID))) }
         if let share { members.append(("share", share.systemJSON(of: recordID))) }
+        if holdsReserved || (desiredKeys != nil && fields.sortedNames.contains(where: SharingKeys.isReserved)) { members += sharingMembers }
         return .object(members)
     }
 
@@ -91,10 +103,19 @@ extension Record {
             out.append(UInt8(ascii: ":"))
             value.writeTypedJSON(to: &out)
         }
+        var holdsReserved = false
         if let desiredKeys {
-            for name in desiredKeys { if let value = fields[name] { member(name, value) } }
+            for name in desiredKeys where !SharingKeys.isReserved(name) { if let value = fields[name] { member(name, value) } }
+            holdsReserved = fields[SharingKeys.shortGUID.1] != nil || recordType == SharingKeys.shareRecordType
         } else {
-            for (name, value) in fields.map({ ($0.key.name, $0.value) }).sorted(by: { $0.0 < $1.0 }) { member(name, value) }
+            for (name, value) in fields.map({ ($0.key.name, $0.value) }).sorted(by: { $0.0 < $1.0 }) {
+                // Sharing keys are written beside the fields (SPEC §13), never among them.
+                if SharingKeys.isReserved(name) {
+                    holdsReserved = true
+                    continue
+                }
+                member(name, value)
+            }
         }
         out.append(UInt8(ascii: "}"))
         Self.writeStamp("created", creationDate, creatorUserRecordName, to: &out)
@@ -110,6 +131,14 @@ extension Record {
         if let share {
             out.append(contentsOf: #","share":"#.utf8)
             share.systemJSON(of: recordID).write(to: &out)
+        }
+        if holdsReserved {
+            for (key, value) in sharingMembers {
+                out.append(UInt8(ascii: ","))
+                JSON.writeString(key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                value.write(to: &out)
+            }
         }
         out.append(UInt8(ascii: "}"))
     }

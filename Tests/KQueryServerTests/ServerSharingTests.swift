@@ -1,0 +1,171 @@
+import KQuery
+import KQueryServer
+import KQueryWebServices
+import Testing
+
+/// Sharing over real HTTP on loopback (SPEC §13): shares saved with their roots, short GUIDs,
+/// participants, `records/resolve` and `records/accept`, and the rules that refuse.
+@Suite struct ServerSharingTests {
+    static func harness() throws -> ServerHarness {
+        let bob = try DirectoryUser(name: "_bob", emailAddress: "bob@example.com", givenName: "Bob", familyName: "B", discoverable: true)
+        let carol = try DirectoryUser(name: "_carol", emailAddress: "carol@example.com")
+        let alice = try DirectoryUser(name: "_alice", emailAddress: "alice@example.com", givenName: "Alice", discoverable: true)
+        return ServerHarness { $0.users = UserDirectory(users: [alice, bob, carol]) }
+    }
+
+    static let zone = #"{"zoneName": "Lists"}"#
+
+    /// The owner's list, an item under it and its share inviting Bob, in one modify.
+    static func shareList(_ c: ServerClient, participants: String = #"[{"type": "USER", "permission": "READ_WRITE", "acceptanceStatus": "INVITED", "userIdentity": {"lookupInfo": {"emailAddress": "bob@example.com"}}}]"#) async throws -> ServerClient.Answer {
+        _ = try await c.post("private", "zones/modify", #"{"operations": [{"operationType": "create", "zone": {"zoneID": \#(zone)}}]}"#, user: "_alice")
+        return try await c.post("private", "records/modify", """
+            {"zoneID": \(zone), "atomic": true, "operations": [
+              {"operationType": "create", "record": {"recordName": "List-1", "recordType": "List", "createShortGUID": true, "fields": {"title": {"value": "Groceries"}}}},
+              {"operationType": "create", "record": {"recordName": "Item-1", "recordType": "Item", "parent": {"recordName": "List-1"}, "fields": {"name": {"value": "Milk"}}}},
+              {"operationType": "create", "record": {"recordName": "Share-1", "recordType": "cloudKit.share", "forRecord": {"recordName": "List-1"},
+                "fields": {"cloudkit.title": {"value": "Groceries"}}, "publicPermission": "NONE", "denyAccessRequests": true,
+                "participants": \(participants)}}
+            ]}
+            """, user: "_alice")
+    }
+
+    @Test func aShareIsSavedWithItsRootAndResolvedAndAcceptedByItsInvitee() async throws {
+        try await Self.harness().run { c in
+            let saved = try await Self.shareList(c)
+            #expect(saved.status == 200, "\(saved.text)")
+            let root = try #require(saved.json["records"]?[0])
+            let share = try #require(saved.json["records"]?[2])
+            let guid = try #require(root["shortGUID"]?.stringValue)
+            #expect(root["share"]?["recordName"] == .string("Share-1"))
+            #expect(share["recordType"] == .string("cloudkit.share"), "emitted in lower case")
+            #expect(share["shortGUID"] == .string(guid), "a share carries its root's GUID")
+            #expect(share["fields"]?["___participants"] == nil && share["participants"]?.elements.count == 2)
+            #expect(share["participants"]?[0]?["type"] == .string("OWNER") && share["owner"]?["userIdentity"]?["userRecordName"] == .string("_alice"))
+            #expect(share["participants"]?[1]?["participantId"]?.stringValue != nil)
+            #expect(share["denyAccessRequests"] == .bool(true), "unknown share keys are kept and echoed")
+            #expect(share["forRecord"]?["recordName"] == .string("List-1"))
+            let item = try await c.post("private", "records/lookup", #"{"zoneID": \#(Self.zone), "records": [{"recordName": "Item-1"}]}"#, user: "_alice")
+            #expect(item.json["records"]?[0]?["parent"]?["recordName"] == .string("List-1"), "a record's parent is kept")
+
+            // Bob resolves: invited, the root fetched with the keys he asked for.
+            var answer = try await c.post("public", "records/resolve", #"{"shortGUIDs": [{"value": "\#(guid)", "shouldFetchRootRecord": true, "rootRecordDesiredKeys": ["title"]}]}"#, user: "_bob")
+            var result = try #require(answer.json["results"]?[0], "\(answer.text)")
+            #expect(result["participantStatus"] == .string("INVITED") && result["participantType"] == .string("USER"), "\(answer.text)")
+            #expect(result["participantPermission"] == .string("READ_WRITE") && result["databaseScope"] == .string("SHARED"))
+            #expect(result["rootRecordName"] == .string("List-1") && result["rootRecord"]?["fields"]?["title"]?["value"] == .string("Groceries"))
+            #expect(result["zoneID"]?["ownerRecordName"] == .string("_alice"))
+            #expect(result["ownerIdentity"]?["nameComponents"]?["givenName"] == .string("Alice"))
+            #expect(result["share"]?["currentUserParticipant"]?["acceptanceStatus"] == .string("INVITED"))
+
+            // Accepting is idempotent; the owner then sees Bob by name, accepted.
+            for _ in 0..<2 {
+                answer = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: "_bob")
+                result = try #require(answer.json["results"]?[0])
+                #expect(result["participantStatus"] == .string("ACCEPTED"), "\(answer.text)")
+                #expect(result["rootRecord"] == nil, "the root only when asked for")
+            }
+            answer = try await c.post("private", "records/lookup", #"{"zoneID": \#(Self.zone), "records": [{"recordName": "Share-1"}]}"#, user: "_alice")
+            let bob = answer.json["records"]?[0]?["participants"]?.elements.first { $0["type"] == .string("USER") }
+            #expect(bob?["acceptanceStatus"] == .string("ACCEPTED") && bob?["userIdentity"]?["userRecordName"] == .string("_bob"))
+
+            // The owner resolves her own share: PRIVATE, OWNER.
+            answer = try await c.post("public", "records/resolve", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: "_alice")
+            #expect(answer.json["results"]?[0]?["databaseScope"] == .string("PRIVATE") && answer.json["results"]?[0]?["participantType"] == .string("OWNER"))
+        }
+    }
+
+    @Test func aShareListedBeforeItsRootCarriesTheRootsGUID() async throws {
+        try await Self.harness().run { c in
+            _ = try await c.post("private", "zones/modify", #"{"operations": [{"operationType": "create", "zone": {"zoneID": \#(Self.zone)}}]}"#, user: "_alice")
+            let answer = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "create", "record": {"recordName": "S", "recordType": "cloudkit.share", "forRecord": {"recordName": "R"}}}, {"operationType": "create", "record": {"recordName": "R", "recordType": "List", "createShortGUID": true}}]}"#, user: "_alice")
+            let guid = answer.json["records"]?[1]?["shortGUID"]?.stringValue
+            #expect(guid != nil && answer.json["records"]?[0]?["shortGUID"]?.stringValue == guid, "\(answer.text)")
+            #expect(answer.json["records"]?[1]?["share"]?["recordName"] == .string("S"))
+        }
+    }
+
+    @Test func othersCannotResolveIntoAPrivateShare() async throws {
+        try await Self.harness().run { c in
+            let saved = try await Self.shareList(c)
+            let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue)
+            for operation in ["records/resolve", "records/accept"] {
+                let answer = try await c.post("public", operation, #"{"shortGUIDs": [{"value": "\#(guid)", "shouldFetchRootRecord": true}]}"#, user: "_carol")
+                let result = answer.json["results"]?[0]
+                #expect(result?["serverErrorCode"] == .string("ACCESS_DENIED"), "\(answer.text)")
+                #expect(result?["rootRecord"] == nil && result?["share"] == nil && !answer.text.contains("Groceries"))
+            }
+            let unknown = try await c.post("public", "records/resolve", #"{"shortGUIDs": [{"value": "nope"}]}"#, user: "_carol")
+            #expect(unknown.json["results"]?[0]?["serverErrorCode"] == .string("NOT_FOUND"))
+            #expect(try await c.post("private", "records/resolve", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: "_carol").status == 400)
+            #expect(try await c.post("public", "records/resolve", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#).status == 421)
+            #expect(try await c.post("public", "records/resolve", #"{"shortGUIDs": 3}"#, user: "_carol").status == 400)
+        }
+    }
+
+    @Test func sharingRulesRefuse() async throws {
+        try await Self.harness().run { c in
+            _ = try await Self.shareList(c)
+            func save(_ record: String, database: String = "private", zone: String? = Self.zone) async throws -> JSON? {
+                let zoneMember = zone.map { #""zoneID": \#($0), "# } ?? ""
+                let answer = try await c.post(database, "records/modify", #"{\#(zoneMember)"operations": [{"operationType": "create", "record": \#(record)}]}"#, user: "_alice")
+                return answer.json["records"]?[0] ?? answer.json
+            }
+            let second = try await save(#"{"recordName": "Share-2", "recordType": "cloudkit.share", "forRecord": {"recordName": "List-1"}}"#)
+            #expect(second?["reason"]?.stringValue?.hasPrefix("ALREADY_SHARED") == true, "\(second?.serialized ?? "")")
+            let inDefaultZone = try await save(#"{"recordName": "S", "recordType": "cloudkit.share", "forRecord": {"recordName": "x"}}"#, zone: nil)
+            #expect(inDefaultZone?["serverErrorCode"] == .string("BAD_REQUEST"))
+            let inPublic = try await save(#"{"recordName": "S", "recordType": "cloudkit.share", "forRecord": {"recordName": "x"}}"#, database: "public", zone: nil)
+            #expect(inPublic?["serverErrorCode"] == .string("BAD_REQUEST"))
+            let rootless = try await save(#"{"recordName": "S", "recordType": "cloudkit.share", "forRecord": {"recordName": "missing"}}"#)
+            #expect(rootless?["serverErrorCode"] == .string("VALIDATING_REFERENCE_ERROR"))
+            let noRoot = try await save(#"{"recordName": "S", "recordType": "cloudkit.share"}"#)
+            #expect(noRoot?["serverErrorCode"] == .string("BAD_REQUEST"))
+            let many = "[" + (0..<100).map { #"{"userIdentity": {"lookupInfo": {"emailAddress": "u\#($0)@example.com"}}}"# }.joined(separator: ",") + "]"
+            _ = try await save(#"{"recordName": "List-2", "recordType": "List", "fields": {}}"#)
+            let crowded = try await save(#"{"recordName": "S2", "recordType": "cloudkit.share", "forRecord": {"recordName": "List-2"}, "participants": \#(many)}"#)
+            #expect(crowded?["reason"]?.stringValue?.hasPrefix("TOO_MANY_PARTICIPANTS") == true, "\(crowded?.serialized ?? "")")
+            let badEnum = try await save(#"{"recordName": "S3", "recordType": "cloudkit.share", "forRecord": {"recordName": "List-2"}, "participants": [{"permission": "ALL", "userIdentity": {"userRecordName": "_bob"}}]}"#)
+            #expect(badEnum?["serverErrorCode"] == .string("BAD_REQUEST"))
+            let reserved = try await save(#"{"recordName": "r", "recordType": "List", "fields": {"___shortGUID": {"value": "forged"}}}"#)
+            #expect(reserved?["serverErrorCode"] == .string("BAD_REQUEST"), "clients cannot write reserved fields")
+        }
+    }
+
+    @Test func zoneWideSharesAndTheTwoStepHierarchyShare() async throws {
+        try await Self.harness().run { c in
+            _ = try await c.post("private", "zones/modify", #"{"operations": [{"operationType": "create", "zone": {"zoneID": {"zoneName": "Team"}}}, {"operationType": "create", "zone": {"zoneID": {"zoneName": "Lists"}}}]}"#, user: "_alice")
+            let zoneShare = #"{"zoneID": {"zoneName": "Team"}, "operations": [{"operationType": "create", "record": {"recordName": "cloudkit.zoneshare", "recordType": "cloudkit.share", "publicPermission": "READ_ONLY", "fields": {"cloudkit.title": {"value": "Team"}}}}]}"#
+            var answer = try await c.post("private", "records/modify", zoneShare, user: "_alice")
+            let guid = try #require(answer.json["records"]?[0]?["shortGUID"]?.stringValue, "\(answer.text)")
+            #expect(answer.json["records"]?[0]?["forRecord"] == nil)
+            answer = try await c.post("private", "records/modify", zoneShare, user: "_alice")
+            #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("EXISTS"))
+            // Public: anyone with the link joins as a PUBLIC_USER with the public permission.
+            answer = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)", "shouldFetchRootRecord": true}]}"#, user: "_carol")
+            let result = answer.json["results"]?[0]
+            #expect(result?["participantType"] == .string("PUBLIC_USER") && result?["participantPermission"] == .string("READ_ONLY"), "\(answer.text)")
+            #expect(result?["rootRecordName"] == nil && result?["rootRecord"] == nil, "a zone-wide share has no root")
+            let hierarchy = try await c.post("private", "records/modify", #"{"zoneID": {"zoneName": "Team"}, "operations": [{"operationType": "create", "record": {"recordName": "R", "recordType": "List"}}, {"operationType": "create", "record": {"recordName": "S", "recordType": "cloudkit.share", "forRecord": {"recordName": "R"}}}]}"#, user: "_alice")
+            #expect(hierarchy.json["records"]?[1]?["reason"]?.stringValue?.hasPrefix("ALREADY_SHARED") == true, "\(hierarchy.text)")
+
+            // Apple's two steps: the root first (with a GUID), its share in a later modify.
+            answer = try await c.post("private", "records/modify", #"{"zoneID": {"zoneName": "Lists"}, "operations": [{"operationType": "create", "record": {"recordName": "L", "recordType": "List", "createShortGUID": true}}]}"#, user: "_alice")
+            let rootGUID = try #require(answer.json["records"]?[0]?["shortGUID"]?.stringValue)
+            answer = try await c.post("private", "records/modify", #"{"zoneID": {"zoneName": "Lists"}, "operations": [{"operationType": "create", "record": {"recordName": "LS", "recordType": "cloudkit.share", "forRecord": {"recordName": "L", "recordChangeTag": "x"}}}]}"#, user: "_alice")
+            #expect(answer.json["records"]?.elements.count == 1 && answer.json["records"]?[0]?["shortGUID"] == .string(rootGUID), "\(answer.text)")
+            answer = try await c.post("private", "records/lookup", #"{"zoneID": {"zoneName": "Lists"}, "records": [{"recordName": "L"}]}"#, user: "_alice")
+            #expect(answer.json["records"]?[0]?["share"]?["recordName"] == .string("LS") && answer.json["records"]?[0]?["shortGUID"] == .string(rootGUID))
+
+            // Unsharing clears the root's share; deleting a root deletes its share.
+            answer = try await c.post("private", "records/modify", #"{"zoneID": {"zoneName": "Lists"}, "operations": [{"operationType": "forceDelete", "record": {"recordName": "LS", "recordType": "cloudkit.share"}}]}"#, user: "_alice")
+            #expect(answer.status == 200, "\(answer.text)")
+            answer = try await c.post("private", "records/lookup", #"{"zoneID": {"zoneName": "Lists"}, "records": [{"recordName": "L"}]}"#, user: "_alice")
+            #expect(answer.json["records"]?[0]?["share"] == nil && answer.json["records"]?[0]?["shortGUID"] == .string(rootGUID), "the GUID stays for a reshare")
+            answer = try await c.post("private", "records/modify", #"{"zoneID": {"zoneName": "Lists"}, "operations": [{"operationType": "create", "record": {"recordName": "LS2", "recordType": "cloudkit.share", "forRecord": {"recordName": "L"}}}]}"#, user: "_alice")
+            #expect(answer.json["records"]?[0]?["shortGUID"] == .string(rootGUID), "a reshare keeps the root's GUID")
+            answer = try await c.post("private", "records/modify", #"{"zoneID": {"zoneName": "Lists"}, "operations": [{"operationType": "forceDelete", "record": {"recordName": "L"}}]}"#, user: "_alice")
+            answer = try await c.post("private", "records/lookup", #"{"zoneID": {"zoneName": "Lists"}, "records": [{"recordName": "LS2"}]}"#, user: "_alice")
+            #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("NOT_FOUND"))
+        }
+    }
+}
