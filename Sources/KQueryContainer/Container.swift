@@ -45,6 +45,11 @@ public final class Container: Sendable {
     let assetsHeld = Atomic<Bool>(false)
     /// The upload tokens whose bytes a request is sending now (one request per token at a time).
     let uploadsInProgress = Locked<Set<String>>([])
+    /// Moves on with every modify that touches sharing: the shared databases' share index is
+    /// read again after it moves (SPEC §13).
+    let sharingGeneration = Atomic<Int>(0)
+    /// The accepted shares of each environment, as of a sharing generation.
+    let shareIndexes = Locked<[ContainerEnvironment: ShareIndex]>([:])
 
     struct WriterState {
         /// Each database's subscriptions, with their push templates: those stored, restored at

@@ -14,6 +14,7 @@ extension ContainerDatabase {
     public func zoneChanges(_ zoneID: ZoneID, since token: SyncToken?, resultsLimit: Int = maximumChangesLimit) throws(ContainerError) -> ZoneChanges {
         guard scope != .public else { throw ContainerError(.badRequest, "zone changes are fetched from private and shared databases, not the public one") }
         guard !zoneID.isDefaultZone else { throw ContainerError(.badRequest, "the default zone does not track changes: fetch changes of a custom zone") }
+        if scope == .shared { return try sharedZoneChanges(zoneID, since: token, resultsLimit: resultsLimit) }
         let zoneID = canonical(zoneID)
         let limit = min(max(resultsLimit, 1), Self.maximumChangesLimit)
         let binding = ["\(key)", "zone", zoneID.zoneName, zoneID.ownerName].joined(separator: SyncToken.bindingSeparator)
@@ -45,6 +46,7 @@ extension ContainerDatabase {
     /// for `zoneChanges`.
     public func databaseChanges(since token: SyncToken?, resultsLimit: Int = maximumChangesLimit) throws(ContainerError) -> DatabaseChanges {
         guard scope != .public else { throw ContainerError(.badRequest, "database changes are fetched from private and shared databases, not the public one") }
+        if scope == .shared { return try sharedDatabaseChanges(since: token) }
         let limit = min(max(resultsLimit, 1), Self.maximumChangesLimit)
         let binding = ["\(key)", "database"].joined(separator: SyncToken.bindingSeparator)
         let secret = container.storage.secret

@@ -33,6 +33,8 @@ extension ContainerDatabase {
     public func modify(
         _ operations: [RecordOperation], atomic: Bool = true, device: String? = nil, durably: Bool = true
     ) throws(ContainerError) -> ModifyResult {
+        // The shared database changes the owners' zones, as their participants may (SPEC §13).
+        if scope == .shared { return try sharedModify(operations, atomic: atomic, device: device, durably: durably) }
         // Only a private database's zones have two spellings: elsewhere the operations stand.
         let requested = scope == .private ? operations.map { RecordOperation(kind: $0.kind, record: canonical($0.record)) } : operations
         guard requested.count <= Self.maximumOperations else {
@@ -61,6 +63,13 @@ extension ContainerDatabase {
         let queryStore = container.queryStore(key)
         let savesAssets = requested.contains { $0.record.holdsAssets }
         let sharing = Self.touchesSharing(requested)
+        // A share saved or deleted (also by a cascade) changes who sees what in shared databases:
+        // their index is read again once this write has committed.
+        // Who else sees these zones: their shared databases' database subscriptions fire too.
+        let sharedWith = scope == .private && zoneGroups.contains(where: { !$0.zone.isDefaultZone })
+            ? try container.participants(of: zoneGroups.map(\.zone), owner: key.userRecordName, environment: environment) : [:]
+        var changesShares = false
+        defer { if changesShares { container.sharingGeneration.add(1, ordering: .releasing) } }
         return try container.write(durably: durably) { state, tx throws(ContainerError) -> (ModifyResult, Container.QueryStoreUpdate?) in
             // The changes to commit, and beside each the operation that caused it.
             var changes: [RecordChange] = []
@@ -149,6 +158,7 @@ extension ContainerDatabase {
                 if !id.zoneID.isDefaultZone { zoneChanged[id.zoneID] = sequence }
             }
             if !saves.isEmpty { try tx.saveRecords(consume saves, in: database) }
+            if scope == .private, changes.contains(where: { $0.record.recordType == SharingKeys.shareRecordType }) { changesShares = true }
             if assets != nil || container.assetsHeld.load(ordering: .relaxed) {
                 try commitAssets(changes, receipts: assets?.receipts ?? [:], results: results, tx: tx, database: database, now: now)
             }
@@ -168,7 +178,9 @@ extension ContainerDatabase {
                 return try notify(changes, firings, database: database, tx: tx, now: now, device: device, templates: &subscribed.pushTemplates)
             }
             if results.count > requested.count { results.removeLast(results.count - requested.count) }
-            return (ModifyResult(results: results, notifications: try tx.enqueue(notifications)), Container.QueryStoreUpdate(store: queryStore, changes: changes))
+            let shared = sharedWith.isEmpty ? [] : try participantNotifications(changes, sharedWith: sharedWith, state: &state, tx: tx, now: now, device: device)
+            return (ModifyResult(results: results, notifications: try tx.enqueue(shared.isEmpty ? notifications : notifications + shared)),
+                    Container.QueryStoreUpdate(store: queryStore, changes: changes))
         }
     }
 

@@ -20,6 +20,10 @@ extension ContainerDatabase {
         guard scope == .private else { return record }
         var record = record
         record.recordID = canonical(record.recordID)
+        if var parent = record.parent {
+            parent.recordID = canonical(parent.recordID)
+            record.parent = parent
+        }
         for (key, value) in record.fields {
             switch value {
             case .reference(var reference):

@@ -41,6 +41,8 @@ public struct ContainerDatabase: Sendable {
         guard !zoneID.isDefaultZone else { throw ContainerError(.badRequest, "the default zone cannot be deleted") }
         try checkCustomZone(zoneID)
         let queryStore = container.queryStore(key)
+        // The zone's shares go with it.
+        defer { container.sharingGeneration.add(1, ordering: .releasing) }
         return try container.write { state, tx throws(ContainerError) -> ([OutboxNotification], Container.QueryStoreUpdate?) in
             guard let database = try tx.database(key), try tx.zone(zoneID, in: database) != nil else {
                 throw ContainerError(.zoneNotFound, "zone '\(zoneID.zoneName)' does not exist")
@@ -70,6 +72,7 @@ public struct ContainerDatabase: Sendable {
 
     /// The zone, if it exists (the default zone always does).
     public func zone(_ zoneID: ZoneID) throws(ContainerError) -> ZoneID? {
+        if scope == .shared { return try sharedZones().contains(zoneID) ? zoneID : nil }
         let zoneID = canonical(zoneID)
         if zoneID.isDefaultZone { return zoneID }
         return try container.storage.read { tx throws(ContainerError) in
@@ -79,6 +82,8 @@ public struct ContainerDatabase: Sendable {
 
     /// The default zone, then the custom zones by name.
     public func zones() throws(ContainerError) -> [ZoneID] {
+        // The shared database shows the zones shared with its user, and no default zone.
+        if scope == .shared { return try sharedZones() }
         let custom = try container.storage.read { tx throws(ContainerError) in
             try tx.database(key).map { database throws(ContainerError) in try tx.zones(in: database).map(\.zoneID) } ?? []
         }
@@ -118,6 +123,8 @@ public struct ContainerDatabase: Sendable {
 
     /// The record, if it exists.
     public func record(_ id: RecordID) throws(ContainerError) -> Record? {
+        if scope == .shared, case .saved(let record)? = try sharedLookup([id]).first { return record }
+        if scope == .shared { return nil }
         let id = canonical(id)
         return try container.storage.read { tx throws(ContainerError) in
             try tx.database(key).flatMap { database throws(ContainerError) in try tx.record(id, in: database) }
@@ -127,6 +134,7 @@ public struct ContainerDatabase: Sendable {
     /// Web Services `records/lookup`: each record, or NOT_FOUND, in the order asked, from one
     /// committed state.
     public func lookup(_ ids: [RecordID]) throws(ContainerError) -> [RecordResult] {
+        if scope == .shared { return try sharedLookup(ids) }
         let ids = ids.map(canonical)
         return try container.storage.read { tx throws(ContainerError) in
             let database = try tx.database(key)
@@ -153,6 +161,7 @@ public struct ContainerDatabase: Sendable {
     /// a custom zone that does not exist is ZONE_NOT_FOUND, as saves and change fetches there are
     /// (an empty answer would let a client take a missing zone for an empty one).
     public func query(_ query: Query, cursor: QueryCursor? = nil, now: Int64? = nil) throws(ContainerError) -> QueryResult {
+        if scope == .shared { return try sharedQuery(query, cursor: cursor, now: now) }
         let now = now ?? container.clock()
         var query = query
         query.zoneID = query.zoneID.map(canonical)

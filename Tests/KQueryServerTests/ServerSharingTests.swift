@@ -84,6 +84,123 @@ import Testing
         }
     }
 
+    @Test func aParticipantReadsAndEditsTheShareInTheSharedDatabase() async throws {
+        try await Self.harness().run { c in
+            let participants = #"[{"type": "USER", "permission": "READ_WRITE", "userIdentity": {"lookupInfo": {"emailAddress": "bob@example.com"}}}, {"type": "USER", "permission": "READ_ONLY", "userIdentity": {"userRecordName": "_carol"}}]"#
+            let saved = try await Self.shareList(c, participants: participants)
+            let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue, "\(saved.text)")
+            // A record of the same zone outside the share.
+            _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "create", "record": {"recordName": "Secret", "recordType": "Item", "fields": {"name": {"value": "Diary"}}}}]}"#, user: "_alice")
+            let sharedZone = #"{"zoneName": "Lists", "ownerRecordName": "_alice"}"#
+
+            // Before accepting, the shared database shows nothing.
+            var answer = try await c.get("shared", "zones/list", user: "_bob")
+            #expect(answer.json["zones"]?.elements.isEmpty == true, "\(answer.text)")
+            for user in ["_bob", "_carol"] {
+                _ = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: user)
+            }
+            answer = try await c.get("shared", "zones/list", user: "_bob")
+            #expect(answer.json["zones"]?.elements.compactMap { $0["zoneID"]?["ownerRecordName"]?.stringValue } == ["_alice"], "\(answer.text)")
+
+            // Bob reads the list and its item, never the record outside the share.
+            answer = try await c.post("shared", "records/query", #"{"zoneID": \#(sharedZone), "query": {"recordType": "Item"}}"#, user: "_bob")
+            #expect(answer.json["records"]?.elements.compactMap { $0["recordName"]?.stringValue } == ["Item-1"], "\(answer.text)")
+            answer = try await c.post("shared", "records/lookup", #"{"zoneID": \#(sharedZone), "records": [{"recordName": "List-1"}, {"recordName": "Secret"}, {"recordName": "Share-1"}]}"#, user: "_bob")
+            #expect(answer.json["records"]?[0]?["fields"]?["title"]?["value"] == .string("Groceries"))
+            #expect(answer.json["records"]?[1]?["serverErrorCode"] == .string("NOT_FOUND") && !answer.text.contains("Diary"))
+            #expect(answer.json["records"]?[2]?["recordType"] == .string("cloudkit.share"))
+            answer = try await c.post("shared", "changes/zone", #"{"zones": [{"zoneID": \#(sharedZone)}]}"#, user: "_bob")
+            let changed = answer.json["zones"]?[0]?["records"]?.elements ?? []
+            #expect(!answer.text.contains("Diary") && changed.contains { $0["recordName"] == .string("Item-1") && $0["fields"] != nil }, "\(answer.text)")
+
+            // Bob edits the item and adds one under the list; Alice sees both, stamped by Bob.
+            let tag = try #require(try await c.post("shared", "records/lookup", #"{"zoneID": \#(sharedZone), "records": [{"recordName": "Item-1"}]}"#, user: "_bob").json["records"]?[0]?["recordChangeTag"]?.stringValue)
+            answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "operations": [{"operationType": "update", "record": {"recordName": "Item-1", "recordType": "Item", "recordChangeTag": "\#(tag)", "fields": {"name": {"value": "Oat milk"}}}}, {"operationType": "create", "record": {"recordName": "Item-2", "recordType": "Item", "parent": {"recordName": "List-1"}, "fields": {"name": {"value": "Bread"}}}}]}"#, user: "_bob")
+            #expect(answer.status == 200 && answer.json["records"]?.elements.allSatisfy { $0["serverErrorCode"] == nil } == true, "\(answer.text)")
+            answer = try await c.post("private", "records/lookup", #"{"zoneID": \#(Self.zone), "records": [{"recordName": "Item-1"}, {"recordName": "Item-2"}]}"#, user: "_alice")
+            #expect(answer.json["records"]?[0]?["fields"]?["name"]?["value"] == .string("Oat milk"))
+            #expect(answer.json["records"]?[0]?["modified"]?["userRecordName"] == .string("_bob") && answer.json["records"]?[1]?["recordName"] == .string("Item-2"))
+
+            // Refused: outside the share, the root's deletion, the share, and any write of a READ_ONLY participant.
+            let refusals: [(String, String)] = [
+                ("_bob", #"{"operationType": "create", "record": {"recordName": "Loose", "recordType": "Item", "fields": {}}}"#),
+                ("_bob", #"{"operationType": "forceUpdate", "record": {"recordName": "Secret", "recordType": "Item", "fields": {"name": {"value": "x"}}}}"#),
+                ("_bob", #"{"operationType": "forceDelete", "record": {"recordName": "List-1", "recordType": "List"}}"#),
+                ("_bob", #"{"operationType": "forceUpdate", "record": {"recordName": "Share-1", "recordType": "cloudkit.share", "publicPermission": "READ_WRITE"}}"#),
+                ("_carol", #"{"operationType": "forceUpdate", "record": {"recordName": "Item-1", "recordType": "Item", "fields": {"name": {"value": "x"}}}}"#),
+            ]
+            for (user, operation) in refusals {
+                answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "atomic": false, "operations": [\#(operation)]}"#, user: user)
+                #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("ACCESS_DENIED"), "\(user) \(operation): \(answer.text)")
+            }
+            answer = try await c.post("private", "records/lookup", #"{"zoneID": \#(Self.zone), "records": [{"recordName": "Secret"}, {"recordName": "Loose"}]}"#, user: "_alice")
+            #expect(answer.json["records"]?[0]?["fields"]?["name"]?["value"] == .string("Diary") && answer.json["records"]?[1]?["serverErrorCode"] == .string("NOT_FOUND"))
+
+            // Dave, never invited, sees no zone and reaches nothing.
+            answer = try await c.get("shared", "zones/list", user: "_dave")
+            #expect(answer.json["zones"]?.elements.isEmpty == true)
+            answer = try await c.post("shared", "records/lookup", #"{"zoneID": \#(sharedZone), "records": [{"recordName": "List-1"}]}"#, user: "_dave")
+            #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("ZONE_NOT_FOUND") && !answer.text.contains("Groceries"))
+            answer = try await c.post("shared", "records/query", #"{"zoneID": \#(sharedZone), "query": {"recordType": "Item"}}"#, user: "_dave")
+            #expect(answer.status == 404 && !answer.text.contains("Milk"))
+            answer = try await c.post("shared", "changes/zone", #"{"zones": [{"zoneID": \#(sharedZone)}]}"#, user: "_dave")
+            #expect(answer.json["zones"]?[0]?["serverErrorCode"] == .string("ZONE_NOT_FOUND") && !answer.text.contains("Milk"))
+            answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "operations": [{"operationType": "forceDelete", "record": {"recordName": "Item-1"}}]}"#, user: "_dave")
+            #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("ZONE_NOT_FOUND"))
+
+            // Bob's database changes: the zone, then nothing, then the zone again once Alice changes it.
+            answer = try await c.post("shared", "changes/database", "{}", user: "_bob")
+            #expect(answer.json["zones"]?.elements.compactMap { $0["zoneID"]?["ownerRecordName"]?.stringValue } == ["_alice"], "\(answer.text)")
+            var token = try #require(answer.json["syncToken"]?.stringValue)
+            answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
+            #expect(answer.json["zones"]?.elements.isEmpty == true, "\(answer.text)")
+            _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "forceUpdate", "record": {"recordName": "List-1", "recordType": "List", "fields": {"title": {"value": "Shopping"}}}}]}"#, user: "_alice")
+            answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
+            #expect(answer.json["zones"]?.elements.count == 1 && answer.json["zones"]?[0]?["deleted"] != .bool(true), "\(answer.text)")
+            token = try #require(answer.json["syncToken"]?.stringValue)
+            // Dave's token says nothing of Alice's zones; Bob's token is refused to Dave.
+            answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_dave")
+            #expect(answer.status == 400)
+
+            // The owner unshares: the zone leaves Bob's shared database, as a deletion in his database changes.
+            _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "forceDelete", "record": {"recordName": "Share-1", "recordType": "cloudkit.share"}}]}"#, user: "_alice")
+            answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
+            #expect(answer.json["zones"]?.elements.count == 1 && answer.json["zones"]?[0]?["deleted"] == .bool(true), "\(answer.text)")
+            answer = try await c.get("shared", "zones/list", user: "_bob")
+            #expect(answer.json["zones"]?.elements.isEmpty == true, "\(answer.text)")
+            answer = try await c.post("shared", "records/lookup", #"{"zoneID": \#(sharedZone), "records": [{"recordName": "List-1"}]}"#, user: "_bob")
+            #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("ZONE_NOT_FOUND"))
+        }
+    }
+
+    @Test func aParticipantsDatabaseSubscriptionFiresWithDatabaseScopeThree() async throws {
+        try await Self.harness().run { c in
+            let saved = try await Self.shareList(c)
+            let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue)
+            _ = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: "_bob")
+            var answer = try await c.post("shared", "subscriptions/modify", #"{"operations": [{"operationType": "create", "subscription": {"subscriptionID": "shared-db", "subscriptionType": "database", "notificationInfo": {"shouldSendContentAvailable": true}}}]}"#, user: "_bob")
+            #expect(answer.json["subscriptions"]?[0]?["serverErrorCode"] == nil, "\(answer.text)")
+            answer = try await c.post("shared", "subscriptions/modify", #"{"operations": [{"operationType": "create", "subscription": {"subscriptionID": "q", "subscriptionType": "query", "query": {"recordType": "Item"}, "firesOn": ["create"], "notificationInfo": {"shouldSendContentAvailable": true}}}]}"#, user: "_bob")
+            #expect(answer.json["subscriptions"]?[0]?["serverErrorCode"] == .string("BAD_REQUEST"), "query subscriptions are refused in the shared database: \(answer.text)")
+
+            let container = try #require(c.server).containers.container(c.container)
+            let before = try container.pendingNotifications(limit: 1000).count
+            _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "create", "record": {"recordName": "Item-9", "recordType": "Item", "parent": {"recordName": "List-1"}, "fields": {"name": {"value": "Eggs"}}}}]}"#, user: "_alice")
+            let pushes = try container.pendingNotifications(limit: 1000).dropFirst(before)
+            let bobs = pushes.filter { $0.owner == "_bob" }
+            #expect(bobs.count == 1, "\(pushes.map(\.payload.serialized))")
+            let met = bobs.first?.payload["ck"]?["met"]
+            #expect(met?["dbs"] == .int(3) && met?["sid"] == .string("shared-db"), "\(bobs.map(\.payload.serialized))")
+
+            // A user who did not accept gets nothing.
+            _ = try await c.post("shared", "subscriptions/modify", #"{"operations": [{"operationType": "create", "subscription": {"subscriptionID": "d", "subscriptionType": "database", "notificationInfo": {"shouldSendContentAvailable": true}}}]}"#, user: "_dave")
+            let count = try container.pendingNotifications(limit: 1000).count
+            _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "forceDelete", "record": {"recordName": "Item-9"}}]}"#, user: "_alice")
+            let later = try container.pendingNotifications(limit: 1000).dropFirst(count)
+            #expect(!later.contains { $0.owner == "_dave" } && later.filter { $0.owner == "_bob" }.count == 1)
+        }
+    }
+
     @Test func othersCannotResolveIntoAPrivateShare() async throws {
         try await Self.harness().run { c in
             let saved = try await Self.shareList(c)
