@@ -37,6 +37,11 @@ public struct ContainerDatabase: Sendable {
     /// notifications are returned, as a modify's are.
     @discardableResult
     public func deleteZone(_ zoneID: ZoneID) throws(ContainerError) -> [OutboxNotification] {
+        // In the shared database, deleting a zone leaves its shares (the owner's zone stays).
+        if scope == .shared {
+            try leaveSharedZone(zoneID)
+            return []
+        }
         let zoneID = canonical(zoneID)
         guard !zoneID.isDefaultZone else { throw ContainerError(.badRequest, "the default zone cannot be deleted") }
         try checkCustomZone(zoneID)

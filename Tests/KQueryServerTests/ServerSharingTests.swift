@@ -201,6 +201,29 @@ import Testing
         }
     }
 
+    @Test func aParticipantLeavesByDeletingTheShareOrTheZone() async throws {
+        try await Self.harness().run { c in
+            let participants = #"[{"type": "USER", "permission": "READ_WRITE", "userIdentity": {"userRecordName": "_bob"}}, {"type": "USER", "permission": "READ_ONLY", "userIdentity": {"userRecordName": "_carol"}}]"#
+            let saved = try await Self.shareList(c, participants: participants)
+            let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue)
+            for user in ["_bob", "_carol"] { _ = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: user) }
+            let sharedZone = #"{"zoneName": "Lists", "ownerRecordName": "_alice"}"#
+            var answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "operations": [{"operationType": "forceDelete", "record": {"recordName": "Share-1", "recordType": "cloudkit.share"}}]}"#, user: "_bob")
+            #expect(answer.json["records"]?[0]?["deleted"] == .bool(true), "\(answer.text)")
+            answer = try await c.post("shared", "zones/modify", #"{"operations": [{"operationType": "delete", "zone": {"zoneID": \#(sharedZone)}}]}"#, user: "_carol")
+            #expect(answer.json["zones"]?[0]?["deleted"] == .bool(true), "\(answer.text)")
+            for user in ["_bob", "_carol"] {
+                answer = try await c.get("shared", "zones/list", user: user)
+                #expect(answer.json["zones"]?.elements.isEmpty == true, "\(user): \(answer.text)")
+            }
+            // The share stays for its owner, both marked REMOVED; the list is untouched.
+            answer = try await c.post("private", "records/lookup", #"{"zoneID": \#(Self.zone), "records": [{"recordName": "Share-1"}, {"recordName": "List-1"}]}"#, user: "_alice")
+            let statuses = answer.json["records"]?[0]?["participants"]?.elements.filter { $0["type"] != .string("OWNER") }.map { $0["acceptanceStatus"] }
+            #expect(statuses == [.string("REMOVED"), .string("REMOVED")], "\(answer.text)")
+            #expect(answer.json["records"]?[1]?["share"]?["recordName"] == .string("Share-1"))
+        }
+    }
+
     @Test func othersCannotResolveIntoAPrivateShare() async throws {
         try await Self.harness().run { c in
             let saved = try await Self.shareList(c)

@@ -154,6 +154,7 @@ extension ContainerDatabase {
     func sharedModify(_ operations: [RecordOperation], atomic: Bool, device: String?, durably: Bool) throws(ContainerError) -> ModifyResult {
         var refusals: [Int: ContainerError] = [:]
         var owners: Set<String> = []
+        var left: [Int] = []
         for (index, operation) in operations.enumerated() {
             let id = operation.record.recordID
             let shares = try acceptedShares(in: id.zoneID)
@@ -178,7 +179,12 @@ extension ContainerDatabase {
                     : ContainerError(.accessDenied, "record '\(id.recordName)' is not shared with you")
                 continue
             }
-            if covering.permission != "READ_WRITE" {
+            if isDeletion, id == covering.shareID {
+                // A participant deleting the share leaves it; the share stays for the others.
+                try leave(covering)
+                refusals[index] = nil
+                left.append(index)
+            } else if covering.permission != "READ_WRITE" {
                 refusals[index] = ContainerError(.accessDenied, "you may read this share, not change it (READ_ONLY)")
             } else if id == covering.shareID || SharingKeys.isShareType(operation.record.recordType) {
                 refusals[index] = ContainerError(.accessDenied, "only the owner changes a share")
@@ -192,10 +198,13 @@ extension ContainerDatabase {
             let sibling = ContainerError(.atomicError, "not applied: another operation on an atomic zone failed")
             return ModifyResult(results: operations.indices.map { refusals[$0] == nil ? .failed(operations[$0].record.recordID, sibling) : refused($0) }, notifications: [])
         }
-        let allowed = operations.indices.filter { refusals[$0] == nil }
-        guard let owner = owners.first, !allowed.isEmpty else { return ModifyResult(results: operations.indices.map(refused), notifications: []) }
+        let allowed = operations.indices.filter { refusals[$0] == nil && !left.contains($0) }
+        var results = operations.indices.map { index -> RecordResult in
+            if left.contains(index) { return .deleted(operations[index].record.recordID, recordType: SharingKeys.shareRecordType) }
+            return refusals[index] == nil ? .failed(operations[index].record.recordID, ContainerError(.internalError, "not applied")) : refused(index)
+        }
+        guard let owner = owners.first, !allowed.isEmpty else { return ModifyResult(results: results, notifications: []) }
         let applied = try ownerDatabase(owner).modify(allowed.map { operations[$0] }, atomic: atomic, device: device, durably: durably)
-        var results = operations.indices.map { refusals[$0] == nil ? RecordResult.failed(operations[$0].record.recordID, ContainerError(.internalError, "not applied")) : refused($0) }
         for (position, index) in allowed.enumerated() { results[index] = applied.results[position] }
         return ModifyResult(results: results, notifications: applied.notifications)
     }
@@ -303,5 +312,31 @@ extension ContainerDatabase {
             }
         }
         return notifications
+    }
+}
+
+extension ContainerDatabase {
+    /// Takes this user out of a share they accepted (REMOVED), saved by the owner's database: the
+    /// zone leaves their shared database unless another share of it remains.
+    func leave(_ accepted: AcceptedShare) throws(ContainerError) {
+        guard let user = userRecordName else { return }
+        let owner = try container.database(.private, environment: environment, user: accepted.owner)
+        guard var share = try owner.record(accepted.shareID), case .string(let text)? = share.fields[Self.participantsKey],
+              case .array(var entries)? = try? JSON.parse(text) else { return }
+        for position in entries.indices where entries[position]["userIdentity"]?["userRecordName"]?.stringValue == user {
+            guard case .object(var members) = entries[position], let at = members.firstIndex(where: { $0.0 == "acceptanceStatus" }) else { continue }
+            members[at].1 = .string("REMOVED")
+            entries[position] = .object(members)
+        }
+        share.fields[Self.participantsKey] = .string(JSON.array(entries).serialized)
+        let result = try owner.modify([RecordOperation(kind: .forceUpdate, record: share)])
+        if let error = result.results.first?.error { throw error }
+    }
+
+    /// `zones/modify` delete in the shared database: leaves every share of that zone.
+    func leaveSharedZone(_ zoneID: ZoneID) throws(ContainerError) {
+        let shares = try acceptedShares(in: zoneID)
+        guard !shares.isEmpty else { throw sharedZoneNotFound(zoneID) }
+        for share in shares { try leave(share) }
     }
 }
