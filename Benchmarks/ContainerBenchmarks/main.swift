@@ -273,6 +273,55 @@ func servedQueries() throws {
     print("served query (price == k, 10 results written to JSON, \(recordCount) records in memory): median \(microseconds(median(times))) (\(results) results)")
 }
 
+// MARK: 7. A query through the shared database against the same query in the owner's private one
+
+/// `price == k` (10 results, written to JSON) over 100,000 records an owner shared: asked in the
+/// owner's private database and in a participant's shared database, by turns (SPEC §13's aim: the
+/// shared one within 1.5×). Once with the records under one shared root (each result's parent chain
+/// is checked), once with the zone shared whole.
+func sharedQueries() throws {
+    let recordCount = environmentInt("BENCH_SHARED_RECORDS", 100_000)
+    guard recordCount > 0 else { return }
+    for zoneWide in [false, true] {
+        let container = try Container(containerIdentifier: "iCloud.bench", path: nil)
+        let owner = try container.database(.private, user: "_owner")
+        let zone = ZoneID(zoneName: "Lists", ownerName: "_owner")
+        try owner.createZone(zone)
+        let root = Record(recordType: "List", recordID: RecordID(recordName: "root", zoneID: zone), fields: Fields())
+        _ = try owner.modify([RecordOperation(kind: .create, record: root)])
+        var start = 0
+        while start < recordCount {
+            let end = min(start + 10_000, recordCount)
+            _ = try owner.importRecords((start..<end).map { index in
+                var record = item(index, zone: zone)
+                if !zoneWide { record.parent = Reference(recordID: root.recordID) }
+                return record
+            })
+            start = end
+        }
+        var share = Record(recordType: SharingKeys.shareRecordType, recordID: RecordID(recordName: zoneWide ? SharingKeys.zoneShareName : "share", zoneID: zone), fields: Fields())
+        if !zoneWide { share.fields[SharingKeys.forRecord.1] = .string("root") }
+        share.fields[SharingKeys.participants.1] = .string(#"[{"type": "USER", "permission": "READ_ONLY", "acceptanceStatus": "ACCEPTED", "userIdentity": {"userRecordName": "_guest"}}]"#)
+        guard case .saved? = try owner.modify([RecordOperation(kind: .create, record: share)]).results.first else { throw ContainerError(.internalError, "share not saved") }
+        let guest = try container.database(.shared, user: "_guest")
+        var lcg: UInt64 = 0x2545F4914F6CDD1D
+        var out: [UInt8] = []
+        var privateTimes: [Double] = [], sharedTimes: [Double] = [], ratios: [Double] = []
+        var results = (0, 0)
+        for round in 0..<environmentInt("BENCH_SHARED_ROUNDS", 5_000) {
+            lcg = lcg &* 6364136223846793005 &+ 1442695040888963407
+            let query = KQuery.Query(recordType: "Item", predicate: try ValidatedPredicate("price == \((lcg >> 33) % UInt64(recordCount))"), resultsLimit: 10, zoneID: zone)
+            let privateTime = try seconds { results.0 += try servedQuery(owner, query, into: &out) }
+            let sharedTime = try seconds { results.1 += try servedQuery(guest, query, into: &out) }
+            guard round > 0 else { continue }   // the first builds the query store
+            privateTimes.append(privateTime)
+            sharedTimes.append(sharedTime)
+            ratios.append(sharedTime / privateTime)
+        }
+        print("shared query (\(zoneWide ? "zone shared whole" : "records under one shared root"), price == k, \(recordCount) records): private median \(microseconds(median(privateTimes))), shared median \(microseconds(median(sharedTimes))), median of ratios \(String(format: "%.2f", median(ratios)))x (\(results.0) and \(results.1) results)")
+    }
+}
+
 let only = ProcessInfo.processInfo.environment["BENCH_ONLY"]
 if only == nil || only == "modify" { try modifyVersusSave() }
 if only == nil || only == "file" { try fileModify() }
@@ -280,3 +329,4 @@ if only == nil || only == "file-one" { try fileModifyOne() }
 if only == nil || only == "changes" { try changeFetches() }
 if only == nil || only == "open" { try openLargeFile() }
 if only == nil || only == "served" { try servedQueries() }
+if only == nil || only == "shared" { try sharedQueries() }
