@@ -133,7 +133,8 @@ public final class CloudKitServer: Sendable {
     public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
         Application(
             router: router(),
-            server: .http1WebSocketUpgrade(webSocketRouter: webSocketRouter()),
+            server: .http1WebSocketUpgrade(
+                webSocketRouter: webSocketRouter(), configuration: .init(http1: .init(additionalChannelHandlers: [ContinueHandler()]))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "kquery"),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? self.configuration.port

@@ -62,9 +62,10 @@ public struct ServerConfiguration: Sendable {
     /// Reads a configuration file: `{"apiTokens": ["..."], "serverToServerKeys": [{"keyID": "...",
     /// "publicKey": "-----BEGIN PUBLIC KEY-----...", "userRecordName": "_server"}],
     /// "webAuthTokenLifetime": 1800, "singleUseWebAuthTokens": true, "apns": {...}, "users": [{"name": "_alice",
-    /// "emailAddress": "alice@example.com", "discoverable": true}]}` (every member optional; `"apns"` as
+    /// "emailAddress": "alice@example.com", "discoverable": true}], "assets": {"maximumSize": 50000000,
+    /// "uploadLifetime": 900, ...}}` (every member optional; `"apns"` as
     /// `APNsConfiguration(json:directory:)` reads it, relative paths from `directory`, the configuration
-    /// file's; each of `"users"` as `DirectoryUser(json:)` reads it).
+    /// file's; each of `"users"` as `DirectoryUser(json:)` reads it; `"assets"` as `loadAssets` does).
     public mutating func load(configurationText text: String, directory: String? = nil) throws(ServerError) {
         let json: JSON
         do { json = try JSON.parse(text) } catch { throw ServerError.badRequest("configuration: \(error)") }
@@ -101,5 +102,38 @@ public struct ServerConfiguration: Sendable {
                 throw ServerError.badRequest("configuration: \(error.reason)")
             }
         }
+        if let assets = json["assets"] { try loadAssets(assets) }
+    }
+
+    /// The members of the configuration's `"assets"` object, each optional: `"maximumSize"` in
+    /// bytes, and in seconds `"uploadLifetime"`, `"receiptLifetime"`, `"gracePeriod"`,
+    /// `"downloadLifetime"` and `"collectionInterval"`. Every one must be positive; an unknown
+    /// member is refused, since a misspelt limit would otherwise be silently the default.
+    mutating func loadAssets(_ json: JSON) throws(ServerError) {
+        guard case .object(let members) = json else { throw ServerError.badRequest("configuration: \"assets\" must be an object") }
+        let known = ["maximumSize", "uploadLifetime", "receiptLifetime", "gracePeriod", "downloadLifetime", "collectionInterval"]
+        for (name, _) in members where !known.contains(name) {
+            throw ServerError.badRequest("configuration: \"assets\" has no member \"\(name)\" (it takes \(known.map { "\"\($0)\"" }.joined(separator: ", ")))")
+        }
+        /// A positive number of seconds, nil when the member is absent.
+        func seconds(_ name: String) throws(ServerError) -> Double? {
+            guard let value = json[name] else { return nil }
+            // Milliseconds are what the policy keeps: a lifetime must be at least one.
+            guard let seconds = value.doubleValue, seconds.isFinite, seconds >= 0.001, seconds <= 10 * 365 * 24 * 3600 else {
+                throw ServerError.badRequest("configuration: \"assets\".\"\(name)\" must be a positive number of seconds (at most ten years)")
+            }
+            return seconds
+        }
+        if let size = json["maximumSize"] {
+            guard let bytes = size.int64Value, bytes > 0 else {
+                throw ServerError.badRequest("configuration: \"assets\".\"maximumSize\" must be a positive whole number of bytes")
+            }
+            assetPolicy.maximumSize = bytes
+        }
+        if let value = try seconds("uploadLifetime") { assetPolicy.uploadLifetime = Int64((value * 1000).rounded()) }
+        if let value = try seconds("receiptLifetime") { assetPolicy.receiptLifetime = Int64((value * 1000).rounded()) }
+        if let value = try seconds("gracePeriod") { assetPolicy.gracePeriod = Int64((value * 1000).rounded()) }
+        if let value = try seconds("downloadLifetime") { assetDownloadLifetime = value }
+        if let value = try seconds("collectionInterval") { assetCollectionInterval = .milliseconds(Int64((value * 1000).rounded())) }
     }
 }

@@ -40,10 +40,13 @@ struct AssetCommand: ParsableCommand {
         func run() throws {
             let database = try target.open()
             let zoneID = try zone.map(ContainerFiles.zoneID) ?? .default
-            guard let asset = try ContainerFiles.run({ () throws(ContainerError) in
-                try database.asset(RecordID(recordName: record, zoneID: zoneID), field: field, index: index)
-            }) else {
-                Terminal.writeError("error: NOT_FOUND: record '\(record)' has no asset in field '\(field)'\(index.map { " at \($0)" } ?? "")")
+            let recordID = RecordID(recordName: record, zoneID: zoneID)
+            guard let asset = try ContainerFiles.run({ () throws(ContainerError) in try database.asset(recordID, field: field, index: index) }) else {
+                // A list without --index is the likely slip: say so rather than "no asset".
+                let found = try? database.lookup([recordID]).first
+                let listed = if case .saved(let saved)? = found { saved.fields[field]?.assetTexts.count ?? 0 } else { 0 }
+                let hint = index == nil && listed > 1 ? ": it holds a list of \(listed) assets, pick one with --index" : ""
+                Terminal.writeError("error: NOT_FOUND: record '\(record)' has no asset in field '\(field)'\(index.map { " at \($0)" } ?? "")\(hint)")
                 throw ExitCode(1)
             }
             let handle: FileHandle

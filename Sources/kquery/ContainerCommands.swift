@@ -154,7 +154,7 @@ struct Modify: ParsableCommand {
             OPERATIONS is a file (or - for standard input) holding a Web Services records/modify body \
             ({"operations": [{"operationType": "create", "record": {...}}], "atomic": true}) or NDJSON of operations. \
             Operation types: create, update, forceUpdate, replace, forceReplace, delete, forceDelete. An asset field's \
-            value {"$file": "PATH"} uploads that file into the field first. Prints \
+            value {"$file": "PATH"} uploads that file into the field first (a file that cannot be read is exit 2, nothing saved). Prints \
             {"records": [...]}, one entry per operation with per-record errors in place. With --stream, every \
             input line is a whole modify body, applied and answered (one line each) as soon as it commits. \
             Exit status: 0 every operation applied, 1 some failed, 2 a bad file, body or flag.
@@ -180,8 +180,10 @@ struct Modify: ParsableCommand {
         }
         let text = try ContainerFiles.read(operations)
         let request = try Self.request(text, zone: zone, source: operations)
+        // A `$file` that cannot be read (or is too large) is a bad input, exit 2, before anything is saved.
+        let uploaded = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try database.uploadingFiles(request.operations) }
         let result = try ContainerFiles.run { () throws(ContainerError) in
-            try database.modify(try database.uploadingFiles(request.operations), atomic: request.atomic, device: request.device)
+            try database.modify(uploaded, atomic: request.atomic, device: request.device)
         }
         ContainerFiles.print(result.webServicesJSON())
         if result.results.contains(where: { $0.error != nil }) { throw ExitCode(1) }
@@ -205,8 +207,9 @@ struct Modify: ParsableCommand {
             let request = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in
                 try ModifyRequest(webServicesJSON: Self.placing(json, zone: zone))
             }
+            let uploaded = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try database.uploadingFiles(request.operations) }
             let result = try ContainerFiles.run { () throws(ContainerError) in
-                try database.modify(try database.uploadingFiles(request.operations), atomic: request.atomic, device: request.device)
+                try database.modify(uploaded, atomic: request.atomic, device: request.device)
             }
             anyFailed = anyFailed || result.results.contains { $0.error != nil }
             ContainerFiles.print(result.webServicesJSON())

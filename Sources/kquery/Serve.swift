@@ -40,7 +40,9 @@ struct Serve: ParsableCommand {
 
     @Option(help: ArgumentHelp(
         "A JSON configuration: {\"apiTokens\": [...], \"serverToServerKeys\": [{\"keyID\", \"publicKey\": PEM, \"userRecordName\"}], "
-            + "\"apns\": {\"teamID\", \"keyID\", \"privateKey\": PEM or \"privateKeyPath\", \"topic\"}} (see README).",
+            + "\"apns\": {\"teamID\", \"keyID\", \"privateKey\": PEM or \"privateKeyPath\", \"topic\"}, "
+            + "\"assets\": {\"maximumSize\": bytes, \"uploadLifetime\", \"receiptLifetime\", \"gracePeriod\", \"downloadLifetime\", "
+            + "\"collectionInterval\": seconds}} (see README).",
         valueName: "FILE"))
     var config: String?
 

@@ -154,6 +154,45 @@ import Foundation
         }
     }
 
+    /// curl sends `Expect: 100-continue` with a body over 1 MiB and waits for `100 Continue` before
+    /// sending it (a second, when none comes): the upload URL answers it at once.
+    @Test func uploadURLsAnswerExpectContinue() async throws {
+        try await ServerHarness().run { c in
+            let url = try await c.uploadURL(database: "public", recordName: "r1", field: "file", user: "_alice")
+            let path = String(url.dropFirst("http://\(c.host):\(c.port)".count))
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            try #require(fd >= 0)
+            defer { close(fd) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(c.port).bigEndian)
+            address.sin_addr.s_addr = inet_addr(c.host)
+            let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            try #require(connected == 0)
+            // A server that never answers fails the test rather than hanging it.
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            func send(_ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } }
+            func receive(until marker: String) -> String {
+                var received: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while MultipartTestSearch.find(Array(marker.utf8), in: received) == nil {
+                    let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                    if count <= 0 { break }
+                    received += buffer[0..<count]
+                }
+                return String(decoding: received, as: UTF8.self)
+            }
+            send(Array("POST \(path) HTTP/1.1\r\nHost: \(c.host)\r\nContent-Length: \(Self.bytes.count)\r\nExpect: 100-continue\r\n\r\n".utf8))
+            // Nothing of the body is sent until the interim answer comes.
+            let interim = receive(until: "\r\n\r\n")
+            #expect(interim.hasPrefix("HTTP/1.1 100 Continue\r\n"), "\(interim)")
+            send(Self.bytes)
+            let final = receive(until: "}}")
+            #expect(final.hasPrefix("HTTP/1.1 200 OK\r\n") && final.contains("\"singleFile\""), "\(final)")
+        }
+    }
+
     @Test func fiftyMegabytesAreTakenAndOneByteMoreRefused() async throws {
         try await ServerHarness().run { c in
             let limit = 50_000_000

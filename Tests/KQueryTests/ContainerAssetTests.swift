@@ -131,6 +131,35 @@ import Testing
         _ = unsaved
     }
 
+    /// A finished upload's chunks become the blob's where they lie (SQLite names their owner rather
+    /// than rewriting them): collecting the expired upload ticket must leave them, and collecting
+    /// the blob must take them.
+    @Test(arguments: ContainerFixture.Storage.allCases)
+    func aSavedBlobOutlivesItsUploadTicket(_ storage: ContainerFixture.Storage) throws {
+        let clock = Clock()
+        let container = try Self.container(storage, clock: clock)
+        let database = try container.database(.public, user: "_u1")
+        let content = (0..<(2 * AssetPolicy.chunkSize + 5)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 9) }
+        let uploaded = try database.uploadAsset(content, recordName: "k", fieldName: "f")
+        #expect(try Self.save(database, "k", "f", Self.value(uploaded)).error == nil)
+        let asset = try #require(try database.asset(RecordID(recordName: "k", zoneID: .default), field: "f"))
+        clock.advance(container.assetPolicy.uploadLifetime + container.assetPolicy.receiptLifetime)
+        let collected = try container.collectAssets()
+        #expect(collected.uploads == 1 && collected.blobs == 0)
+        #expect(try Self.bytes(of: container, asset) == content)
+        // The same bytes uploaded again are kept once; the second upload's chunks go.
+        let again = try database.uploadAsset(content, recordName: "k2", fieldName: "f")
+        #expect(again.fileChecksum == uploaded.fileChecksum)
+        clock.advance(container.assetPolicy.uploadLifetime + container.assetPolicy.receiptLifetime)
+        _ = try container.collectAssets()
+        #expect(try Self.bytes(of: container, asset) == content)
+        // Unreferenced past the grace period: the blob and every chunk go.
+        #expect(try Self.save(database, "k", "f", nil).error == nil)
+        clock.advance(container.assetPolicy.gracePeriod)
+        #expect(try container.collectAssets().blobs == 1)
+        #expect(try container.assetChunk(asset.contentHash, index: 0) == nil && (try container.assetChunk(asset.contentHash, index: 2)) == nil)
+    }
+
     @Test func assetsSurviveReopeningTheFile() throws {
         let path = ContainerFixture.temporaryPath()
         defer { ContainerFixture.remove(path) }

@@ -16,8 +16,13 @@ import Foundation
 ///                fieldName, contentHash, fileChecksum, size, expires, spent)
 /// asset_blobs(contentHash PK, size, fileChecksum, contentType, released)
 /// asset_chunks(owner, chunk PK, bytes)        owner: a blob's content hash, or "upload:<token>"
+/// asset_blob_chunks(contentHash PK, owner UNIQUE)   a blob whose chunks are kept under its upload's owner
 /// asset_references(databaseID, zoneName, ownerName, recordName, contentHash PK)
 /// ```
+/// A finished upload's chunks stay where they were written: the blob names their owner in
+/// `asset_blob_chunks`. Renaming the owner instead would rewrite every chunk (SQLite rewrites a
+/// whole row, blob included, to change one column): twice the bytes through the log for each
+/// upload. Blobs stored under their own hash (no row there) read as before.
 /// Bytes live in chunks of `AssetPolicy.chunkSize` in the same file as the records, so an asset is
 /// as durable as the modify that commits it, and a copy of the file is a copy of everything.
 struct SQLiteAssets {
@@ -38,6 +43,7 @@ struct SQLiteAssets {
             contentHash TEXT PRIMARY KEY NOT NULL, size INTEGER NOT NULL, fileChecksum TEXT NOT NULL, contentType TEXT NOT NULL,
             released INTEGER NOT NULL) WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS asset_chunks (owner TEXT NOT NULL, chunk INTEGER NOT NULL, bytes BLOB NOT NULL, PRIMARY KEY (owner, chunk));
+        CREATE TABLE IF NOT EXISTS asset_blob_chunks (contentHash TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL UNIQUE) WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS asset_references (
             databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, recordName TEXT NOT NULL, contentHash TEXT NOT NULL,
             PRIMARY KEY (databaseID, zoneName, ownerName, recordName, contentHash)) WITHOUT ROWID;
@@ -91,7 +97,9 @@ struct SQLiteAssets {
     }
 
     func chunk(_ owner: String, index: Int) throws -> [UInt8]? {
-        try Data.fetchOne(db, sql: "SELECT bytes FROM asset_chunks WHERE owner = ? AND chunk = ?", arguments: [owner, index]).map { [UInt8]($0) }
+        try Data.fetchOne(db, sql: """
+            SELECT bytes FROM asset_chunks WHERE owner = COALESCE((SELECT owner FROM asset_blob_chunks WHERE contentHash = ?), ?) AND chunk = ?
+            """, arguments: [owner, owner, index]).map { [UInt8]($0) }
     }
 
     func holdsBlobs() throws -> Bool {
@@ -114,13 +122,21 @@ struct SQLiteAssets {
         try db.execute(sql: "INSERT OR REPLACE INTO asset_chunks (owner, chunk, bytes) VALUES (?, ?, ?)", arguments: [owner, index, Data(bytes)])
     }
 
+    /// Deletes a blob's chunks (wherever they are kept) or an upload's (unless a blob kept them).
     func deleteChunks(_ owner: String) throws {
-        try db.execute(sql: "DELETE FROM asset_chunks WHERE owner = ?", arguments: [owner])
+        if let kept = try String.fetchOne(db, sql: "SELECT owner FROM asset_blob_chunks WHERE contentHash = ?", arguments: [owner]) {
+            try db.execute(sql: "DELETE FROM asset_chunks WHERE owner = ?", arguments: [kept])
+            try db.execute(sql: "DELETE FROM asset_blob_chunks WHERE contentHash = ?", arguments: [owner])
+        }
+        try db.execute(sql: """
+            DELETE FROM asset_chunks WHERE owner = ? AND NOT EXISTS (SELECT 1 FROM asset_blob_chunks WHERE owner = ?)
+            """, arguments: [owner, owner])
     }
 
+    /// Makes an upload's chunks the blob's, where they lie.
     func moveChunks(from owner: String, to newOwner: String) throws {
-        try db.execute(sql: "DELETE FROM asset_chunks WHERE owner = ?", arguments: [newOwner])
-        try db.execute(sql: "UPDATE asset_chunks SET owner = ? WHERE owner = ?", arguments: [newOwner, owner])
+        try deleteChunks(newOwner)
+        try db.execute(sql: "INSERT INTO asset_blob_chunks (contentHash, owner) VALUES (?, ?)", arguments: [newOwner, owner])
     }
 
     func saveBlob(_ blob: AssetBlob) throws {

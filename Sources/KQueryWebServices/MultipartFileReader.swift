@@ -1,10 +1,11 @@
-import KQueryWebServices
+import Foundation
 
 /// Finds the file in a `multipart/form-data` upload as its bytes stream in (OpenCloudKit and Go
 /// clients post assets this way): the first part with a `filename` (or a type other than
 /// `text/plain`); parts before it are skipped. Its content is handed out as it arrives, less a tail
-/// as long as the closing delimiter, so the body is never held whole.
-struct MultipartFileReader {
+/// as long as the closing delimiter, so the body is never held whole. Package access, here rather
+/// than in the server, so the request fuzzer (which has no HTTP layer) can feed it.
+package struct MultipartFileReader {
     private enum State {
         /// Before the first delimiter.
         case preamble
@@ -25,15 +26,15 @@ struct MultipartFileReader {
     private var state = State.preamble
     private var buffer: [UInt8] = []
     /// The file part's `Content-Type`, once its headers are read.
-    private(set) var fileContentType: String?
+    package private(set) var fileContentType: String?
     /// Whether the file's headers have been read (its content may follow).
-    var foundFile: Bool { state == .file || state == .done }
-    var isComplete: Bool { state == .done }
+    package var foundFile: Bool { state == .file || state == .done }
+    package var isComplete: Bool { state == .done }
 
-    static let maximumHeaderBytes = 16 * 1024
+    package static let maximumHeaderBytes = 16 * 1024
 
     /// nil unless `contentType` is `multipart/form-data` with a usable boundary.
-    init?(contentType: String) throws(ServerError) {
+    package init?(contentType: String) throws(ServerError) {
         let parameters = contentType.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
         guard let media = parameters.first, media.lowercased() == "multipart/form-data" else { return nil }
         guard let boundaryParameter = parameters.dropFirst().first(where: { $0.lowercased().hasPrefix("boundary=") }) else {
@@ -47,17 +48,21 @@ struct MultipartFileReader {
     }
 
     /// Takes the next bytes of the body; returns the file content they complete.
-    mutating func feed(_ bytes: some Collection<UInt8>) throws(ServerError) -> [UInt8] {
+    package mutating func feed(_ bytes: some Collection<UInt8>) throws(ServerError) -> [UInt8] {
         guard state != .done else { return [] }
         buffer.append(contentsOf: bytes)
         var output: [UInt8] = []
         while true {
             switch state {
             case .preamble:
+                // The limits hold however the body is cut into reads: a buffer without the
+                // delimiter is too long only once the delimiter could no longer start in time.
+                let noBoundary = ServerError.badRequest("no multipart boundary in the first \(Self.maximumHeaderBytes) bytes of the upload")
                 guard let at = Self.find(opening, in: buffer) else {
-                    if buffer.count > Self.maximumHeaderBytes { throw ServerError.badRequest("no multipart boundary at the start of the upload") }
+                    if buffer.count > Self.maximumHeaderBytes + opening.count - 1 { throw noBoundary }
                     return output
                 }
+                if at > Self.maximumHeaderBytes { throw noBoundary }
                 buffer.removeSubrange(..<(at + opening.count))
                 state = .headers
             case .headers:
@@ -65,10 +70,12 @@ struct MultipartFileReader {
                 if buffer.count >= 2, buffer[0] == UInt8(ascii: "-"), buffer[1] == UInt8(ascii: "-") {
                     throw ServerError.badRequest("the multipart upload holds no file part")
                 }
+                let tooLong = ServerError.badRequest("a multipart part's headers are longer than \(Self.maximumHeaderBytes) bytes")
                 guard let end = Self.find(Array("\r\n\r\n".utf8), in: buffer) else {
-                    if buffer.count > Self.maximumHeaderBytes { throw ServerError.badRequest("a multipart part's headers are longer than \(Self.maximumHeaderBytes) bytes") }
+                    if buffer.count > Self.maximumHeaderBytes + 3 { throw tooLong }
                     return output
                 }
+                if end > Self.maximumHeaderBytes { throw tooLong }
                 let headers = String(decoding: buffer[..<end], as: UTF8.self)
                 buffer.removeSubrange(..<(end + 4))
                 var disposition = "", type: String?
@@ -109,14 +116,14 @@ struct MultipartFileReader {
     }
 
     /// The body ended: the file must have been closed by its delimiter.
-    func finish() throws(ServerError) {
+    package func finish() throws(ServerError) {
         guard state == .done else {
             throw ServerError.badRequest(foundFile ? "the multipart upload ended inside its file part" : "the multipart upload holds no file part")
         }
     }
 
     /// Where `needle` first occurs in `haystack`.
-    static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
+    package static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
         guard let first = needle.first, haystack.count >= needle.count else { return nil }
         return haystack.withUnsafeBufferPointer { hay in
             needle.withUnsafeBufferPointer { pin in
@@ -137,10 +144,10 @@ struct MultipartFileReader {
 }
 
 /// A `Range: bytes=...` header against a resource of `size` bytes (one range; RFC 9110 §14.1.2).
-enum ByteRange {
+package enum ByteRange {
     /// The range to serve; nil for the whole resource (no header, or one this server ignores);
     /// throws when the range cannot be satisfied.
-    static func parse(_ header: String?, size: Int64) throws(ServerError) -> Range<Int64>? {
+    package static func parse(_ header: String?, size: Int64) throws(ServerError) -> Range<Int64>? {
         guard let header = header?.trimmingCharacters(in: .whitespaces), header.lowercased().hasPrefix("bytes=") else { return nil }
         let spec = header.dropFirst(6).trimmingCharacters(in: .whitespaces)
         // Several ranges are answered whole (allowed: a server may ignore Range).
@@ -148,7 +155,9 @@ enum ByteRange {
         let first = spec[..<dash].trimmingCharacters(in: .whitespaces), last = spec[spec.index(after: dash)...].trimmingCharacters(in: .whitespaces)
         let unsatisfiable = ServerError("BAD_REQUEST", "range \(spec) is outside the asset's \(size) bytes", httpStatus: 416)
         if first.isEmpty {
-            guard let suffix = Int64(last), suffix > 0 else { throw unsatisfiable }
+            // `-0` asks for no bytes (unsatisfiable); `-x` is no range at all (served whole).
+            guard let suffix = Int64(last) else { return nil }
+            guard suffix > 0 else { throw unsatisfiable }
             return max(0, size - suffix)..<size
         }
         guard let start = Int64(first), start >= 0 else { return nil }
