@@ -89,6 +89,14 @@ extension ContainerDatabase {
 
     static let maximumParentDepth = 64
 
+    /// The shares this user accepted in a zone and its owner's database (acting as this user), or
+    /// ZONE_NOT_FOUND when none was shared with them.
+    func sharedZone(_ zoneID: ZoneID) throws(ContainerError) -> (shares: [AcceptedShare], owner: ContainerDatabase) {
+        let shares = try acceptedShares(in: zoneID)
+        guard let first = shares.first else { throw sharedZoneNotFound(zoneID) }
+        return (shares, ownerDatabase(first.owner))
+    }
+
     func sharedZoneNotFound(_ zoneID: ZoneID) -> ContainerError {
         ContainerError(.zoneNotFound, "zone '\(zoneID.zoneName)' of '\(zoneID.ownerName)' is not shared with you")
     }
@@ -117,9 +125,7 @@ extension ContainerDatabase {
         guard let zoneID = query.zoneID, !zoneID.isDefaultZone else {
             throw ContainerError(.badRequest, "a query in the shared database names a shared zone (zoneID with its ownerRecordName)")
         }
-        let shares = try acceptedShares(in: zoneID)
-        guard let first = shares.first else { throw sharedZoneNotFound(zoneID) }
-        let owner = ownerDatabase(first.owner)
+        let (shares, owner) = try sharedZone(zoneID)
         var result = try owner.query(query, cursor: cursor, now: now)
         if shares.contains(where: { $0.root == nil }) { return result }
         var visible: [Record] = []
@@ -131,9 +137,7 @@ extension ContainerDatabase {
     /// `zoneChanges` in the shared database: the owner zone's changes, those the user may not see
     /// as deletions (a record that leaves the shared hierarchy leaves the participant's copy).
     func sharedZoneChanges(_ zoneID: ZoneID, since token: SyncToken?, resultsLimit: Int) throws(ContainerError) -> ZoneChanges {
-        let shares = try acceptedShares(in: zoneID)
-        guard let first = shares.first else { throw sharedZoneNotFound(zoneID) }
-        let owner = ownerDatabase(first.owner)
+        let (shares, owner) = try sharedZone(zoneID)
         var changes = try owner.zoneChanges(zoneID, since: token, resultsLimit: resultsLimit)
         if shares.contains(where: { $0.root == nil }) { return changes }
         var visible: [RecordZoneChange] = []
