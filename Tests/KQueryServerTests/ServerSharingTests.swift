@@ -201,6 +201,34 @@ import Testing
         }
     }
 
+    @Test func aZoneSharedWholeIsReadAndEditedAndARemovedParticipantLosesIt() async throws {
+        try await Self.harness().run { c in
+            _ = try await c.post("private", "zones/modify", #"{"operations": [{"operationType": "create", "zone": {"zoneID": {"zoneName": "Team"}}}]}"#, user: "_alice")
+            var answer = try await c.post("private", "records/modify", #"{"zoneID": {"zoneName": "Team"}, "operations": [{"operationType": "create", "record": {"recordName": "Note-1", "recordType": "Note", "fields": {"text": {"value": "Hello"}}}}, {"operationType": "create", "record": {"recordName": "cloudkit.zoneshare", "recordType": "cloudkit.share", "participants": [{"type": "USER", "permission": "READ_WRITE", "userIdentity": {"lookupInfo": {"emailAddress": "bob@example.com"}}}]}}]}"#, user: "_alice")
+            let guid = try #require(answer.json["records"]?[1]?["shortGUID"]?.stringValue, "\(answer.text)")
+            _ = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: "_bob")
+            let team = #"{"zoneName": "Team", "ownerRecordName": "_alice"}"#
+            // The whole zone: a record with no parent is shared too, and Bob adds one of his own.
+            answer = try await c.post("shared", "records/query", #"{"zoneID": \#(team), "query": {"recordType": "Note"}}"#, user: "_bob")
+            #expect(answer.json["records"]?.elements.compactMap { $0["recordName"]?.stringValue } == ["Note-1"], "\(answer.text)")
+            answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(team), "operations": [{"operationType": "create", "record": {"recordName": "Note-2", "recordType": "Note", "fields": {"text": {"value": "Hi"}}}}]}"#, user: "_bob")
+            #expect(answer.json["records"]?[0]?["created"]?["userRecordName"] == .string("_bob"), "\(answer.text)")
+            answer = try await c.post("shared", "changes/database", "{}", user: "_bob")
+            let token = try #require(answer.json["syncToken"]?.stringValue)
+            #expect(answer.json["zones"]?.elements.count == 1)
+
+            // Alice removes Bob from the share (the whole list, without him): the zone leaves his database.
+            answer = try await c.post("private", "records/lookup", #"{"zoneID": {"zoneName": "Team"}, "records": [{"recordName": "cloudkit.zoneshare"}]}"#, user: "_alice")
+            let tag = try #require(answer.json["records"]?[0]?["recordChangeTag"]?.stringValue)
+            answer = try await c.post("private", "records/modify", #"{"zoneID": {"zoneName": "Team"}, "operations": [{"operationType": "update", "record": {"recordName": "cloudkit.zoneshare", "recordType": "cloudkit.share", "recordChangeTag": "\#(tag)", "participants": []}}]}"#, user: "_alice")
+            #expect(answer.json["records"]?[0]?["participants"]?.elements.count == 1, "only the owner is left: \(answer.text)")
+            answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
+            #expect(answer.json["zones"]?.elements.count == 1 && answer.json["zones"]?[0]?["deleted"] == .bool(true), "\(answer.text)")
+            answer = try await c.post("shared", "records/query", #"{"zoneID": \#(team), "query": {"recordType": "Note"}}"#, user: "_bob")
+            #expect(answer.status == 404 && !answer.text.contains("Hello"))
+        }
+    }
+
     @Test func aParticipantLeavesByDeletingTheShareOrTheZone() async throws {
         try await Self.harness().run { c in
             let participants = #"[{"type": "USER", "permission": "READ_WRITE", "userIdentity": {"userRecordName": "_bob"}}, {"type": "USER", "permission": "READ_ONLY", "userIdentity": {"userRecordName": "_carol"}}]"#
