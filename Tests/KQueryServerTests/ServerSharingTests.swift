@@ -229,6 +229,38 @@ import Testing
         }
     }
 
+    @Test func anAdministratorChangesParticipantsAnOrdinaryParticipantCannot() async throws {
+        try await Self.harness().run { c in
+            let participants = #"[{"type": "ADMINISTRATOR", "permission": "READ_WRITE", "userIdentity": {"userRecordName": "_bob"}}, {"type": "USER", "permission": "READ_WRITE", "userIdentity": {"userRecordName": "_carol"}}]"#
+            let saved = try await Self.shareList(c, participants: participants)
+            let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue)
+            for user in ["_bob", "_carol"] { _ = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: user) }
+            let sharedZone = #"{"zoneName": "Lists", "ownerRecordName": "_alice"}"#
+            func share(_ user: String) async throws -> JSON? {
+                try await c.post("shared", "records/lookup", #"{"zoneID": \#(sharedZone), "records": [{"recordName": "Share-1"}]}"#, user: user).json["records"]?[0]
+            }
+            // Carol may not; Bob, an administrator, invites Dave and makes Carol read-only.
+            var current = try #require(try await share("_carol"))
+            var answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "operations": [{"operationType": "update", "record": {"recordName": "Share-1", "recordType": "cloudkit.share", "recordChangeTag": "\#(current["recordChangeTag"]?.stringValue ?? "")", "participants": []}}]}"#, user: "_carol")
+            #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("ACCESS_DENIED"), "\(answer.text)")
+            current = try #require(try await share("_bob"))
+            let kept = current["participants"]?.elements.filter { $0["type"] != .string("OWNER") }.map { entry -> JSON in
+                guard entry["userIdentity"]?["userRecordName"] == .string("_carol"), case .object(var members) = entry else { return entry }
+                if let at = members.firstIndex(where: { $0.0 == "permission" }) { members[at].1 = .string("READ_ONLY") }
+                return .object(members)
+            } ?? []
+            let changed = JSON.array(kept + [.object([("type", .string("USER")), ("permission", .string("READ_ONLY")), ("userIdentity", .object([("userRecordName", .string("_dave"))]))])])
+            answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "operations": [{"operationType": "update", "record": {"recordName": "Share-1", "recordType": "cloudkit.share", "recordChangeTag": "\#(current["recordChangeTag"]?.stringValue ?? "")", "participants": \#(changed.serialized)}}]}"#, user: "_bob")
+            #expect(answer.json["records"]?[0]?["serverErrorCode"] == nil, "\(answer.text)")
+            let entries = answer.json["records"]?[0]?["participants"]?.elements ?? []
+            #expect(entries.first?["userIdentity"]?["userRecordName"] == .string("_alice") && entries.first?["type"] == .string("OWNER"), "the owner stays the owner")
+            #expect(entries.contains { $0["userIdentity"]?["userRecordName"] == .string("_dave") })
+            // Carol is read-only now.
+            answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "operations": [{"operationType": "forceUpdate", "record": {"recordName": "Item-1", "recordType": "Item", "fields": {"name": {"value": "x"}}}}]}"#, user: "_carol")
+            #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("ACCESS_DENIED"), "\(answer.text)")
+        }
+    }
+
     @Test func aParticipantLeavesByDeletingTheShareOrTheZone() async throws {
         try await Self.harness().run { c in
             let participants = #"[{"type": "USER", "permission": "READ_WRITE", "userIdentity": {"userRecordName": "_bob"}}, {"type": "USER", "permission": "READ_ONLY", "userIdentity": {"userRecordName": "_carol"}}]"#

@@ -15,6 +15,8 @@ struct AcceptedShare: Sendable {
     var root: RecordID?
     /// READ_ONLY or READ_WRITE.
     var permission: String
+    /// Whether the participant administers the share (changes its participants and settings).
+    var isAdministrator = false
 }
 
 /// The accepted shares of one environment, by participant, as of a sharing generation.
@@ -40,7 +42,8 @@ extension Container {
                         let permission = entry["permission"]?.stringValue ?? "READ_ONLY"
                         guard permission == "READ_ONLY" || permission == "READ_WRITE" else { continue }
                         accepted[user, default: []].append(AcceptedShare(
-                            owner: key.userRecordName, zoneID: record.recordID.zoneID, shareID: record.recordID, root: root, permission: permission))
+                            owner: key.userRecordName, zoneID: record.recordID.zoneID, shareID: record.recordID, root: root, permission: permission,
+                            isAdministrator: entry["type"]?.stringValue == "ADMINISTRATOR"))
                     }
                 }
             }
@@ -153,12 +156,14 @@ extension ContainerDatabase {
     }
 
     /// `modify` in the shared database: READ_WRITE participants save and delete shared records
-    /// (a new record under a shared parent, or anywhere in a zone shared whole); the root, the
-    /// share and records outside the share are refused (ACCESS_DENIED), READ_ONLY ones too.
+    /// (a new record under a shared parent, or anywhere in a zone shared whole); an administrator
+    /// also changes the share; deleting the share leaves it; the root's deletion, others' changes
+    /// to the share and records outside the share are refused (ACCESS_DENIED), READ_ONLY ones too.
     func sharedModify(_ operations: [RecordOperation], atomic: Bool, device: String?, durably: Bool) throws(ContainerError) -> ModifyResult {
         var refusals: [Int: ContainerError] = [:]
         var owners: Set<String> = []
-        var left: [Int] = []
+        /// Operations answered here rather than by the owner's database: leaving, administering.
+        var handled: [Int: RecordResult] = [:]
         for (index, operation) in operations.enumerated() {
             let id = operation.record.recordID
             let shares = try acceptedShares(in: id.zoneID)
@@ -186,8 +191,12 @@ extension ContainerDatabase {
             if isDeletion, id == covering.shareID {
                 // A participant deleting the share leaves it; the share stays for the others.
                 try leave(covering)
-                refusals[index] = nil
-                left.append(index)
+                handled[index] = .deleted(id, recordType: SharingKeys.shareRecordType)
+            } else if id == covering.shareID, covering.isAdministrator, SharingKeys.isShareType(operation.record.recordType) {
+                // An administrator changes participants and settings as the owner would (the owner stays the owner).
+                let asOwner = try container.database(.private, environment: environment, user: covering.owner)
+                handled[index] = try asOwner.modify([operation], device: device, durably: durably).results.first
+                    ?? .failed(id, ContainerError(.internalError, "the share was not saved"))
             } else if covering.permission != "READ_WRITE" {
                 refusals[index] = ContainerError(.accessDenied, "you may read this share, not change it (READ_ONLY)")
             } else if id == covering.shareID || SharingKeys.isShareType(operation.record.recordType) {
@@ -202,9 +211,9 @@ extension ContainerDatabase {
             let sibling = ContainerError(.atomicError, "not applied: another operation on an atomic zone failed")
             return ModifyResult(results: operations.indices.map { refusals[$0] == nil ? .failed(operations[$0].record.recordID, sibling) : refused($0) }, notifications: [])
         }
-        let allowed = operations.indices.filter { refusals[$0] == nil && !left.contains($0) }
+        let allowed = operations.indices.filter { refusals[$0] == nil && handled[$0] == nil }
         var results = operations.indices.map { index -> RecordResult in
-            if left.contains(index) { return .deleted(operations[index].record.recordID, recordType: SharingKeys.shareRecordType) }
+            if let result = handled[index] { return result }
             return refusals[index] == nil ? .failed(operations[index].record.recordID, ContainerError(.internalError, "not applied")) : refused(index)
         }
         guard let owner = owners.first, !allowed.isEmpty else { return ModifyResult(results: results, notifications: []) }
