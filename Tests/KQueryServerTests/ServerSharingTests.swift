@@ -29,6 +29,17 @@ import Testing
             """, user: "_alice")
     }
 
+    /// The owner's zone as participants name it in the shared database.
+    static let sharedZone = #"{"zoneName": "Lists", "ownerRecordName": "_alice"}"#
+
+    /// The list shared with `participants`, accepted by each of `users`; its short GUID.
+    static func shareListAccepted(_ c: ServerClient, participants: String, by users: [String]) async throws -> String {
+        let saved = try await shareList(c, participants: participants)
+        let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue, "\(saved.text)")
+        for user in users { _ = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: user) }
+        return guid
+    }
+
     @Test func aShareIsSavedWithItsRootAndResolvedAndAcceptedByItsInvitee() async throws {
         try await Self.harness().run { c in
             let saved = try await Self.shareList(c)
@@ -91,7 +102,7 @@ import Testing
             let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue, "\(saved.text)")
             // A record of the same zone outside the share.
             _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "create", "record": {"recordName": "Secret", "recordType": "Item", "fields": {"name": {"value": "Diary"}}}}]}"#, user: "_alice")
-            let sharedZone = #"{"zoneName": "Lists", "ownerRecordName": "_alice"}"#
+            let sharedZone = Self.sharedZone
 
             // Before accepting, the shared database shows nothing.
             var answer = try await c.get("shared", "zones/list", user: "_bob")
@@ -232,10 +243,8 @@ import Testing
     @Test func anAdministratorChangesParticipantsAnOrdinaryParticipantCannot() async throws {
         try await Self.harness().run { c in
             let participants = #"[{"type": "ADMINISTRATOR", "permission": "READ_WRITE", "userIdentity": {"userRecordName": "_bob"}}, {"type": "USER", "permission": "READ_WRITE", "userIdentity": {"userRecordName": "_carol"}}]"#
-            let saved = try await Self.shareList(c, participants: participants)
-            let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue)
-            for user in ["_bob", "_carol"] { _ = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: user) }
-            let sharedZone = #"{"zoneName": "Lists", "ownerRecordName": "_alice"}"#
+            _ = try await Self.shareListAccepted(c, participants: participants, by: ["_bob", "_carol"])
+            let sharedZone = Self.sharedZone
             func share(_ user: String) async throws -> JSON? {
                 try await c.post("shared", "records/lookup", #"{"zoneID": \#(sharedZone), "records": [{"recordName": "Share-1"}]}"#, user: user).json["records"]?[0]
             }
@@ -264,10 +273,8 @@ import Testing
     @Test func aParticipantLeavesByDeletingTheShareOrTheZone() async throws {
         try await Self.harness().run { c in
             let participants = #"[{"type": "USER", "permission": "READ_WRITE", "userIdentity": {"userRecordName": "_bob"}}, {"type": "USER", "permission": "READ_ONLY", "userIdentity": {"userRecordName": "_carol"}}]"#
-            let saved = try await Self.shareList(c, participants: participants)
-            let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue)
-            for user in ["_bob", "_carol"] { _ = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: user) }
-            let sharedZone = #"{"zoneName": "Lists", "ownerRecordName": "_alice"}"#
+            _ = try await Self.shareListAccepted(c, participants: participants, by: ["_bob", "_carol"])
+            let sharedZone = Self.sharedZone
             var answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "operations": [{"operationType": "forceDelete", "record": {"recordName": "Share-1", "recordType": "cloudkit.share"}}]}"#, user: "_bob")
             #expect(answer.json["records"]?[0]?["deleted"] == .bool(true), "\(answer.text)")
             answer = try await c.post("shared", "zones/modify", #"{"operations": [{"operationType": "delete", "zone": {"zoneID": \#(sharedZone)}}]}"#, user: "_carol")
