@@ -63,11 +63,11 @@ extension ContainerDatabase {
         let queryStore = container.queryStore(key)
         let savesAssets = requested.contains { $0.record.holdsAssets }
         let sharing = Self.touchesSharing(requested)
-        // A share saved or deleted (also by a cascade) changes who sees what in shared databases:
-        // their index is read again once this write has committed.
         // Who else sees these zones: their shared databases' database subscriptions fire too.
         let sharedWith = scope == .private && zoneGroups.contains(where: { !$0.zone.isDefaultZone })
             ? try container.participants(of: zoneGroups.map(\.zone), owner: key.userRecordName, environment: environment) : [:]
+        // A share saved or deleted (also by a cascade) changes who sees what in shared databases:
+        // their index is read again once this write has committed.
         var changesShares = false
         defer { if changesShares { container.sharingGeneration.add(1, ordering: .releasing) } }
         return try container.write(durably: durably) { state, tx throws(ContainerError) -> (ModifyResult, Container.QueryStoreUpdate?) in
