@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "KQueryStore", targets: ["KQueryStore"]),
         .library(name: "KQueryContainer", targets: ["KQueryContainer"]),
         .library(name: "KQueryServer", targets: ["KQueryServer"]),
+        .library(name: "KQueryPostgres", targets: ["KQueryPostgres"]),
         .executable(name: "kquery", targets: ["kquery"]),
     ],
     dependencies: [
@@ -28,6 +29,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", exact: "2.37.6"),
         .package(url: "https://github.com/apple/swift-nio-http2.git", exact: "1.46.0"),
         .package(url: "https://github.com/apple/swift-certificates.git", exact: "1.21.1"),
+        // PostgreSQL as the system of record (SPEC §16), only in KQueryPostgres.
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .systemLibrary(name: "CPCRE2", pkgConfig: "libpcre2-8", providers: [.apt(["libpcre2-dev"])]),
@@ -40,6 +43,15 @@ let package = Package(
             dependencies: [
                 "KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The PostgreSQL container storage: the only target that links postgres-nio.
+        .target(
+            name: "KQueryPostgres",
+            dependencies: [
+                "KQuery", "KQueryStore", "KQueryContainer", .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .target(name: "KQueryWebServices", dependencies: ["KQuery", "KQueryStore", "KQueryContainer"]),
@@ -56,7 +68,7 @@ let package = Package(
         .executableTarget(
             name: "kquery",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "CEditLine",
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryPostgres", "CEditLine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -82,7 +94,8 @@ let package = Package(
         .testTarget(
             name: "KQueryTests",
             dependencies: [
-                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "kquery", .product(name: "PropertyBased", package: "swift-property-based"),
+                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "KQueryPostgres", "kquery",
+                .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             resources: [.copy("Fixtures")]
@@ -90,7 +103,8 @@ let package = Package(
         .testTarget(
             name: "KQueryServerTests",
             dependencies: [
-                "KQueryTestSupport", "KQuery", "KQueryContainer", "KQueryWebServices", "KQueryServer", .product(name: "Hummingbird", package: "hummingbird"),
+                "KQueryTestSupport", "KQuery", "KQueryContainer", "KQueryPostgres", "KQueryWebServices", "KQueryServer",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"), .product(name: "Logging", package: "swift-log"),

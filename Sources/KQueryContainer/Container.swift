@@ -144,8 +144,9 @@ public final class Container: Sendable {
                       assetPolicy: assetPolicy, clock: clock)
     }
 
-    /// A container on `storage` (tests run the container's suites on each storage this way).
-    init(
+    /// A container on `storage` (tests run the container's suites on each storage this way; the
+    /// server opens a PostgreSQL one this way).
+    package init(
         containerIdentifier: String, storage: any ContainerStorage, changeHistoryRetention: Int? = nil, assetPolicy: AssetPolicy = AssetPolicy(),
         clock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
     ) throws(ContainerError) {
@@ -154,7 +155,8 @@ public final class Container: Sendable {
         self.changeHistoryRetention = changeHistoryRetention.map { max($0, 0) }
         self.assetPolicy = assetPolicy
         self.clock = clock
-        if try storage.read({ tx throws(ContainerError) in try tx.holdsAssetBlobs() }) { assetsHeld.store(true, ordering: .relaxed) }
+        // Another node may store the first blob: a shared storage keeps asset references from the start.
+        if try storage.isShared ? true : storage.read({ tx throws(ContainerError) in try tx.holdsAssetBlobs() }) { assetsHeld.store(true, ordering: .relaxed) }
         try restoreSubscriptions()
     }
 
@@ -277,6 +279,9 @@ public final class Container: Sendable {
         _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T
     ) throws(ContainerError) -> T {
         let result: T
+        // Other nodes may have changed subscriptions since: read them again, inside this write's
+        // transaction (which holds the container's write lock, so what it reads stays current).
+        if storage.isShared { state.forgetAll() }
         do throws(ContainerError) {
             if let batch {
                 result = try batch.write { tx throws(ContainerError) -> T in try body(&state, tx) }
@@ -398,6 +403,9 @@ public final class Container: Sendable {
     /// One database's records in memory; queries and the writes that update it take turns.
     final class QueryStore: Sendable {
         let store = Locked<KQueryStore.Database?>(nil)
+        /// On a shared storage, the database's change sequence `store` was built at: a query that
+        /// finds the database at another one builds it again (another node, or this one, wrote).
+        let builtAtSequence = Locked<Int64?>(nil)
         /// Whether `store` is built: asked without waiting for a build in progress (which holds
         /// `store`'s lock for as long as it reads every record).
         let isBuilt = Locked(false)
@@ -424,8 +432,16 @@ public final class Container: Sendable {
     func withQueryStore<T: Sendable>(_ key: DatabaseKey, _ body: (KQueryStore.Database) throws(ContainerError) -> T) throws(ContainerError) -> T {
         let queryStore = queryStore(key)
         return try queryStore.store.withLock { store throws(ContainerError) -> T in
+            if storage.isShared {
+                let sequence = try storage.read { tx throws(ContainerError) in try tx.database(key)?.sequence ?? 0 }
+                if queryStore.builtAtSequence.withLock({ $0 }) != sequence { store = nil }
+            }
             if store == nil {
-                let records = try storage.read { tx throws(ContainerError) in try tx.database(key).map { db throws(ContainerError) in try tx.records(in: db) } ?? [] }
+                let (records, sequence) = try storage.read { tx throws(ContainerError) in
+                    guard let db = try tx.database(key) else { return ([Record](), Int64(0)) }
+                    return (try tx.records(in: db), db.sequence)
+                }
+                queryStore.builtAtSequence.withLock { $0 = sequence }
                 let built = KQueryStore.Database()
                 do throws(DatabaseError) { try built.importRecords(records) } catch { throw ContainerError(.internalError, "loading the query store: \(error.message)") }
                 store = built

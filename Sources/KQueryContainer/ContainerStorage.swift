@@ -5,10 +5,10 @@ import KQuery
 ///
 /// `SQLiteContainerStorage` (a file) and `MemoryContainerStorage` (no file) implement it, with the
 /// same semantics (the container's suites run on both); a PostgreSQL one will implement the same
-/// operations. Everything a request does happens in one transaction: `write` bodies run one at a
+/// operations (`package`: the PostgreSQL storage is in its own target). Everything a request does happens in one transaction: `write` bodies run one at a
 /// time and commit whole or not at all, `read` bodies see a consistent committed snapshot and may
 /// run while a write is under way.
-protocol ContainerStorage: Sendable {
+package protocol ContainerStorage: Sendable {
     /// The key sync tokens are tagged with, kept with the data so tokens survive a restart.
     var secret: (UInt64, UInt64) { get }
     func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T
@@ -22,10 +22,13 @@ protocol ContainerStorage: Sendable {
     /// returns, and become visible to readers then. Throws when that commit fails: none of the
     /// writes happened. A nil writer: the storage commits each write (`write`) by itself.
     func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T
+    /// Whether other processes write the same data (PostgreSQL under several `kquery serve`
+    /// nodes): the container then keeps nothing in memory that their writes could make stale.
+    var isShared: Bool { get }
 }
 
 /// The writes of a batch in progress (`ContainerStorage.batch`), valid only inside its body.
-protocol StorageBatchWriter: AnyObject {
+package protocol StorageBatchWriter: AnyObject {
     /// One write of the batch, in a transaction of its own within the batch's.
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T
 }
@@ -36,32 +39,47 @@ extension ContainerStorage {
 
     /// Storages whose commits cost nothing to share commit each write by itself.
     func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T { try body(nil) }
+
+    /// A file or memory is written by this process alone.
+    package var isShared: Bool { false }
 }
 
 /// A database's change bookkeeping, as stored.
-struct StoredDatabase: Hashable, Sendable {
+package struct StoredDatabase: Hashable, Sendable {
     /// The storage's own number for the database.
-    var id: Int64
+    package var id: Int64
     /// The last change sequence given out: every record change, zone creation and zone deletion
     /// takes the next one.
-    var sequence: Int64
+    package var sequence: Int64
     /// Tokens below this sequence are expired: the tombstones they would need were compacted away.
-    var horizon: Int64
+    package var horizon: Int64
+
+    package init(id: Int64, sequence: Int64, horizon: Int64) {
+        self.id = id
+        self.sequence = sequence
+        self.horizon = horizon
+    }
 }
 
 /// A custom zone, as stored.
-struct StoredZone: Hashable, Sendable {
-    var zoneID: ZoneID
+package struct StoredZone: Hashable, Sendable {
+    package var zoneID: ZoneID
     /// The sequence that created the zone: zone tokens carry it, so one from a deleted zone of the
     /// same name is refused.
-    var createdSequence: Int64
+    package var createdSequence: Int64
     /// The sequence of the zone's latest change (creation or a record change): database change
     /// fetches list zones changed after a token by it.
-    var changedSequence: Int64
+    package var changedSequence: Int64
+
+    package init(zoneID: ZoneID, createdSequence: Int64, changedSequence: Int64) {
+        self.zoneID = zoneID
+        self.createdSequence = createdSequence
+        self.changedSequence = changedSequence
+    }
 }
 
 /// The reads a request makes, inside one transaction.
-protocol StorageTransaction: AssetReads {
+package protocol StorageTransaction: AssetReads {
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase?
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone?
     func zones(in database: StoredDatabase) throws(ContainerError) -> [StoredZone]
@@ -92,7 +110,7 @@ protocol StorageTransaction: AssetReads {
 }
 
 /// The writes a request makes, inside one transaction.
-protocol StorageWriteTransaction: StorageTransaction, AssetWrites {
+package protocol StorageWriteTransaction: StorageTransaction, AssetWrites {
     func createDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError)
     /// Creates or updates the zone (and forgets a tombstone of its name).

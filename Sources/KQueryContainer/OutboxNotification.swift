@@ -32,7 +32,7 @@ public struct OutboxNotification: Hashable, Sendable {
 }
 
 extension OutboxNotification {
-    init(
+    package init(
         id: Int64, database: DatabaseKey, subscriptionID: String, owner: String, payload: JSON, priority: Int, pushType: String, created: Int64,
         collapseID: String? = nil, excludedDevice: String? = nil
     ) {

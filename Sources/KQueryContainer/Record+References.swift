@@ -3,7 +3,7 @@ import KQuery
 extension Record {
     /// The references whose action the container enforces (DELETE_SELF and VALIDATE), from single
     /// fields and lists alike. NONE references are left alone: dangling ones are allowed.
-    var trackedReferences: [Reference] {
+    package var trackedReferences: [Reference] {
         // Most records hold none: found without building the list or copying a field out.
         guard fields.containsValue(where: Self.mayHoldTrackedReference) else { return [] }
         var references: [Reference] = []

@@ -5,7 +5,7 @@ extension Subscription {
     /// "zoneID", "options", "notificationInfo", "owner"}`, the predicate as extended-profile text
     /// (it was validated when saved; its printed text reads back as the same condition, which
     /// `storedJSON()` checks).
-    func storedJSON() throws(ContainerError) -> JSON {
+    package func storedJSON() throws(ContainerError) -> JSON {
         var members: [(String, JSON)] = [("subscriptionID", .string(subscriptionID))]
         switch kind {
         case .query(let recordType, let condition, let zoneID):
@@ -27,7 +27,7 @@ extension Subscription {
     }
 
     /// Reads `storedJSON()` back.
-    init(storedJSON json: JSON) throws(ContainerError) {
+    package init(storedJSON json: JSON) throws(ContainerError) {
         func corrupt(_ what: String) -> ContainerError { ContainerError(.internalError, "a stored subscription is corrupt: \(what)") }
         guard let id = json["subscriptionID"]?.stringValue, let options = json["options"]?.int64Value,
               let owner = json["owner"]?.stringValue, let infoJSON = json["notificationInfo"]

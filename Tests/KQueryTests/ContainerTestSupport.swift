@@ -2,6 +2,8 @@ import Foundation
 import KQuery
 import Testing
 @testable import KQueryContainer
+import KQueryPostgres
+import KQueryTestSupport
 
 /// Builders shared by the container tests.
 enum ContainerFixture {
@@ -9,18 +11,26 @@ enum ContainerFixture {
     static let zone = ZoneID(zoneName: "Notes", ownerName: "_u1")
     static let otherZone = ZoneID(zoneName: "Archive", ownerName: "_u1")
 
-    /// The two storages a container runs on. The suites that matter run on both, so the memory
-    /// storage is held to the SQLite one's behaviour (SQLite here in memory: the same statements
-    /// as a file, no file to clean up).
+    /// The storages a container runs on. The suites that matter run on each, so the memory and
+    /// PostgreSQL storages are held to the SQLite one's behaviour (SQLite here in memory: the same
+    /// statements as a file, no file to clean up; PostgreSQL in the test process's throwaway
+    /// cluster, a container of its own for each storage made).
     enum Storage: CaseIterable, CustomTestStringConvertible {
-        case memory, sqlite
+        case memory, sqlite, postgres
 
-        var testDescription: String { self == .memory ? "memory" : "SQLite" }
+        var testDescription: String {
+            switch self {
+            case .memory: "memory"
+            case .sqlite: "SQLite"
+            case .postgres: "PostgreSQL"
+            }
+        }
 
         func make() throws -> any ContainerStorage {
             switch self {
             case .memory: MemoryContainerStorage()
             case .sqlite: try SQLiteContainerStorage(path: nil)
+            case .postgres: try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)")
             }
         }
     }
@@ -84,5 +94,21 @@ extension RecordResult {
     var record: Record? {
         if case .saved(let record) = self { return record }
         return nil
+    }
+}
+
+/// The database the container tests' PostgreSQL storages share (each its own container in it),
+/// in the test process's throwaway cluster.
+enum PostgresTestDatabase {
+    private static let location = Locked<PostgresLocation?>(nil)
+
+    static func shared() throws -> PostgresLocation {
+        try location.withLock { location in
+            if let location { return location }
+            let url = try PostgresCluster.start().createDatabase()
+            guard let made = PostgresLocation(url: url) else { throw PostgresCluster.ClusterError(description: "bad URL \(url)") }
+            location = made
+            return made
+        }
     }
 }

@@ -3,7 +3,7 @@ import KQuery
 /// The asset reads a storage transaction offers (SPEC §12): upload tickets, receipts, blobs and
 /// their chunks. Asset bytes are never mirrored in memory by a file storage: they are read from
 /// the file a chunk at a time.
-protocol AssetReads {
+package protocol AssetReads {
     func assetUpload(_ token: String) throws(ContainerError) -> AssetUploadTicket?
     func assetReceipt(_ receipt: String) throws(ContainerError) -> AssetReceiptEntry?
     func assetBlob(_ contentHash: String) throws(ContainerError) -> AssetBlob?
@@ -15,7 +15,7 @@ protocol AssetReads {
 }
 
 /// The asset writes a storage write transaction offers.
-protocol AssetWrites: AssetReads {
+package protocol AssetWrites: AssetReads {
     func saveAssetUpload(_ ticket: AssetUploadTicket) throws(ContainerError)
     func saveAssetChunk(_ owner: String, index: Int, bytes: [UInt8]) throws(ContainerError)
     func deleteAssetChunks(_ owner: String) throws(ContainerError)
@@ -47,10 +47,10 @@ public struct AssetCollection: Hashable, Sendable {
 }
 
 /// Names of chunk owners.
-enum AssetChunks {
+package enum AssetChunks {
     /// The owner of an upload's chunks until it is finished (blob owners are 64 hex digits, so
     /// the two never meet).
-    static func uploadOwner(_ token: String) -> String { "upload:" + token }
+    package static func uploadOwner(_ token: String) -> String { "upload:" + token }
 }
 
 /// A record's place, as asset references key it.

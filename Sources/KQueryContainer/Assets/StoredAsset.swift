@@ -93,15 +93,31 @@ public struct AssetUploadTicket: Hashable, Sendable {
     /// Milliseconds since 1970.
     public var expires: Int64
     public var state: State
+
+    package init(token: String, binding: AssetBinding, recordType: String?, expires: Int64, state: State) {
+        self.token = token
+        self.binding = binding
+        self.recordType = recordType
+        self.expires = expires
+        self.state = state
+    }
 }
 
 /// A receipt as stored: what it is bound to, the blob it names, until when it is good.
-struct AssetReceiptEntry: Hashable, Sendable {
-    var receipt: String
-    var binding: AssetBinding
-    var asset: StoredAsset
-    var expires: Int64
-    var spent: Bool
+package struct AssetReceiptEntry: Hashable, Sendable {
+    package var receipt: String
+    package var binding: AssetBinding
+    package var asset: StoredAsset
+    package var expires: Int64
+    package var spent: Bool
+
+    package init(receipt: String, binding: AssetBinding, asset: StoredAsset, expires: Int64, spent: Bool) {
+        self.receipt = receipt
+        self.binding = binding
+        self.asset = asset
+        self.expires = expires
+        self.spent = spent
+    }
 }
 
 /// A stored blob's facts.
@@ -113,7 +129,15 @@ public struct AssetBlob: Hashable, Sendable {
     public var contentType: String
     /// When the blob last lost a reference, or was uploaded (milliseconds since 1970): it may go
     /// a grace period after, once nothing refers to it.
-    var released: Int64
+    package var released: Int64
+
+    package init(contentHash: String, size: Int64, fileChecksum: String, contentType: String, released: Int64) {
+        self.contentHash = contentHash
+        self.size = size
+        self.fileChecksum = fileChecksum
+        self.contentType = contentType
+        self.released = released
+    }
 }
 
 /// The limits and lifetimes of a container's assets (SPEC §12 and its Decisions).

@@ -30,7 +30,8 @@ extension Container {
     /// and kept until a modify touches sharing.
     func acceptedShares(of user: String, environment: ContainerEnvironment) throws(ContainerError) -> [AcceptedShare] {
         let generation = sharingGeneration.load(ordering: .acquiring)
-        if let index = shareIndexes.withLock({ $0[environment] }), index.generation == generation { return index.accepted[user] ?? [] }
+        // Other nodes' modifies do not move this node's generation: a shared storage reads the shares each time.
+        if !storage.isShared, let index = shareIndexes.withLock({ $0[environment] }), index.generation == generation { return index.accepted[user] ?? [] }
         var accepted: [String: [AcceptedShare]] = [:]
         try storage.read { tx throws(ContainerError) in
             for (key, stored) in try tx.allDatabases() where key.scope == .private && key.environment == environment {

@@ -1,0 +1,137 @@
+import KQuery
+import KQueryContainer
+import PostgresNIO
+
+/// A container's data in a PostgreSQL database (SPEC §16), which any number of `kquery serve`
+/// nodes share; one database may hold many containers.
+///
+/// Unlike a container file, nothing is mirrored in memory: every read is SQL, so a node sees
+/// what every other node committed. Reads run in a `REPEATABLE READ READ ONLY` transaction (one
+/// consistent snapshot). Writes run in a `READ COMMITTED` transaction that first takes the
+/// container's transaction-scoped advisory lock, so write bodies run one at a time across all
+/// nodes, as the protocol requires, and each sees every write committed before it. PostgreSQL's
+/// commit is durable when it returns (`synchronous_commit` on), so `waitUntilDurable` has nothing
+/// to wait for. The tables are described in `PostgresSchema`.
+package final class PostgresContainerStorage: ContainerStorage {
+    package let secret: (UInt64, UInt64)
+    /// The container's number in `containers`, which container-wide rows lead with.
+    let containerID: Int64
+    /// Closed when the last storage or `PostgresContainers` using it goes.
+    let pool: PostgresConnectionPool
+
+    /// Opens `containerIdentifier` in the database at `location`, creating or migrating the
+    /// schema and the container's row as needed. `connections`: the most open at once.
+    package convenience init(location: PostgresLocation, containerIdentifier: String, connections: Int = 8) throws(ContainerError) {
+        let pool = PostgresConnectionPool(location: location, limit: connections)
+        do {
+            try self.init(pool: pool, containerIdentifier: containerIdentifier, migrated: false)
+        } catch {
+            pool.shutdown()
+            throw error
+        }
+    }
+
+    /// Opens the container on `pool`'s connections; `migrated`: whether the schema is known current.
+    init(pool: PostgresConnectionPool, containerIdentifier: String, migrated: Bool) throws(ContainerError) {
+        self.pool = pool
+        let location = pool.location
+        (containerID, secret) = try pool.withConnection { session throws(ContainerError) in
+                if !migrated { try PostgresSchema.migrate(session) }
+                var generator = SystemRandomNumberGenerator()
+                let high = Int64(bitPattern: generator.next()), low = Int64(bitPattern: generator.next())
+                try session.run("""
+                    INSERT INTO containers (identifier, secret_high, secret_low) VALUES (\(containerIdentifier), \(high), \(low))
+                    ON CONFLICT (identifier) DO NOTHING
+                    """)
+                guard let row = try session.rows("SELECT id, secret_high, secret_low FROM containers WHERE identifier = \(containerIdentifier)").first
+                else { throw ContainerError(.internalError, "\(location): the container '\(containerIdentifier)' could not be created") }
+                let (id, storedHigh, storedLow) = try session.decode(row, (Int64, Int64, Int64).self)
+                return (id, (UInt64(bitPattern: storedHigh), UInt64(bitPattern: storedLow)))
+        }
+    }
+
+    package func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try pool.withConnection { session throws(ContainerError) -> T in
+            try Self.transaction(session, begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") { () throws(ContainerError) -> T in
+                try body(PostgresTransaction(session: session, containerID: containerID))
+            }
+        }
+    }
+
+    package func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try pool.withConnection { session throws(ContainerError) -> T in
+            try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
+                try lock(session)
+                return try body(PostgresTransaction(session: session, containerID: containerID))
+            }
+        }
+    }
+
+    /// Other nodes write the same container.
+    package var isShared: Bool { true }
+
+    /// Commits are durable when they return.
+    package func waitUntilDurable() throws(ContainerError) {}
+
+    /// One transaction for the whole batch, each write in a savepoint of its own.
+    package func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try pool.withConnection { session throws(ContainerError) -> T in
+            try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
+                try lock(session)
+                let batch = PostgresBatch(session: session, containerID: containerID)
+                let result = try body(batch)
+                if let failure = batch.failure { throw failure }
+                return result
+            }
+        }
+    }
+
+    /// Takes the container's write lock until the transaction ends ("KQry", then the container).
+    private func lock(_ session: PostgresSession) throws(ContainerError) {
+        try session.run("SELECT pg_advisory_xact_lock(\(Int32(PostgresSchema.migrationLock)), \(Int32(truncatingIfNeeded: containerID)))")
+    }
+
+    /// Runs `body` between `begin` and COMMIT, rolling back when it throws.
+    private static func transaction<T>(_ session: PostgresSession, begin: PostgresQuery, _ body: () throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try session.run(begin)
+        do throws(ContainerError) {
+            let result = try body()
+            try session.run("COMMIT")
+            return result
+        } catch {
+            _ = try? session.run("ROLLBACK")
+            throw error
+        }
+    }
+}
+
+/// The writes of a batch (`PostgresContainerStorage.batch`), each in a savepoint.
+private final class PostgresBatch: StorageBatchWriter {
+    let session: PostgresSession
+    let containerID: Int64
+    /// Why the transaction cannot commit, if a savepoint could not be undone.
+    var failure: ContainerError?
+
+    init(session: PostgresSession, containerID: Int64) {
+        self.session = session
+        self.containerID = containerID
+    }
+
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        if let failure { throw failure }
+        try session.run("SAVEPOINT kquery_write")
+        do throws(ContainerError) {
+            let result = try body(PostgresTransaction(session: session, containerID: containerID))
+            try session.run("RELEASE kquery_write")
+            return result
+        } catch {
+            do throws(ContainerError) {
+                try session.run("ROLLBACK TO kquery_write")
+                try session.run("RELEASE kquery_write")
+            } catch let undoing {
+                failure = undoing
+            }
+            throw error
+        }
+    }
+}

@@ -1,0 +1,114 @@
+import KQuery
+import KQueryContainer
+import Logging
+import NIOCore
+import PostgresNIO
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// Every container of one PostgreSQL database, as a `kquery serve --postgres URL` node sees them
+/// (SPEC §16): opened on one pool of connections, with the secret the nodes share and the wake-up
+/// they send each other when pushes are queued (LISTEN/NOTIFY, a hint only: the outbox rows are
+/// the data, read with SQL).
+public final class PostgresContainers: Sendable {
+    public let location: PostgresLocation
+    let pool: PostgresConnectionPool
+    private let opened = Locked<[String: Container]>([:])
+    private let listener = Locked<Task<Void, Never>?>(nil)
+
+    /// The channel nodes NOTIFY when a transaction queued pushes.
+    static let pushChannel = "kquery_pushes"
+
+    /// Connects, and creates or migrates the schema. `connections`: the most open at once.
+    public init(location: PostgresLocation, connections: Int = 64) throws(ContainerError) {
+        self.location = location
+        pool = PostgresConnectionPool(location: location, limit: connections)
+        try pool.withConnection { session throws(ContainerError) in try PostgresSchema.migrate(session) }
+    }
+
+    deinit {
+        listener.withLock { $0?.cancel() }
+        pool.shutdown()
+    }
+
+    /// Closes the connections; containers opened here answer nothing after.
+    public func close() {
+        stopListening()
+        pool.shutdown()
+    }
+
+    /// The container `identifier`, opened (and created) on first use, then kept.
+    public func openContainer(_ identifier: String, assetPolicy: AssetPolicy = AssetPolicy()) throws(ContainerError) -> Container {
+        try opened.withLock { containers throws(ContainerError) -> Container in
+            if let container = containers[identifier] { return container }
+            let storage = try PostgresContainerStorage(pool: pool, containerIdentifier: identifier, migrated: true)
+            let container = try Container(containerIdentifier: identifier, storage: storage, assetPolicy: assetPolicy)
+            containers[identifier] = container
+            return container
+        }
+    }
+
+    /// Every container the database holds.
+    public func containerIdentifiers() throws(ContainerError) -> [String] {
+        try pool.withConnection { session throws(ContainerError) in
+            try session.rows("SELECT identifier FROM containers ORDER BY identifier").map { row throws(ContainerError) in try session.decode(row, String.self) }
+        }
+    }
+
+    /// The web auth secret all nodes share: 32 random bytes, made by the first node that asks.
+    public func serverSecret() throws(ContainerError) -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        let fresh = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return try pool.withConnection { session throws(ContainerError) in
+            try session.run("""
+                INSERT INTO server_secrets (name, value) VALUES ('web-auth', \(ByteBuffer(bytes: fresh))) ON CONFLICT (name) DO NOTHING
+                """)
+            guard let row = try session.rows("SELECT value FROM server_secrets WHERE name = 'web-auth'").first else {
+                throw ContainerError(.internalError, "\(location): the shared secret could not be made")
+            }
+            var bytes = try session.decode(row, ByteBuffer.self)
+            return bytes.readBytes(length: bytes.readableBytes) ?? []
+        }
+    }
+
+    /// Calls `wake` each time any node commits a transaction that queued pushes, until
+    /// `stopListening`; a lost connection is made again (a second later), then `wake` is called
+    /// once, since pushes may have been queued while nobody listened.
+    public func listenForPushes(_ wake: @escaping @Sendable () -> Void) {
+        let location = location
+        let task = Task.detached {
+            var logger = Logger(label: "kquery.postgres.listen")
+            logger.logLevel = .critical
+            var attempt = 0
+            while !Task.isCancelled {
+                attempt += 1
+                do {
+                    let connection = try await PostgresConnection.connect(configuration: location.configuration, id: attempt, logger: logger)
+                    defer { Task { try? await connection.close() } }
+                    if attempt > 1 { wake() }
+                    try await connection.listen(on: Self.pushChannel) { notifications in
+                        for try await _ in notifications { wake() }
+                    }
+                } catch {
+                    if Task.isCancelled { return }
+                }
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+        listener.withLock { old in
+            old?.cancel()
+            old = task
+        }
+    }
+
+    public func stopListening() {
+        listener.withLock { task in
+            task?.cancel()
+            task = nil
+        }
+    }
+}

@@ -1,0 +1,174 @@
+import KQueryContainer
+import PostgresNIO
+
+/// The tables a PostgreSQL database holds for KQuery, created and migrated by the server itself.
+///
+/// Versioned: `kquery_schema` holds the version the tables are at, and `migrations[n]` takes
+/// them from version n to n + 1, in one transaction, under an advisory lock so nodes starting
+/// together migrate once. A database at a newer version than this build knows is refused.
+///
+/// Every table leads with its distribution key (SPEC §16, Citus): the database key
+/// (`database_id`, a `databases.id`) for what belongs to one database, the container key
+/// (`container_id`) for what a container shares across its databases (outbox, asset bytes,
+/// secrets). Every statement filters on that key.
+/// ```
+/// server_secrets(name PK, value)                  the web auth secret the nodes share
+/// containers(id PK, identifier UNIQUE, secret_high, secret_low)
+/// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon)
+/// zones(database_id, zone_name, owner_name PK, created_sequence, changed_sequence)
+/// zone_tombstones(database_id, zone_name, owner_name PK, deleted_sequence)
+/// records(database_id, zone_name, owner_name, record_name PK, record_type, change_sequence, body)
+/// record_tombstones(database_id, zone_name, owner_name, record_name PK, record_type, deleted_sequence)
+/// record_references(database_id, zone_name, owner_name, target_name, action, source_name PK)
+/// subscriptions(database_id, subscription_id PK, position, owner, body)
+/// outbox(container_id, id PK, environment, scope, user_record_name, subscription_id, owner,
+///        notification_id, payload, priority, push_type, created, collapse_id, delivered, excluded_device)
+/// asset_uploads(container_id, token PK, ...), asset_receipts(container_id, receipt PK, ...),
+/// asset_blobs(container_id, content_hash PK, ...), asset_chunks(container_id, owner, chunk PK, bytes),
+/// asset_blob_chunks(container_id, content_hash PK, owner), asset_references(database_id, ..., content_hash PK, container_id)
+/// ```
+/// A record's `body` is `RecordCoding`'s binary form, as in a container file.
+enum PostgresSchema {
+    /// The version this build writes.
+    static var version: Int { migrations.count }
+
+    /// The advisory lock that serialises migrations (an arbitrary constant: "KQry").
+    static let migrationLock: Int64 = 0x4B51_7279
+
+    static let migrations: [[String]] = [
+        [
+            """
+            CREATE TABLE containers (
+                id bigserial PRIMARY KEY, identifier text NOT NULL UNIQUE, secret_high bigint NOT NULL, secret_low bigint NOT NULL)
+            """,
+            """
+            CREATE TABLE databases (
+                id bigserial PRIMARY KEY, container_id bigint NOT NULL REFERENCES containers (id), environment bigint NOT NULL,
+                scope bigint NOT NULL, user_record_name text NOT NULL, sequence bigint NOT NULL DEFAULT 0, horizon bigint NOT NULL DEFAULT 0,
+                UNIQUE (container_id, environment, scope, user_record_name))
+            """,
+            """
+            CREATE TABLE zones (
+                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL,
+                created_sequence bigint NOT NULL, changed_sequence bigint NOT NULL,
+                PRIMARY KEY (database_id, zone_name, owner_name))
+            """,
+            "CREATE INDEX zones_by_change ON zones (database_id, changed_sequence)",
+            """
+            CREATE TABLE zone_tombstones (
+                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, deleted_sequence bigint NOT NULL,
+                PRIMARY KEY (database_id, zone_name, owner_name))
+            """,
+            "CREATE INDEX zone_tombstones_by_change ON zone_tombstones (database_id, deleted_sequence)",
+            """
+            CREATE TABLE records (
+                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
+                record_type text NOT NULL, change_sequence bigint NOT NULL, body bytea NOT NULL,
+                PRIMARY KEY (database_id, zone_name, owner_name, record_name))
+            """,
+            "CREATE INDEX records_by_change ON records (database_id, zone_name, owner_name, change_sequence)",
+            "CREATE INDEX records_by_database_change ON records (database_id, change_sequence)",
+            """
+            CREATE TABLE record_tombstones (
+                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
+                record_type text NOT NULL, deleted_sequence bigint NOT NULL,
+                PRIMARY KEY (database_id, zone_name, owner_name, record_name))
+            """,
+            "CREATE INDEX record_tombstones_by_change ON record_tombstones (database_id, zone_name, owner_name, deleted_sequence)",
+            """
+            CREATE TABLE record_references (
+                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL,
+                target_name text NOT NULL, action text NOT NULL, source_name text NOT NULL,
+                PRIMARY KEY (database_id, zone_name, owner_name, target_name, action, source_name))
+            """,
+            "CREATE INDEX record_references_by_source ON record_references (database_id, zone_name, owner_name, source_name)",
+            """
+            CREATE TABLE subscriptions (
+                database_id bigint NOT NULL, subscription_id text NOT NULL, position bigserial, owner text NOT NULL, body text NOT NULL,
+                PRIMARY KEY (database_id, subscription_id))
+            """,
+            """
+            CREATE TABLE outbox (
+                container_id bigint NOT NULL, id bigserial, environment bigint NOT NULL, scope bigint NOT NULL,
+                user_record_name text NOT NULL, subscription_id text NOT NULL, owner text NOT NULL, notification_id text NOT NULL,
+                payload text NOT NULL, priority bigint NOT NULL, push_type text NOT NULL, created bigint NOT NULL,
+                collapse_id text, delivered bigint NOT NULL DEFAULT 0, excluded_device text,
+                PRIMARY KEY (container_id, id))
+            """,
+            "CREATE INDEX outbox_by_owner ON outbox (container_id, owner, id)",
+            """
+            CREATE TABLE asset_uploads (
+                container_id bigint NOT NULL, token text NOT NULL, environment bigint NOT NULL, scope bigint NOT NULL,
+                user_record_name text NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
+                field_name text NOT NULL, record_type text, expires bigint NOT NULL, state bigint NOT NULL,
+                PRIMARY KEY (container_id, token))
+            """,
+            """
+            CREATE TABLE asset_receipts (
+                container_id bigint NOT NULL, receipt text NOT NULL, environment bigint NOT NULL, scope bigint NOT NULL,
+                user_record_name text NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
+                field_name text NOT NULL, content_hash text NOT NULL, file_checksum text NOT NULL, size bigint NOT NULL,
+                expires bigint NOT NULL, spent boolean NOT NULL,
+                PRIMARY KEY (container_id, receipt))
+            """,
+            "CREATE INDEX asset_receipts_by_blob ON asset_receipts (container_id, content_hash)",
+            """
+            CREATE TABLE asset_blobs (
+                container_id bigint NOT NULL, content_hash text NOT NULL, size bigint NOT NULL, file_checksum text NOT NULL,
+                content_type text NOT NULL, released bigint NOT NULL,
+                PRIMARY KEY (container_id, content_hash))
+            """,
+            """
+            CREATE TABLE asset_chunks (
+                container_id bigint NOT NULL, owner text NOT NULL, chunk bigint NOT NULL, bytes bytea NOT NULL,
+                PRIMARY KEY (container_id, owner, chunk))
+            """,
+            """
+            CREATE TABLE asset_blob_chunks (
+                container_id bigint NOT NULL, content_hash text NOT NULL, owner text NOT NULL,
+                PRIMARY KEY (container_id, content_hash), UNIQUE (container_id, owner))
+            """,
+            """
+            CREATE TABLE asset_references (
+                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
+                content_hash text NOT NULL, container_id bigint NOT NULL,
+                PRIMARY KEY (database_id, zone_name, owner_name, record_name, content_hash))
+            """,
+            "CREATE INDEX asset_references_by_blob ON asset_references (container_id, content_hash)",
+            "CREATE TABLE server_secrets (name text PRIMARY KEY, value bytea NOT NULL)",
+        ]
+    ]
+
+    /// Brings the database's tables to `version`, creating them in an empty database.
+    static func migrate(_ session: PostgresSession) throws(ContainerError) {
+        try session.run("SELECT pg_advisory_lock(\(migrationLock))")
+        do throws(ContainerError) {
+            try session.run("CREATE TABLE IF NOT EXISTS kquery_schema (version bigint NOT NULL)")
+            let rows = try session.rows("SELECT version FROM kquery_schema")
+            var current = 0
+            if let row = rows.first {
+                current = Int(try session.decode(row, Int64.self))
+            } else {
+                try session.run("INSERT INTO kquery_schema (version) VALUES (0)")
+            }
+            guard current <= version else {
+                throw ContainerError(.internalError, "\(session.name): its KQuery schema is version \(current); this kquery knows up to \(version)")
+            }
+            for step in current..<version {
+                try session.run("BEGIN")
+                do throws(ContainerError) {
+                    for statement in migrations[step] { try session.run(PostgresQuery(unsafeSQL: statement)) }
+                    try session.run("UPDATE kquery_schema SET version = \(Int64(step + 1))")
+                    try session.run("COMMIT")
+                } catch {
+                    _ = try? session.run("ROLLBACK")
+                    throw error
+                }
+            }
+        } catch {
+            _ = try? session.run("SELECT pg_advisory_unlock(\(migrationLock))")
+            throw error
+        }
+        try session.run("SELECT pg_advisory_unlock(\(migrationLock))")
+    }
+}

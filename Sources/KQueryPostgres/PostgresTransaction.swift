@@ -1,0 +1,333 @@
+import KQuery
+import KQueryContainer
+import KQueryStore
+import NIOCore
+import PostgresNIO
+
+/// One transaction on the PostgreSQL database, scoped to one container: every statement filters
+/// on the database key (`database_id`) or, for container-wide tables, the container key.
+struct PostgresTransaction: StorageWriteTransaction {
+    let session: PostgresSession
+    let containerID: Int64
+
+    var name: String { session.name }
+
+    /// Decodes a stored record. `names` carries the field keys of the record decoded before.
+    private func decode(_ body: ByteBuffer, _ recordName: String, names: inout RecordCoding.FieldNames) throws(ContainerError) -> Record {
+        do {
+            return try body.withUnsafeReadableBytes { bytes throws(RecordDecodingError) in try RecordCoding.decode(bytes, names: &names) }
+        } catch {
+            throw ContainerError(.internalError, "\(name): record '\(recordName)' is corrupt: \(error)")
+        }
+    }
+
+    private func key(_ environment: Int64, _ scope: Int64, _ user: String) throws(ContainerError) -> DatabaseKey {
+        guard let environment = ContainerEnvironment(rawValue: Int(environment)), let scope = DatabaseScope(rawValue: Int(scope)) else {
+            throw ContainerError(.internalError, "\(name): a stored database key is corrupt (\(environment), \(scope))")
+        }
+        return DatabaseKey(environment: environment, scope: scope, userRecordName: user)
+    }
+
+    // MARK: Reading
+
+    func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
+        let rows = try session.rows("""
+            SELECT id, sequence, horizon FROM databases WHERE container_id = \(containerID) AND environment = \(Int64(key.environment.rawValue))
+            AND scope = \(Int64(key.scope.rawValue)) AND user_record_name = \(key.userRecordName)
+            """)
+        guard let row = rows.first else { return nil }
+        let (id, sequence, horizon) = try session.decode(row, (Int64, Int64, Int64).self)
+        return StoredDatabase(id: id, sequence: sequence, horizon: horizon)
+    }
+
+    func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
+        let rows = try session.rows("""
+            SELECT created_sequence, changed_sequence FROM zones
+            WHERE database_id = \(database.id) AND zone_name = \(zoneID.zoneName) AND owner_name = \(zoneID.ownerName)
+            """)
+        guard let row = rows.first else { return nil }
+        let (created, changed) = try session.decode(row, (Int64, Int64).self)
+        return StoredZone(zoneID: zoneID, createdSequence: created, changedSequence: changed)
+    }
+
+    func zones(in database: StoredDatabase) throws(ContainerError) -> [StoredZone] {
+        // Ordered by bytes ("C"), as SQLite orders text.
+        try session.rows("""
+            SELECT zone_name, owner_name, created_sequence, changed_sequence FROM zones WHERE database_id = \(database.id)
+            ORDER BY zone_name COLLATE "C", owner_name COLLATE "C"
+            """).map { row throws(ContainerError) in
+            let (zoneName, ownerName, created, changed) = try session.decode(row, (String, String, Int64, Int64).self)
+            return StoredZone(zoneID: ZoneID(zoneName: zoneName, ownerName: ownerName), createdSequence: created, changedSequence: changed)
+        }
+    }
+
+    func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record? {
+        let rows = try session.rows("""
+            SELECT body FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+            AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)
+            """)
+        guard let row = rows.first else { return nil }
+        var names = RecordCoding.FieldNames()
+        return try decode(try session.decode(row, ByteBuffer.self), id.recordName, names: &names)
+    }
+
+    func records(in database: StoredDatabase) throws(ContainerError) -> [Record] {
+        var names = RecordCoding.FieldNames()
+        return try session.rows("SELECT record_name, body FROM records WHERE database_id = \(database.id) ORDER BY change_sequence").map { row throws(ContainerError) in
+            let (recordName, body) = try session.decode(row, (String, ByteBuffer).self)
+            return try decode(body, recordName, names: &names)
+        }
+    }
+
+    func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {
+        try session.rows("""
+            SELECT source_name FROM record_references WHERE database_id = \(database.id) AND zone_name = \(target.zoneID.zoneName)
+            AND owner_name = \(target.zoneID.ownerName) AND target_name = \(target.recordName) AND action = \(action.rawValue)
+            ORDER BY source_name COLLATE "C"
+            """).map { row throws(ContainerError) in try session.decode(row, String.self) }
+    }
+
+    func recordChanges(in zone: ZoneID, of database: StoredDatabase, after sequence: Int64, includingDeletions: Bool, limit: Int)
+        throws(ContainerError) -> [(sequence: Int64, change: RecordZoneChange)] {
+        let limit = Int64(max(limit, 0))
+        // Each side reads at most `limit` rows in sequence order from its index.
+        let query: PostgresQuery = includingDeletions ? """
+            SELECT * FROM (
+                (SELECT change_sequence AS s, record_name, record_type, body FROM records
+                 WHERE database_id = \(database.id) AND zone_name = \(zone.zoneName) AND owner_name = \(zone.ownerName) AND change_sequence > \(sequence)
+                 ORDER BY change_sequence LIMIT \(limit))
+                UNION ALL
+                (SELECT deleted_sequence, record_name, record_type, NULL FROM record_tombstones
+                 WHERE database_id = \(database.id) AND zone_name = \(zone.zoneName) AND owner_name = \(zone.ownerName) AND deleted_sequence > \(sequence)
+                 ORDER BY deleted_sequence LIMIT \(limit))) changes
+            ORDER BY s LIMIT \(limit)
+            """ : """
+            SELECT change_sequence, record_name, record_type, body FROM records
+            WHERE database_id = \(database.id) AND zone_name = \(zone.zoneName) AND owner_name = \(zone.ownerName) AND change_sequence > \(sequence)
+            ORDER BY change_sequence LIMIT \(limit)
+            """
+        var names = RecordCoding.FieldNames()
+        return try session.rows(query).map { row throws(ContainerError) in
+            let (changeSequence, recordName, recordType, body) = try session.decode(row, (Int64, String, String, ByteBuffer?).self)
+            if let body { return (changeSequence, .changed(try decode(body, recordName, names: &names))) }
+            return (changeSequence, .deleted(RecordID(recordName: recordName, zoneID: zone), recordType: recordType))
+        }
+    }
+
+    func zoneChanges(of database: StoredDatabase, after sequence: Int64, limit: Int) throws(ContainerError)
+        -> [(sequence: Int64, zoneID: ZoneID, deleted: Bool)] {
+        let limit = Int64(max(limit, 0))
+        return try session.rows("""
+            SELECT * FROM (
+                (SELECT changed_sequence AS s, zone_name, owner_name, false AS deleted FROM zones
+                 WHERE database_id = \(database.id) AND changed_sequence > \(sequence) ORDER BY changed_sequence LIMIT \(limit))
+                UNION ALL
+                (SELECT deleted_sequence, zone_name, owner_name, true FROM zone_tombstones
+                 WHERE database_id = \(database.id) AND deleted_sequence > \(sequence) ORDER BY deleted_sequence LIMIT \(limit))) changes
+            ORDER BY s LIMIT \(limit)
+            """).map { row throws(ContainerError) in
+            let (changeSequence, zoneName, ownerName, deleted) = try session.decode(row, (Int64, String, String, Bool).self)
+            return (changeSequence, ZoneID(zoneName: zoneName, ownerName: ownerName), deleted)
+        }
+    }
+
+    func allDatabases() throws(ContainerError) -> [(key: DatabaseKey, stored: StoredDatabase)] {
+        try session.rows("""
+            SELECT id, environment, scope, user_record_name, sequence, horizon FROM databases WHERE container_id = \(containerID) ORDER BY id
+            """).map { row throws(ContainerError) in
+            let (id, environment, scope, user, sequence, horizon) = try session.decode(row, (Int64, Int64, Int64, String, Int64, Int64).self)
+            return (try key(environment, scope, user), StoredDatabase(id: id, sequence: sequence, horizon: horizon))
+        }
+    }
+
+    func subscribedDatabases() throws(ContainerError) -> [DatabaseKey] {
+        try session.rows("""
+            SELECT d.environment, d.scope, d.user_record_name FROM databases d
+            WHERE d.container_id = \(containerID) AND EXISTS (SELECT 1 FROM subscriptions s WHERE s.database_id = d.id)
+            ORDER BY d.id
+            """).map { row throws(ContainerError) in
+            let (environment, scope, user) = try session.decode(row, (Int64, Int64, String).self)
+            return try key(environment, scope, user)
+        }
+    }
+
+    func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {
+        try session.rows("SELECT body FROM subscriptions WHERE database_id = \(database.id) ORDER BY position").map { row throws(ContainerError) in
+            let body = try session.decode(row, String.self)
+            let json: JSON
+            do { json = try JSON.parse(body) } catch { throw ContainerError(.internalError, "\(name): a stored subscription is not JSON: \(error)") }
+            return try Subscription(storedJSON: json)
+        }
+    }
+
+    func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError) -> [OutboxNotification] {
+        let columns: PostgresQuery = """
+            SELECT id, environment, scope, user_record_name, subscription_id, owner, payload, priority, push_type, created, collapse_id, excluded_device
+            FROM outbox
+            """
+        let mask = Int64(channels.rawValue), limit = Int64(max(limit, 0))
+        let rows = if let recipient {
+            try session.rows("""
+                \(unescaped: columns.sql) WHERE container_id = \(containerID) AND owner = \(recipient.owner)
+                AND environment = \(Int64(recipient.environment.rawValue)) AND delivered & \(mask) <> \(mask) ORDER BY id LIMIT \(limit)
+                """)
+        } else {
+            try session.rows("""
+                \(unescaped: columns.sql) WHERE container_id = \(containerID) AND delivered & \(mask) <> \(mask) ORDER BY id LIMIT \(limit)
+                """)
+        }
+        return try rows.map { row throws(ContainerError) in
+            let (id, environment, scope, user, subscriptionID, owner, payloadText, priority, pushType, created, collapseID, excludedDevice) =
+                try session.decode(row, (Int64, Int64, Int64, String, String, String, String, Int64, String, Int64, String?, String?).self)
+            guard let payload = try? JSON.parse(payloadText) else { throw ContainerError(.internalError, "\(name): outbox entry \(id) is corrupt") }
+            return OutboxNotification(
+                id: id, database: try key(environment, scope, user), subscriptionID: subscriptionID, owner: owner, payload: payload,
+                priority: Int(priority), pushType: pushType, created: created, collapseID: collapseID, excludedDevice: excludedDevice)
+        }
+    }
+
+    // MARK: Writing
+
+    func createDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase {
+        guard let row = try session.rows("""
+            INSERT INTO databases (container_id, environment, scope, user_record_name)
+            VALUES (\(containerID), \(Int64(key.environment.rawValue)), \(Int64(key.scope.rawValue)), \(key.userRecordName)) RETURNING id
+            """).first else { throw ContainerError(.internalError, "\(name): the database \(key) could not be created") }
+        return StoredDatabase(id: try session.decode(row, Int64.self), sequence: 0, horizon: 0)
+    }
+
+    func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
+        try session.run("UPDATE databases SET sequence = \(sequence) WHERE id = \(database.id)")
+    }
+
+    func saveZone(_ zone: StoredZone, in database: StoredDatabase) throws(ContainerError) {
+        let zoneID = zone.zoneID
+        try session.run("""
+            WITH forgotten AS (DELETE FROM zone_tombstones
+                WHERE database_id = \(database.id) AND zone_name = \(zoneID.zoneName) AND owner_name = \(zoneID.ownerName))
+            INSERT INTO zones (database_id, zone_name, owner_name, created_sequence, changed_sequence)
+            VALUES (\(database.id), \(zoneID.zoneName), \(zoneID.ownerName), \(zone.createdSequence), \(zone.changedSequence))
+            ON CONFLICT (database_id, zone_name, owner_name)
+            DO UPDATE SET created_sequence = EXCLUDED.created_sequence, changed_sequence = EXCLUDED.changed_sequence
+            """)
+    }
+
+    func deleteZone(_ zoneID: ZoneID, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        let place = "database_id = $1 AND zone_name = $2 AND owner_name = $3"
+        var bindings = PostgresBindings()
+        bindings.append(database.id)
+        bindings.append(zoneID.zoneName)
+        bindings.append(zoneID.ownerName)
+        bindings.append(sequence)
+        try session.run(PostgresQuery(unsafeSQL: """
+            WITH r AS (DELETE FROM records WHERE \(place)), t AS (DELETE FROM record_tombstones WHERE \(place)),
+                 x AS (DELETE FROM record_references WHERE \(place)), z AS (DELETE FROM zones WHERE \(place))
+            INSERT INTO zone_tombstones (database_id, zone_name, owner_name, deleted_sequence) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (database_id, zone_name, owner_name) DO UPDATE SET deleted_sequence = EXCLUDED.deleted_sequence
+            """, binds: bindings))
+    }
+
+    func saveRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        let id = record.recordID
+        let body = ByteBuffer(bytes: RecordCoding.encode(record))
+        // One statement: the tombstone and the old reference rows go, the record is written.
+        try session.run("""
+            WITH t AS (DELETE FROM record_tombstones WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+                       AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)),
+                 x AS (DELETE FROM record_references WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+                       AND owner_name = \(id.zoneID.ownerName) AND source_name = \(id.recordName))
+            INSERT INTO records (database_id, zone_name, owner_name, record_name, record_type, change_sequence, body)
+            VALUES (\(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), \(id.recordName), \(record.recordType), \(sequence), \(body))
+            ON CONFLICT (database_id, zone_name, owner_name, record_name)
+            DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
+            """)
+        let references = record.trackedReferences
+        guard !references.isEmpty else { return }
+        try session.run("""
+            INSERT INTO record_references (database_id, zone_name, owner_name, target_name, action, source_name)
+            SELECT \(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), target, action, \(id.recordName)
+            FROM unnest(\(references.map(\.recordID.recordName))::text[], \(references.map(\.action.rawValue))::text[]) AS r (target, action)
+            ON CONFLICT DO NOTHING
+            """)
+    }
+
+    func saveRecords(_ records: consuming [(record: Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError) {
+        for (record, sequence) in records { try saveRecord(record, sequence: sequence, in: database) }
+    }
+
+    func deleteRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        let id = record.recordID
+        try session.run("""
+            WITH r AS (DELETE FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+                       AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)),
+                 x AS (DELETE FROM record_references WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+                       AND owner_name = \(id.zoneID.ownerName) AND source_name = \(id.recordName))
+            INSERT INTO record_tombstones (database_id, zone_name, owner_name, record_name, record_type, deleted_sequence)
+            VALUES (\(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), \(id.recordName), \(record.recordType), \(sequence))
+            ON CONFLICT (database_id, zone_name, owner_name, record_name)
+            DO UPDATE SET record_type = EXCLUDED.record_type, deleted_sequence = EXCLUDED.deleted_sequence
+            """)
+    }
+
+    func saveSubscription(_ subscription: Subscription, in database: StoredDatabase) throws(ContainerError) {
+        let body = try subscription.storedJSON().serialized
+        // Deleted and inserted: a saved-again subscription moves to the end of the save order.
+        try session.run("DELETE FROM subscriptions WHERE database_id = \(database.id) AND subscription_id = \(subscription.subscriptionID)")
+        try session.run("""
+            INSERT INTO subscriptions (database_id, subscription_id, owner, body)
+            VALUES (\(database.id), \(subscription.subscriptionID), \(subscription.owner), \(body))
+            """)
+    }
+
+    func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError) {
+        try session.run("DELETE FROM subscriptions WHERE database_id = \(database.id) AND subscription_id = \(subscriptionID)")
+    }
+
+    func enqueue(_ notifications: consuming [OutboxNotification]) throws(ContainerError) -> [OutboxNotification] {
+        var queued = notifications
+        // Wakes the other nodes' couriers when the transaction commits (not before; never if it does not).
+        if !queued.isEmpty { try session.run("SELECT pg_notify(\(PostgresContainers.pushChannel), '')") }
+        for position in queued.indices {
+            let new = queued[position]
+            let key = new.database
+            let payload = new.payload
+            let payloadText = String(decoding: payload.serializedBytes, as: UTF8.self)
+            guard let row = try session.rows("""
+                INSERT INTO outbox (container_id, environment, scope, user_record_name, subscription_id, owner, notification_id, payload,
+                                    priority, push_type, created, collapse_id, excluded_device)
+                VALUES (\(containerID), \(Int64(key.environment.rawValue)), \(Int64(key.scope.rawValue)), \(key.userRecordName),
+                        \(new.subscriptionID), \(new.owner), \(payload["ck"]?["nid"]?.stringValue ?? ""), \(payloadText), \(Int64(new.priority)),
+                        \(new.pushType), \(new.created), \(new.collapseID), \(new.excludedDevice))
+                RETURNING id
+                """).first else { throw ContainerError(.internalError, "\(name): a notification could not be queued") }
+            queued[position].id = try session.decode(row, Int64.self)
+        }
+        return queued
+    }
+
+    func acknowledge(_ ids: [Int64], on channels: DeliveryChannel) throws(ContainerError) {
+        guard !ids.isEmpty else { return }
+        let all = Int64(DeliveryChannel.all.rawValue)
+        try session.run("""
+            UPDATE outbox SET delivered = delivered | \(Int64(channels.rawValue)) WHERE container_id = \(containerID) AND id = ANY(\(ids)::bigint[])
+            """)
+        try session.run("""
+            DELETE FROM outbox WHERE container_id = \(containerID) AND id = ANY(\(ids)::bigint[]) AND delivered & \(all) = \(all)
+            """)
+    }
+
+    func compactHistory(of database: StoredDatabase, keepingLast count: Int) throws(ContainerError) -> Int64 {
+        let rows = try session.rows("""
+            SELECT s FROM (SELECT deleted_sequence AS s FROM record_tombstones WHERE database_id = \(database.id)
+                           UNION ALL SELECT deleted_sequence FROM zone_tombstones WHERE database_id = \(database.id)) tombstones
+            ORDER BY s DESC LIMIT 1 OFFSET \(Int64(max(count, 0)))
+            """)
+        guard let row = rows.first else { return database.horizon }
+        let newestDropped = try session.decode(row, Int64.self)
+        try session.run("DELETE FROM record_tombstones WHERE database_id = \(database.id) AND deleted_sequence <= \(newestDropped)")
+        try session.run("DELETE FROM zone_tombstones WHERE database_id = \(database.id) AND deleted_sequence <= \(newestDropped)")
+        let horizon = max(database.horizon, newestDropped)
+        try session.run("UPDATE databases SET horizon = \(horizon) WHERE id = \(database.id)")
+        return horizon
+    }
+}

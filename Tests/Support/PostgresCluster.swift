@@ -1,0 +1,136 @@
+import Foundation
+import KQuery
+
+/// A throwaway PostgreSQL 15 cluster for the tests (SPEC §16): `initdb` in a temporary directory,
+/// a free port on 127.0.0.1, run as the `postgres` user when the tests run as root (PostgreSQL
+/// refuses root), stopped and removed when the test process exits. One per test process, started
+/// by the first test that asks; each test then takes a database, or a container, of its own.
+///
+/// PostgreSQL missing is a failure, never a skip: `scripts/bootstrap` installs it.
+public final class PostgresCluster: Sendable {
+    public let port: Int
+    public let directory: String
+    /// The superuser the cluster was made with (trust authentication on loopback).
+    public let user = "kquery"
+
+    private static let shared = Locked<Result<PostgresCluster, ClusterError>?>(nil)
+    private static let binaries = "/usr/lib/postgresql/15/bin"
+    /// Databases handed out so far, for fresh names.
+    private let databases = Locked(0)
+
+    public struct ClusterError: Error, CustomStringConvertible {
+        public let description: String
+
+        public init(description: String) { self.description = description }
+    }
+
+    /// The test process's cluster, started on first use.
+    public static func start() throws -> PostgresCluster {
+        try shared.withLock { cluster in
+            if let cluster { return try cluster.get() }
+            let result = Result { () throws(ClusterError) -> PostgresCluster in try PostgresCluster() }
+            cluster = result
+            if case .success = result { atexit { PostgresCluster.stopShared() } }
+            return try result.get()
+        }
+    }
+
+    private static func stopShared() {
+        guard case .success(let cluster)? = shared.withLock({ $0 }) else { return }
+        cluster.stop()
+    }
+
+    private init() throws(ClusterError) {
+        guard FileManager.default.isExecutableFile(atPath: Self.binaries + "/initdb") else {
+            throw ClusterError(description: "PostgreSQL 15 is not installed (\(Self.binaries)/initdb): run scripts/bootstrap")
+        }
+        directory = NSTemporaryDirectory() + "kquery-pg-\(UUID().uuidString)"
+        port = Self.freePort()
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            if getuid() == 0 { try Self.run("/bin/chown", ["postgres", directory]) }
+            _ = try Self.runAsPostgres(Self.binaries + "/initdb", ["-D", directory + "/data", "-A", "trust", "-U", user, "-E", "UTF8", "--locale=C"])
+            // fsync stays on: the kill -9 tests rely on commits being durable.
+            _ = try Self.runAsPostgres(Self.binaries + "/pg_ctl", [
+                "-D", directory + "/data", "-l", directory + "/log", "-w", "-t", "60",
+                "-o", "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=400 -c shared_buffers=64MB", "start",
+            ])
+        } catch let error as ClusterError {
+            throw error
+        } catch {
+            throw ClusterError(description: "the test PostgreSQL cluster could not start: \(error)")
+        }
+    }
+
+    /// A new, empty database; returns its URL.
+    public func createDatabase() throws -> String {
+        let number = databases.withLock { count in
+            count += 1
+            return count
+        }
+        let name = "k\(getpid())_\(number)"
+        try Self.run("/usr/bin/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", user, "-d", "postgres", "-q", "-c", "CREATE DATABASE \(name)"])
+        return url(database: name)
+    }
+
+    public func url(database: String) -> String { "postgresql://\(user)@127.0.0.1:\(port)/\(database)" }
+
+    /// Runs one statement through psql on `database`; returns what it printed (unaligned, tuples only).
+    @discardableResult
+    public func psql(_ database: String, _ sql: String) throws -> String {
+        try Self.run("/usr/bin/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", user, "-d", database, "-q", "-A", "-t", "-c", sql])
+    }
+
+    public func stop() {
+        _ = try? Self.runAsPostgres(Self.binaries + "/pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "stop"])
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private static func runAsPostgres(_ tool: String, _ arguments: [String]) throws -> String {
+        if getuid() == 0 { return try run("/usr/sbin/runuser", ["-u", "postgres", "--", tool] + arguments) }
+        return try run(tool, arguments)
+    }
+
+    /// Runs `tool` and returns what it printed (standard output and error, through a file: a
+    /// server `pg_ctl` starts would hold a pipe open). posix_spawn and waitpid rather than
+    /// Foundation's Process, whose wait missed the exit of `runuser` here and hung.
+    @discardableResult
+    private static func run(_ tool: String, _ arguments: [String]) throws -> String {
+        let output = NSTemporaryDirectory() + "kquery-pg-output-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        let argv = ([tool] + arguments).map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, tool, &actions, nil, argv, environ)
+        guard spawned == 0 else { throw ClusterError(description: "\(tool) could not start (\(spawned))") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        // Exited normally with status 0: the low 7 bits (the signal) and the exit code are zero.
+        guard status == 0 else {
+            throw ClusterError(description: "\(tool) \(arguments.joined(separator: " ")) failed (status \(status)): \(text)")
+        }
+        return text
+    }
+
+    /// A port nothing listens on now: the kernel's pick for a socket bound to port 0.
+    private static func freePort() -> Int {
+        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(socketFD) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketFD, $0, length) == 0 && getsockname(socketFD, $0, &length) == 0 }
+        }
+        return bound ? Int(UInt16(bigEndian: address.sin_port)) : Int.random(in: 20_000..<60_000)
+    }
+}
