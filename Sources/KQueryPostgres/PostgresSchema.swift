@@ -13,7 +13,7 @@ import PostgresNIO
 /// secrets). Every statement filters on that key.
 /// ```
 /// server_secrets(name PK, value)                  the web auth secret the nodes share
-/// containers(id PK, identifier UNIQUE, secret_high, secret_low)
+/// containers(id PK, identifier UNIQUE, secret_high, secret_low, outbox_sequence)
 /// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon)
 /// zones(database_id, zone_name, owner_name PK, created_sequence, changed_sequence)
 /// zone_tombstones(database_id, zone_name, owner_name PK, deleted_sequence)
@@ -39,7 +39,8 @@ enum PostgresSchema {
         [
             """
             CREATE TABLE containers (
-                id bigserial PRIMARY KEY, identifier text NOT NULL UNIQUE, secret_high bigint NOT NULL, secret_low bigint NOT NULL)
+                id bigserial PRIMARY KEY, identifier text NOT NULL UNIQUE, secret_high bigint NOT NULL, secret_low bigint NOT NULL,
+                outbox_sequence bigint NOT NULL DEFAULT 0)
             """,
             """
             CREATE TABLE databases (
@@ -89,7 +90,7 @@ enum PostgresSchema {
             """,
             """
             CREATE TABLE outbox (
-                container_id bigint NOT NULL, id bigserial, environment bigint NOT NULL, scope bigint NOT NULL,
+                container_id bigint NOT NULL, id bigint NOT NULL, environment bigint NOT NULL, scope bigint NOT NULL,
                 user_record_name text NOT NULL, subscription_id text NOT NULL, owner text NOT NULL, notification_id text NOT NULL,
                 payload text NOT NULL, priority bigint NOT NULL, push_type text NOT NULL, created bigint NOT NULL,
                 collapse_id text, delivered bigint NOT NULL DEFAULT 0, excluded_device text,

@@ -286,21 +286,28 @@ struct PostgresTransaction: StorageWriteTransaction {
     func enqueue(_ notifications: consuming [OutboxNotification]) throws(ContainerError) -> [OutboxNotification] {
         var queued = notifications
         // Wakes the other nodes' couriers when the transaction commits (not before; never if it does not).
-        if !queued.isEmpty { try session.run("SELECT pg_notify(\(PostgresContainers.pushChannel), '')") }
+        guard !queued.isEmpty else { return queued }
+        try session.run("SELECT pg_notify(\(PostgresContainers.pushChannel), '')")
+        // Numbered by the container's own counter, in the transaction: a write that rolls back
+        // takes no number (a PostgreSQL sequence would burn one), and numbers are never reused.
+        guard let counter = try session.rows("""
+            UPDATE containers SET outbox_sequence = outbox_sequence + \(Int64(queued.count)) WHERE id = \(containerID) RETURNING outbox_sequence
+            """).first else { throw ContainerError(.internalError, "\(name): the container's outbox counter is missing") }
+        var nextID = try session.decode(counter, Int64.self) - Int64(queued.count) + 1
         for position in queued.indices {
             let new = queued[position]
             let key = new.database
             let payload = new.payload
             let payloadText = String(decoding: payload.serializedBytes, as: UTF8.self)
-            guard let row = try session.rows("""
-                INSERT INTO outbox (container_id, environment, scope, user_record_name, subscription_id, owner, notification_id, payload,
+            try session.run("""
+                INSERT INTO outbox (container_id, id, environment, scope, user_record_name, subscription_id, owner, notification_id, payload,
                                     priority, push_type, created, collapse_id, excluded_device)
-                VALUES (\(containerID), \(Int64(key.environment.rawValue)), \(Int64(key.scope.rawValue)), \(key.userRecordName),
+                VALUES (\(containerID), \(nextID), \(Int64(key.environment.rawValue)), \(Int64(key.scope.rawValue)), \(key.userRecordName),
                         \(new.subscriptionID), \(new.owner), \(payload["ck"]?["nid"]?.stringValue ?? ""), \(payloadText), \(Int64(new.priority)),
                         \(new.pushType), \(new.created), \(new.collapseID), \(new.excludedDevice))
-                RETURNING id
-                """).first else { throw ContainerError(.internalError, "\(name): a notification could not be queued") }
-            queued[position].id = try session.decode(row, Int64.self)
+                """)
+            queued[position].id = nextID
+            nextID += 1
         }
         return queued
     }

@@ -45,8 +45,14 @@ public final class CloudKitServer: Sendable {
 
     public init(configuration: ServerConfiguration) throws(ServerError) {
         self.configuration = configuration
-        containers = try ContainerDirectory(path: configuration.dataDirectory, assetPolicy: configuration.assetPolicy)
-        secret = try ServerSecret(directory: configuration.dataDirectory)
+        containers = try ContainerDirectory(path: configuration.dataDirectory, assetPolicy: configuration.assetPolicy, shared: configuration.sharedStore)
+        if let shared = configuration.sharedStore {
+            let keyBytes: [UInt8]
+            do throws(ContainerError) { keyBytes = try shared.serverSecret() } catch { throw ServerError(error) }
+            secret = try ServerSecret(keyBytes: keyBytes)
+        } else {
+            secret = try ServerSecret(directory: configuration.dataDirectory)
+        }
         authentication = Authentication(
             apiTokens: configuration.apiTokens, serverKeys: configuration.serverKeys, secret: secret,
             signatureTolerance: configuration.signatureTolerance, webAuthTokenLifetime: configuration.webAuthTokenLifetime,
@@ -59,6 +65,14 @@ public final class CloudKitServer: Sendable {
                 configuration: apnsConfiguration, containers: containers, deviceTokens: deviceTokens, logsToStandardError: configuration.logsRequests)
         } else {
             apns = nil
+        }
+        if let shared = configuration.sharedStore {
+            // Another node's modify queued pushes: the polls and APNs delivery here look again.
+            let courier = courier, apns = apns
+            shared.listenForPushes {
+                Task { await courier.pushesQueued() }
+                apns?.pushesQueued()
+            }
         }
     }
 

@@ -5,16 +5,20 @@ import KQueryWebServices
 import Foundation
 
 /// The containers a server serves: every container identifier a request names, each kept in its
-/// own file `DIR/<identifier>.container`, opened at its first request and then kept open.
+/// own file `DIR/<identifier>.container` (or, for one node of many, in the shared database),
+/// opened at its first request and then kept open.
 public final class ContainerDirectory: Sendable {
     public let path: String
     private let opened = Locked<[String: Container]>([:])
     private let learned = Locked<[String: LearnedSchema]>([:])
     /// The asset limits and lifetimes every container opened here keeps.
     let assetPolicy: AssetPolicy
+    /// Where the containers are when not in files of `path`.
+    let shared: (any SharedContainerStore)?
 
-    public init(path: String, assetPolicy: AssetPolicy = AssetPolicy()) throws(ServerError) {
+    public init(path: String, assetPolicy: AssetPolicy = AssetPolicy(), shared: (any SharedContainerStore)? = nil) throws(ServerError) {
         self.assetPolicy = assetPolicy
+        self.shared = shared
         var isDirectory: ObjCBool = false
         if !FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
             do {
@@ -48,7 +52,9 @@ public final class ContainerDirectory: Sendable {
             if let container = containers[identifier] { return container }
             let file = (path as NSString).appendingPathComponent("\(identifier).\(Self.fileExtension)")
             do throws(ContainerError) {
-                let container = try Container(containerIdentifier: identifier, path: file, assetPolicy: assetPolicy)
+                let container = if let shared { try shared.openContainer(identifier, assetPolicy: assetPolicy) } else {
+                    try Container(containerIdentifier: identifier, path: file, assetPolicy: assetPolicy)
+                }
                 containers[identifier] = container
                 return container
             } catch {
@@ -78,10 +84,18 @@ public final class ContainerDirectory: Sendable {
     /// Every container of the directory, opening those no request has named yet (so pushes queued
     /// before a restart are delivered); one that cannot be opened is skipped and named in `failures`.
     func allContainers(failures: inout [String]) -> [Container] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+        var identifiers: [String]
+        if let shared {
+            do throws(ContainerError) { identifiers = try shared.containerIdentifiers() } catch {
+                failures.append(error.reason)
+                identifiers = []
+            }
+        } else {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+            identifiers = names.filter { $0.hasSuffix(".\(Self.fileExtension)") }.map { String($0.dropLast(Self.fileExtension.count + 1)) }
+        }
         var containers: [Container] = []
-        for name in names.sorted() where name.hasSuffix(".\(Self.fileExtension)") {
-            let identifier = String(name.dropLast(Self.fileExtension.count + 1))
+        for identifier in identifiers.sorted() {
             guard Self.isValidIdentifier(identifier) else { continue }
             do throws(ServerError) { containers.append(try container(identifier)) } catch {
                 failures.append("\(identifier): \(error.reason)")

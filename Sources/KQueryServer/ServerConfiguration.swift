@@ -54,6 +54,9 @@ public struct ServerConfiguration: Sendable {
     /// Users set up with the server (the configuration file's `users`); `DIR/users.json`, which
     /// `kquery users` writes, adds to them and wins for a name in both.
     public var users = UserDirectory()
+    /// The shared database the containers and the token secret live in, when this server is one
+    /// node of many (nil: container files and the secret in `dataDirectory`, SPEC §16).
+    public var sharedStore: (any SharedContainerStore)?
 
     public init(dataDirectory: String) {
         self.dataDirectory = dataDirectory

@@ -29,6 +29,12 @@ public struct ServerSecret: Sendable {
         keyBytes = fresh.withUnsafeBytes { Array($0) }
     }
 
+    /// A secret kept elsewhere (a shared database, SPEC §16); at least 16 bytes.
+    public init(keyBytes: [UInt8]) throws(ServerError) {
+        guard keyBytes.count >= 16 else { throw ServerError("INTERNAL_ERROR", "the shared web auth secret is too short", httpStatus: 500) }
+        self.keyBytes = keyBytes
+    }
+
     /// `base64url(parts joined by newlines).hex(HMAC)`, the HMAC bound to `purpose` so a token of
     /// one kind is not accepted as another.
     func token(_ purpose: String, _ parts: [String]) -> String {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import KQuery
 import KQueryContainer
+import KQueryPostgres
 import KQueryServer
 import KQueryStore
 import KQueryWebServices
@@ -22,12 +23,17 @@ struct Serve: ParsableCommand {
             served, its data in DIR/{container}.container. Requests need a ckAPIToken (any, unless --api-token or \
             the config file names some); private and shared databases need a ckWebAuthToken from `kquery token`; \
             server-to-server keys in the config file sign requests to the public database. SIGTERM or SIGINT \
-            finishes the requests in flight and exits 0.
+            finishes the requests in flight and exits 0. With --postgres URL the containers and the token secret \
+            live in that PostgreSQL database instead (schema created or migrated at start), and any number of \
+            servers on it serve the same containers; --data then only holds local files.
             """
     )
 
     @Option(help: ArgumentHelp("The data directory (created if missing).", valueName: "DIR"))
-    var data: String
+    var data: String?
+
+    @Option(help: ArgumentHelp("Keep the containers in this PostgreSQL database (postgresql://user[:password]@host[:port]/database), shared with other servers.", valueName: "URL"))
+    var postgres: String?
 
     @Option(help: "The address to listen on.")
     var host = "127.0.0.1"
@@ -74,12 +80,24 @@ struct Serve: ParsableCommand {
     var singleUseWebAuthTokens = false
 
     func validate() throws {
+        if data == nil && postgres == nil { throw ValidationError("give --data DIR, --postgres URL, or both") }
+        if let postgres, PostgresLocation(url: postgres) == nil { throw ValidationError("--postgres: not a postgresql://user@host[:port]/database URL") }
+        if reset && postgres != nil { throw ValidationError("--reset deletes container files: it does not apply to --postgres") }
         if let webAuthTokenLifetime, webAuthTokenLifetime <= 0 { throw ValidationError("--web-auth-token-lifetime must be a positive number of seconds") }
         if maxRequestsInFlight < 1 { throw ValidationError("--max-requests-in-flight must be at least 1") }
     }
 
     func run() throws {
+        // Without --data a node on PostgreSQL keeps its few local files in a directory of its own.
+        let data = data ?? FileManager.default.temporaryDirectory.appendingPathComponent("kquery-serve-\(ProcessInfo.processInfo.processIdentifier)").path
         var configuration = ServerConfiguration(dataDirectory: data)
+        if let postgres, let location = PostgresLocation(url: postgres) {
+            configuration.sharedStore = try Self.run { () throws(ServerError) in
+                do throws(ContainerError) { return PostgresServerStore(containers: try PostgresContainers(location: location)) } catch {
+                    throw ServerError(error)
+                }
+            }
+        }
         configuration.host = host
         configuration.port = port
         configuration.apiTokens = Set(apiTokens)
@@ -126,7 +144,8 @@ struct Serve: ParsableCommand {
         Task {
             do {
                 try await server.run { port in
-                    Terminal.writeError("kquery serve: listening on http://\(server.configuration.host):\(port), data in \(server.configuration.dataDirectory)")
+                    let place = postgres.flatMap(PostgresLocation.init(url:)).map { "containers in \($0)" } ?? "data in \(server.configuration.dataDirectory)"
+                    Terminal.writeError("kquery serve: listening on http://\(server.configuration.host):\(port), \(place)")
                 }
             } catch { outcome.withLock { $0 = error } }
             done.signal()
@@ -151,23 +170,41 @@ struct Serve: ParsableCommand {
 
 struct Token: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print a web auth token (ckWebAuthToken) for a local user of `kquery serve --data DIR`.",
+        abstract: "Print a web auth token (ckWebAuthToken) for a local user of `kquery serve --data DIR` (or `--postgres URL`).",
         discussion: "The token carries the user name and its issue time under an HMAC with a secret kept in DIR, so it cannot be forged and survives restarts; the server takes it for --web-auth-token-lifetime (two weeks by default), and each answer hands back the next one."
     )
 
     @Option(help: ArgumentHelp("The server's data directory.", valueName: "DIR"))
-    var data: String
+    var data: String?
+
+    @Option(help: ArgumentHelp("The servers' PostgreSQL database (their shared secret signs the token).", valueName: "URL"))
+    var postgres: String?
 
     @Option(help: ArgumentHelp("The user record name (such as _alice).", valueName: "NAME"))
     var user: String
 
     func validate() throws {
+        if (data == nil) == (postgres == nil) { throw ValidationError("give one of --data DIR and --postgres URL") }
+        if let postgres, PostgresLocation(url: postgres) == nil { throw ValidationError("--postgres: not a postgresql://user@host[:port]/database URL") }
         if user.isEmpty || user.contains("\n") { throw ValidationError("--user must be a non-empty name on one line") }
     }
 
     func run() throws {
         let name = user
+        let (data, postgres) = (data, postgres)
         let token = try Serve.run { () throws(ServerError) -> String in
+            if let postgres, let location = PostgresLocation(url: postgres) {
+                let keyBytes: [UInt8]
+                do throws(ContainerError) {
+                    let containers = try PostgresContainers(location: location, connections: 1)
+                    defer { containers.close() }
+                    keyBytes = try containers.serverSecret()
+                } catch {
+                    throw ServerError(error)
+                }
+                return try ServerSecret(keyBytes: keyBytes).webAuthToken(user: name)
+            }
+            guard let data else { throw ServerError.badRequest("no --data") }
             _ = try ContainerDirectory(path: data)
             return try ServerSecret(directory: data).webAuthToken(user: name)
         }

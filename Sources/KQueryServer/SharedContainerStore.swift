@@ -1,0 +1,18 @@
+import KQueryContainer
+
+/// Where a server's containers live when it is one node of many on one database (`kquery serve
+/// --postgres URL`, SPEC §16) instead of files in its data directory: the containers, the secret
+/// every node signs its tokens with (so a token from one node works on another), and a wake-up
+/// when any node queues pushes (so a client polling this node hears of a push another queued).
+/// The server knows no database engine: `kquery` hands it one.
+public protocol SharedContainerStore: Sendable {
+    /// The container `identifier`, opened (and created) in the shared database.
+    func openContainer(_ identifier: String, assetPolicy: AssetPolicy) throws(ContainerError) -> Container
+    /// Every container the database holds.
+    func containerIdentifiers() throws(ContainerError) -> [String]
+    /// The web auth secret all nodes share, made by the first node that asks.
+    func serverSecret() throws(ContainerError) -> [UInt8]
+    /// Calls `wake` whenever any node has queued pushes, until `stopListening`.
+    func listenForPushes(_ wake: @escaping @Sendable () -> Void)
+    func stopListening()
+}

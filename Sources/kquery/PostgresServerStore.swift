@@ -1,0 +1,17 @@
+import KQueryContainer
+import KQueryPostgres
+import KQueryServer
+
+/// `kquery serve --postgres URL`: the server's shared store is a PostgreSQL database's containers.
+struct PostgresServerStore: SharedContainerStore {
+    let containers: PostgresContainers
+
+    func openContainer(_ identifier: String, assetPolicy: AssetPolicy) throws(ContainerError) -> Container {
+        try containers.openContainer(identifier, assetPolicy: assetPolicy)
+    }
+
+    func containerIdentifiers() throws(ContainerError) -> [String] { try containers.containerIdentifiers() }
+    func serverSecret() throws(ContainerError) -> [UInt8] { try containers.serverSecret() }
+    func listenForPushes(_ wake: @escaping @Sendable () -> Void) { containers.listenForPushes(wake) }
+    func stopListening() { containers.stopListening() }
+}

@@ -1,0 +1,191 @@
+import Foundation
+import KQuery
+import KQueryServer
+import KQueryTestSupport
+import Testing
+
+/// Several `kquery serve --postgres URL` processes on one PostgreSQL (SPEC §16, issue #36): any
+/// node answers any request, tokens cross nodes, a subscription saved through one fires for a
+/// modify through another, a push queued on one reaches a poll held on another, and a SIGKILL
+/// loses nothing acknowledged. Each test has a database of its own in the test process's
+/// throwaway cluster.
+@Suite(.serialized) struct PostgresNodesTests {
+    /// The kquery binary beside the test bundle (the build folder the tests were built in).
+    static var kquery: URL {
+        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("kquery")
+        return FileManager.default.isExecutableFile(atPath: beside.path) ? beside : ServerProcessTests.kquery
+    }
+
+    /// A node: `kquery serve --postgres url --port 0 --quiet`, with the port it listens on.
+    static func startNode(_ url: String, _ arguments: [String] = []) throws -> (Process, Int) {
+        let process = Process()
+        process.executableURL = kquery
+        process.arguments = ["serve", "--postgres", url, "--port", "0", "--quiet"] + arguments
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        do {
+            return (process, try ServerProcessTests.port(from: errors).0)
+        } catch {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            throw error
+        }
+    }
+
+    /// `kquery token --postgres url --user name`.
+    static func token(_ url: String, user: String) throws -> String {
+        let process = Process()
+        process.executableURL = kquery
+        process.arguments = ["token", "--postgres", url, "--user", user]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    static func clients(_ url: String, users: [String], ports: [Int]) throws -> [ServerClient] {
+        var tokens: [String: String] = [:]
+        for user in users { tokens[user] = try token(url, user: user) }
+        let issued = tokens
+        return ports.map { port in ServerClient(webAuthToken: { issued[$0] ?? "" }, host: "127.0.0.1", port: port) }
+    }
+
+    static func kill9(_ process: Process) {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+
+    @Test func anyNodeAnswersAndTokensCrossNodes() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let url = try PostgresCluster.start().createDatabase()
+        let (nodeA, portA) = try Self.startNode(url)
+        defer { Self.kill9(nodeA) }
+        let (nodeB, portB) = try Self.startNode(url)
+        defer { Self.kill9(nodeB) }
+        let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
+        let (a, b) = (clients[0], clients[1])
+
+        // A modify acknowledged by A is read by B, with the web auth token `kquery token` made.
+        let saved = try await a.post("private", "records/modify", """
+            {"operations": [{"operationType": "create", "record": {"recordName": "n1", "recordType": "Note", "fields": {"title": {"value": "one"}}}}]}
+            """, user: "_k")
+        #expect(saved.status == 200)
+        let looked = try await b.post("private", "records/lookup", #"{"records": [{"recordName": "n1"}]}"#, user: "_k")
+        #expect(looked.json["records"]?[0]?["fields"]?["title"]?["value"] == .string("one"))
+        let queried = try await b.post("private", "records/query", #"{"query": {"recordType": "Note"}}"#, user: "_k")
+        #expect(queried.json["records"]?.elements.count == 1)
+
+        // A zone made through A is used through B, and a sync token from B works on A: A's next
+        // change is all it lists.
+        let zone = try await a.post("private", "zones/modify", #"{"operations": [{"operationType": "create", "zone": {"zoneID": {"zoneName": "Notes"}}}]}"#, user: "_k")
+        #expect(zone.status == 200)
+        _ = try await b.post("private", "records/modify", """
+            {"operations": [{"operationType": "create", "record": {"recordName": "z1", "recordType": "Item"}}], "zoneID": {"zoneName": "Notes"}}
+            """, user: "_k")
+        let changes = try await b.post("private", "changes/zone", #"{"zones": [{"zoneID": {"zoneName": "Notes"}}]}"#, user: "_k")
+        #expect(changes.json["zones"]?[0]?["records"]?.elements.map { $0["recordName"]?.stringValue } == ["z1"])
+        let syncToken = try #require(changes.json["zones"]?[0]?["syncToken"]?.stringValue)
+        _ = try await a.post("private", "records/modify", """
+            {"operations": [{"operationType": "create", "record": {"recordName": "z2", "recordType": "Item"}}], "zoneID": {"zoneName": "Notes"}}
+            """, user: "_k")
+        let since = try await a.post("private", "changes/zone", """
+            {"zones": [{"zoneID": {"zoneName": "Notes"}, "syncToken": "\(syncToken)"}]}
+            """, user: "_k")
+        #expect(since.status == 200)
+        #expect(since.json["zones"]?[0]?["records"]?.elements.map { $0["recordName"]?.stringValue } == ["z2"])
+
+        // A query continuation from A works on B.
+        for i in 2...6 {
+            _ = try await a.post("private", "records/modify", """
+                {"operations": [{"operationType": "create", "record": {"recordName": "n\(i)", "recordType": "Note"}}]}
+                """, user: "_k")
+        }
+        let first = try await a.post("private", "records/query", #"{"query": {"recordType": "Note"}, "resultsLimit": 4}"#, user: "_k")
+        let marker = try #require(first.json["continuationMarker"]?.stringValue)
+        let rest = try await b.post("private", "records/query", """
+            {"query": {"recordType": "Note"}, "resultsLimit": 4, "continuationMarker": "\(marker)"}
+            """, user: "_k")
+        #expect(rest.status == 200)
+        #expect((first.json["records"]?.elements.count ?? 0) + (rest.json["records"]?.elements.count ?? 0) == 6)
+    }
+
+    /// A subscription saved through A fires for a modify through B, and the push B queued reaches a
+    /// courier poll held on A (LISTEN/NOTIFY wakes it), once.
+    @Test func aSubscriptionThroughOneNodeFiresForAModifyThroughAnother() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let url = try PostgresCluster.start().createDatabase()
+        let (nodeA, portA) = try Self.startNode(url, ["--courier-timeout", "5"])
+        defer { Self.kill9(nodeA) }
+        let (nodeB, portB) = try Self.startNode(url, ["--courier-timeout", "5"])
+        defer { Self.kill9(nodeB) }
+        let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
+        let (a, b) = (clients[0], clients[1])
+
+        let subscribed = try await a.post("private", "subscriptions/modify", """
+            {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "notes", "subscriptionType": "query",
+              "query": {"recordType": "Note"}, "firesOn": ["create"], "notificationInfo": {"shouldSendContentAvailable": true}}}]}
+            """, user: "_k")
+        #expect(subscribed.status == 200)
+        let created = try await a.send(.post, "/device/1/\(a.container)/development/tokens/create", body: "{}", user: "_k")
+        let courierURL = try #require(created.json["webcourierURL"]?.stringValue)
+        let poll = String(courierURL[try #require(courierURL.range(of: "/aps")).lowerBound...])
+
+        async let waiting = a.send(.get, poll, apiToken: nil)
+        try await Task.sleep(for: .milliseconds(500))
+        let saved = try await b.post("private", "records/modify", """
+            {"operations": [{"operationType": "create", "record": {"recordName": "pushed", "recordType": "Note"}}]}
+            """, user: "_k")
+        #expect(saved.status == 200)
+        let answer = try await waiting
+        #expect(answer.status == 200)
+        #expect(answer.json["ck"]?["qry"]?["rid"]?.stringValue == "pushed")
+        // Delivered once: nothing is left for a poll on either node. (A acknowledges once its
+        // answer is written, a moment after the client has it; the client polls again after that.)
+        try await Task.sleep(for: .seconds(1))
+        let again = try await b.send(.get, poll, apiToken: nil)
+        #expect(again.status == 204 || again.json["ck"]?["qry"]?["rid"]?.stringValue != "pushed")
+    }
+
+    /// SIGKILL of a node under a load of modifies: every acknowledged modify is read through the
+    /// other node, once.
+    @Test func killingANodeLosesNothingAcknowledged() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let url = try PostgresCluster.start().createDatabase()
+        let (nodeA, portA) = try Self.startNode(url)
+        defer { Self.kill9(nodeA) }
+        let (nodeB, portB) = try Self.startNode(url)
+        defer { Self.kill9(nodeB) }
+        let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
+        let (a, b) = (clients[0], clients[1])
+
+        let pid = nodeA.processIdentifier
+        let answered = Locked(0)
+        let acknowledged = await withTaskGroup(of: String?.self) { group in
+            for i in 0..<60 {
+                group.addTask {
+                    let answer = try? await a.post("private", "records/modify", """
+                        {"operations": [{"operationType": "create", "record": {"recordName": "l\(i)", "recordType": "Load"}}]}
+                        """, user: "_k")
+                    guard answer?.status == 200 else { return nil }
+                    if answered.withLock({ count in count += 1; return count }) == 15 { kill(pid, SIGKILL) }
+                    return "l\(i)"
+                }
+            }
+            var names: [String] = []
+            for await name in group { if let name { names.append(name) } }
+            return names
+        }
+        Self.kill9(nodeA)
+        #expect(nodeA.terminationReason == .uncaughtSignal)
+        #expect(acknowledged.count >= 15)
+        let found = try await b.post("private", "records/query", #"{"query": {"recordType": "Load"}, "resultsLimit": 200}"#, user: "_k")
+        let names = found.json["records"]?.elements.compactMap { $0["recordName"]?.stringValue } ?? []
+        #expect(Set(acknowledged).isSubset(of: Set(names)))
+        #expect(names.count == Set(names).count)
+    }
+}
