@@ -309,6 +309,33 @@ import Testing
         }
     }
 
+    /// An invitation to an address no user has verified may be the caller's: resolving lists it
+    /// (`potentialMatchList`) without the share; accepting is refused until it is verified.
+    @Test func anUnverifiedInvitationIsAPotentialMatchNotAnEntry() async throws {
+        try await Self.harness().run { c in
+            let participants = #"[{"type": "USER", "permission": "READ_ONLY", "userIdentity": {"lookupInfo": {"emailAddress": "dave@example.net"}}},"#
+                + #" {"type": "USER", "permission": "READ_ONLY", "userIdentity": {"lookupInfo": {"emailAddress": "bob@example.com"}}}]"#
+            let saved = try await Self.shareList(c, participants: participants)
+            let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue, "\(saved.text)")
+            let dave = try #require(saved.json["records"]?[2]?["participants"]?.elements.first {
+                $0["userIdentity"]?["lookupInfo"]?["emailAddress"] == .string("dave@example.net")
+            })
+            var answer = try await c.post("public", "records/resolve", #"{"shortGUIDs": [{"value": "\#(guid)", "shouldFetchRootRecord": true}]}"#, user: "_carol")
+            let result = try #require(answer.json["results"]?[0], "\(answer.text)")
+            let matches = result["potentialMatchList"]?.elements ?? []
+            #expect(matches.count == 1, "only the address no user has: \(answer.text)")
+            #expect(matches.first?["participantId"] == dave["participantId"])
+            #expect(matches.first?["contactInformation"]?["emailAddress"] == .string("dave@example.net"))
+            #expect(result["share"] == nil && result["rootRecord"] == nil && !answer.text.contains("Groceries"), "\(answer.text)")
+            #expect(result["ownerIdentity"]?["userRecordName"] == .string("_alice"))
+            answer = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: "_carol")
+            #expect(answer.json["results"]?[0]?["serverErrorCode"] == .string("ACCESS_DENIED"), "\(answer.text)")
+            #expect(answer.json["results"]?[0]?["reason"]?.stringValue?.hasPrefix("PARTICIPANT_MAY_NEED_VERIFICATION") == true)
+            let share = try await c.post("private", "records/lookup", #"{"zoneID": \#(Self.zone), "records": [{"recordName": "Share-1"}]}"#, user: "_alice")
+            #expect(share.json["records"]?[0]?["participants"]?.elements.count == 3, "a refused accept changes nothing")
+        }
+    }
+
     @Test func sharingRulesRefuse() async throws {
         try await Self.harness().run { c in
             _ = try await Self.shareList(c)
