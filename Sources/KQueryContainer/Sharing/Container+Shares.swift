@@ -34,14 +34,14 @@ public struct ShareMetadata: Sendable {
 }
 
 extension Container {
-    /// The share a short GUID names, in `environment`, with its owner's database (a scan of the
-    /// private databases' shares: sharing links are opened rarely).
+    /// The share a short GUID names, in `environment`, with its owner's database (read from each
+    /// private database's shares: sharing links are opened rarely).
     func share(shortGUID: String, environment: ContainerEnvironment) throws(ContainerError) -> (owner: String, share: Record)? {
         guard !shortGUID.isEmpty else { return nil }
         return try storage.read { tx throws(ContainerError) -> (owner: String, share: Record)? in
             for (key, stored) in try tx.allDatabases() where key.scope == .private && key.environment == environment {
-                for record in try tx.records(in: stored) where record.recordType == SharingKeys.shareRecordType {
-                    if record.fields[ContainerDatabase.shortGUIDKey] == .string(shortGUID) { return (key.userRecordName, record) }
+                for record in try tx.shares(in: stored) where record.fields[ContainerDatabase.shortGUIDKey] == .string(shortGUID) {
+                    return (key.userRecordName, record)
                 }
             }
             return nil

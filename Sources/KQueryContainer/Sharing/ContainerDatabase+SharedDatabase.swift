@@ -34,7 +34,7 @@ extension Container {
         var accepted: [String: [AcceptedShare]] = [:]
         try storage.read { tx throws(ContainerError) in
             for (key, stored) in try tx.allDatabases() where key.scope == .private && key.environment == environment {
-                for record in try tx.records(in: stored) where record.recordType == SharingKeys.shareRecordType {
+                for record in try tx.shares(in: stored) {
                     guard case .string(let text)? = record.fields[ContainerDatabase.participantsKey], case .array(let entries)? = try? JSON.parse(text) else { continue }
                     let root: RecordID? = if case .reference(let reference)? = record.fields[ContainerDatabase.forRecordKey] { reference.recordID } else { nil }
                     for entry in entries where entry["type"]?.stringValue != "OWNER" && entry["acceptanceStatus"]?.stringValue == "ACCEPTED" {
