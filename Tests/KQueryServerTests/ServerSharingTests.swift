@@ -203,9 +203,20 @@ import Testing
             let met = bobs.first?.payload["ck"]?["met"]
             #expect(met?["dbs"] == .int(3) && met?["sid"] == .string("shared-db"), "\(bobs.map(\.payload.serialized))")
 
+            // A record of the zone outside the shared hierarchy is none of Bob's business; moving
+            // one into it, and out again, is.
+            var count = try container.pendingNotifications(limit: 1000).count
+            _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "create", "record": {"recordName": "Private-1", "recordType": "Item", "fields": {"name": {"value": "Gift"}}}}]}"#, user: "_alice")
+            #expect(!(try container.pendingNotifications(limit: 1000).dropFirst(count).contains { $0.owner == "_bob" }))
+            for parent in [#"{"recordName": "List-1"}"#, "null"] {
+                count = try container.pendingNotifications(limit: 1000).count
+                _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "forceUpdate", "record": {"recordName": "Private-1", "recordType": "Item", "parent": \#(parent), "fields": {"name": {"value": "Gift"}}}}]}"#, user: "_alice")
+                #expect(try container.pendingNotifications(limit: 1000).dropFirst(count).filter { $0.owner == "_bob" }.count == 1, "parent \(parent)")
+            }
+
             // A user who did not accept gets nothing.
             _ = try await c.post("shared", "subscriptions/modify", #"{"operations": [{"operationType": "create", "subscription": {"subscriptionID": "d", "subscriptionType": "database", "notificationInfo": {"shouldSendContentAvailable": true}}}]}"#, user: "_dave")
-            let count = try container.pendingNotifications(limit: 1000).count
+            count = try container.pendingNotifications(limit: 1000).count
             _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "forceDelete", "record": {"recordName": "Item-9"}}]}"#, user: "_alice")
             let later = try container.pendingNotifications(limit: 1000).dropFirst(count)
             #expect(!later.contains { $0.owner == "_dave" } && later.filter { $0.owner == "_bob" }.count == 1)

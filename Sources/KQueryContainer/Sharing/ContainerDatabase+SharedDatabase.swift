@@ -281,18 +281,23 @@ extension ContainerDatabase {
 }
 
 extension Container {
-    /// The users who accepted a share in each of `zones` of `owner`'s private database.
-    func participants(of zones: [ZoneID], owner: String, environment: ContainerEnvironment) throws(ContainerError) -> [ZoneID: [String]] {
+    /// The users who accepted a share in each of `zones` of `owner`'s private database, each with
+    /// the shares they accepted there.
+    func participants(of zones: [ZoneID], owner: String, environment: ContainerEnvironment) throws(ContainerError)
+        -> [ZoneID: [(user: String, shares: [AcceptedShare])]] {
         let custom = Set(zones.filter { !$0.isDefaultZone })
         guard !custom.isEmpty else { return [:] }
         // Builds (or reuses) the environment's index; any user name serves.
         _ = try acceptedShares(of: owner, environment: environment)
         guard let index = shareIndexes.withLock({ $0[environment] }) else { return [:] }
-        var found: [ZoneID: Set<String>] = [:]
+        var found: [ZoneID: [(user: String, shares: [AcceptedShare])]] = [:]
         for (user, shares) in index.accepted {
-            for share in shares where share.owner == owner && custom.contains(share.zoneID) { found[share.zoneID, default: []].insert(user) }
+            for zone in custom {
+                let accepted = shares.filter { $0.owner == owner && $0.zoneID == zone }
+                if !accepted.isEmpty { found[zone, default: []].append((user, accepted)) }
+            }
         }
-        return found.mapValues { $0.sorted() }
+        return found.mapValues { $0.sorted { $0.user < $1.user } }
     }
 }
 
@@ -300,14 +305,28 @@ extension ContainerDatabase {
     /// The pushes of the participants' database subscriptions (in their shared databases, `dbs` 3)
     /// for the zones a modify changed: once per subscription and zone, as the owner's own.
     func participantNotifications(
-        _ changes: [RecordChange], sharedWith: [ZoneID: [String]], state: inout Container.WriterState, tx: any StorageWriteTransaction,
-        now: Int64, device: String?
+        _ changes: [RecordChange], sharedWith: [ZoneID: [(user: String, shares: [AcceptedShare])]], state: inout Container.WriterState,
+        tx: any StorageWriteTransaction, now: Int64, device: String?
     ) throws(ContainerError) -> [OutboxNotification] {
         var zones: [ZoneID] = []
         for change in changes where !zones.contains(change.recordID.zoneID) { zones.append(change.recordID.zoneID) }
+        guard let stored = try tx.database(key) else { return [] }
         var notifications: [OutboxNotification] = []
         for zone in zones {
-            for participant in sharedWith[zone] ?? [] {
+            for (participant, shares) in sharedWith[zone] ?? [] {
+                // Only a change to what the participant sees (a record entering, changing in or
+                // leaving a shared hierarchy, or the share) concerns them.
+                var concerned = false
+                for change in changes where change.recordID.zoneID == zone {
+                    if case .updated(let before, let after) = change {
+                        concerned = try Self.shares(shares, cover: after, tx: tx, database: stored)
+                        if !concerned { concerned = try Self.shares(shares, cover: before, tx: tx, database: stored) }
+                    } else {
+                        concerned = try Self.shares(shares, cover: change.record, tx: tx, database: stored)
+                    }
+                    if concerned { break }
+                }
+                guard concerned else { continue }
                 let key = DatabaseKey(environment: environment, scope: .shared, userRecordName: participant)
                 let fired = try container.changeSubscriptionSet(key, &state, tx) { set throws(ContainerError) -> [Subscription] in
                     let fired = set.subscriptions.filter { if case .database(nil) = $0.kind { true } else { false } }
@@ -329,6 +348,19 @@ extension ContainerDatabase {
 }
 
 extension ContainerDatabase {
+    /// Whether `shares` (one participant's in a zone) give `record`: a zone-wide share, the share
+    /// itself, or a root its parent chain leads to as the write transaction `tx` has it.
+    static func shares(_ shares: [AcceptedShare], cover record: Record, tx: any StorageTransaction, database: StoredDatabase) throws(ContainerError) -> Bool {
+        if shares.contains(where: { $0.root == nil || $0.shareID == record.recordID }) { return true }
+        var current = record
+        for _ in 0..<maximumParentDepth {
+            if shares.contains(where: { $0.root == current.recordID }) { return true }
+            guard let parent = current.parent?.recordID, parent.zoneID == record.recordID.zoneID, let next = try tx.record(parent, in: database) else { return false }
+            current = next
+        }
+        return false
+    }
+
     /// Takes this user out of a share they accepted (REMOVED), saved by the owner's database: the
     /// zone leaves their shared database unless another share of it remains.
     func leave(_ accepted: AcceptedShare) throws(ContainerError) {
