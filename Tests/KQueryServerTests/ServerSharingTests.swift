@@ -165,6 +165,10 @@ import Testing
             var token = try #require(answer.json["syncToken"]?.stringValue)
             answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
             #expect(answer.json["zones"]?.elements.isEmpty == true, "\(answer.text)")
+            // A record of the zone outside the share changes nothing Bob sees.
+            _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "create", "record": {"recordName": "Private-1", "recordType": "Item", "fields": {"name": {"value": "Gift"}}}}]}"#, user: "_alice")
+            answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
+            #expect(answer.json["zones"]?.elements.isEmpty == true, "a change outside the share: \(answer.text)")
             _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "forceUpdate", "record": {"recordName": "List-1", "recordType": "List", "fields": {"title": {"value": "Shopping"}}}}]}"#, user: "_alice")
             answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
             #expect(answer.json["zones"]?.elements.count == 1 && answer.json["zones"]?[0]?["deleted"] != .bool(true), "\(answer.text)")

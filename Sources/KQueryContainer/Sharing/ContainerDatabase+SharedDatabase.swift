@@ -235,10 +235,14 @@ extension ContainerDatabase {
         var current: [ZoneID: (created: Int64, changed: Int64)] = [:]
         let zones = try sharedZones()
         try container.storage.read { tx throws(ContainerError) in
+            // What the user sees of each zone changed last at the sequence their shared database
+            // noted (`markViewChanged`): changes to the zone outside their shares do not list it.
+            let view = try tx.database(key)
             for zoneID in zones {
                 let ownerKey = DatabaseKey(environment: environment, scope: .private, userRecordName: zoneID.ownerName)
                 guard let database = try tx.database(ownerKey), let zone = try tx.zone(zoneID, in: database) else { continue }
-                current[zoneID] = (zone.createdSequence, zone.changedSequence)
+                let seen = try view.flatMap { view throws(ContainerError) in try tx.zone(zoneID, in: view) }
+                current[zoneID] = (zone.createdSequence, seen?.changedSequence ?? 0)
             }
         }
         let order = { (a: ZoneID, b: ZoneID) in (a.zoneName, a.ownerName) < (b.zoneName, b.ownerName) }
@@ -302,8 +306,9 @@ extension Container {
 }
 
 extension ContainerDatabase {
-    /// The pushes of the participants' database subscriptions (in their shared databases, `dbs` 3)
-    /// for the zones a modify changed: once per subscription and zone, as the owner's own.
+    /// What the participants see changed in the zones a modify changed: each one's shared database
+    /// notes it (its database changes list the zone again), and its database subscriptions push
+    /// (`dbs` 3) once per subscription and zone, as the owner's own.
     func participantNotifications(
         _ changes: [RecordChange], sharedWith: [ZoneID: [(user: String, shares: [AcceptedShare])]], state: inout Container.WriterState,
         tx: any StorageWriteTransaction, now: Int64, device: String?
@@ -328,6 +333,7 @@ extension ContainerDatabase {
                 }
                 guard concerned else { continue }
                 let key = DatabaseKey(environment: environment, scope: .shared, userRecordName: participant)
+                try Self.markViewChanged(zone, in: key, tx: tx)
                 let fired = try container.changeSubscriptionSet(key, &state, tx) { set throws(ContainerError) -> [Subscription] in
                     let fired = set.subscriptions.filter { if case .database(nil) = $0.kind { true } else { false } }
                     for subscription in fired where subscription.options.contains(.firesOnce) { set.remove(id: subscription.subscriptionID) }
@@ -348,6 +354,17 @@ extension ContainerDatabase {
 }
 
 extension ContainerDatabase {
+    /// Notes in a participant's shared database (`key`) that what they see of an owner's zone
+    /// changed: the zone's entry there takes the database's next sequence, which its database
+    /// change tokens compare (a change outside what they see leaves it as it was).
+    static func markViewChanged(_ zone: ZoneID, in key: DatabaseKey, tx: any StorageWriteTransaction) throws(ContainerError) {
+        var view = try tx.existingOrNewDatabase(key)
+        view.sequence += 1
+        try tx.setSequence(view.sequence, of: view)
+        let created = try tx.zone(zone, in: view)?.createdSequence ?? view.sequence
+        try tx.saveZone(StoredZone(zoneID: zone, createdSequence: created, changedSequence: view.sequence), in: view)
+    }
+
     /// Whether `shares` (one participant's in a zone) give `record`: a zone-wide share, the share
     /// itself, or a root its parent chain leads to as the write transaction `tx` has it.
     static func shares(_ shares: [AcceptedShare], cover record: Record, tx: any StorageTransaction, database: StoredDatabase) throws(ContainerError) -> Bool {
