@@ -88,6 +88,9 @@ package protocol StorageTransaction: AssetReads {
     /// sequence of each one's last change; sequences are unique in a database): the order a store
     /// that saw the same records saved would have filed them in, whichever storage lists them.
     func records(in database: StoredDatabase) throws(ContainerError) -> [Record]
+    /// The database's shares (`cloudkit.share` records), found without reading its other records:
+    /// who sees what in shared databases, and which share a short GUID names, come from them.
+    func shares(in database: StoredDatabase) throws(ContainerError) -> [Record]
     /// The names of the records of `target`'s zone that hold a reference with `action` to it.
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String]
     /// The zone's changes after `sequence`, in sequence order: each record's current version or,
@@ -144,6 +147,11 @@ extension StorageWriteTransaction {
 }
 
 extension StorageTransaction {
+    /// A storage without an index of shares finds them among all records.
+    func shares(in database: StoredDatabase) throws(ContainerError) -> [Record] {
+        try records(in: database).filter { $0.recordType == SharingKeys.shareRecordType }
+    }
+
     func pendingNotifications(for channels: DeliveryChannel, limit: Int) throws(ContainerError) -> [OutboxNotification] {
         try pendingNotifications(for: channels, recipient: nil, limit: limit)
     }

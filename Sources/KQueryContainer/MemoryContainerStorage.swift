@@ -217,6 +217,18 @@ final class MemoryZone {
     @exclusivity(unchecked) var log = ChangeLog<String>()
     /// The records holding an owning or validating reference to each target, by name.
     @exclusivity(unchecked) var referrers: [ReferenceKey: Set<String>] = [:]
+    /// The names of the zone's shares (`cloudkit.share` records): who sees what in shared
+    /// databases is read from them, without going through every record.
+    @exclusivity(unchecked) var shareNames: Set<String> = []
+
+    /// Notes that `name` is (or is no longer) a share, undoably; nothing when that is unchanged.
+    func markShare(_ name: String, _ isShare: Bool, undo: UndoLog) {
+        guard shareNames.contains(name) != isShare else { return }
+        if isShare { shareNames.insert(name) } else { shareNames.remove(name) }
+        undo.add { [self] in
+            if isShare { shareNames.remove(name) } else { shareNames.insert(name) }
+        }
+    }
 
     func index(_ references: [Reference], of source: String, adding: Bool) {
         for reference in references {
@@ -354,6 +366,15 @@ struct MemoryTransaction: StorageWriteTransaction {
         // then the record out of it.
         guard let zone = state.database(database)?.recordZone(id.zoneID), let index = zone.records.index(forKey: id.recordName) else { return nil }
         return zone.records.values[index].record
+    }
+
+    func shares(in database: StoredDatabase) throws(ContainerError) -> [Record] {
+        guard let database = state.database(database) else { return [] }
+        var shares: [Record] = []
+        for zone in database.recordZones.values {
+            for name in zone.shareNames.sorted() { if let share = zone.records[name]?.record { shares.append(share) } }
+        }
+        return shares
     }
 
     func records(in database: StoredDatabase) throws(ContainerError) -> [Record] {
@@ -565,6 +586,7 @@ struct MemoryTransaction: StorageWriteTransaction {
     private func save(_ record: consuming Record, sequence: Int64, in zone: MemoryZone) {
         let name = record.recordID.recordName
         let newReferences = record.trackedReferences
+        let isShare = record.recordType == SharingKeys.shareRecordType
         // The record moves in (read above, not after).
         let old = zone.records.updateValue((consume record, sequence), forKey: name)
         // Most zones keep no tombstone: not hashed for then.
@@ -575,6 +597,7 @@ struct MemoryTransaction: StorageWriteTransaction {
             zone.index(oldReferences, of: name, adding: false)
             zone.index(newReferences, of: name, adding: true)
         }
+        if isShare || !zone.shareNames.isEmpty { zone.markShare(name, isShare, undo: undo) }
         logChange(zone, name, sequence, old: old, tombstone: tombstone, references: (oldReferences, newReferences))
     }
 
@@ -585,6 +608,7 @@ struct MemoryTransaction: StorageWriteTransaction {
         let tombstone = zone.tombstones[name]
         let oldReferences = old?.record.trackedReferences ?? []
         zone.index(oldReferences, of: name, adding: false)
+        if !zone.shareNames.isEmpty { zone.markShare(name, false, undo: undo) }
         zone.tombstones[name] = (record.recordType, sequence)
         logChange(zone, name, sequence, old: old, tombstone: tombstone, references: (oldReferences, []))
     }

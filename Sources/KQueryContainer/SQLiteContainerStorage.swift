@@ -118,6 +118,7 @@ final class SQLiteContainerStorage: ContainerStorage {
                 recordType TEXT NOT NULL, changeSequence INTEGER NOT NULL, body BLOB NOT NULL,
                 PRIMARY KEY (databaseID, zoneName, ownerName, recordName)) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS records_by_change ON records (databaseID, zoneName, ownerName, changeSequence);
+            CREATE INDEX IF NOT EXISTS records_shares ON records (databaseID, changeSequence) WHERE recordType = 'cloudkit.share';
             CREATE TABLE IF NOT EXISTS record_tombstones (
                 databaseID INTEGER NOT NULL, zoneName TEXT NOT NULL, ownerName TEXT NOT NULL, recordName TEXT NOT NULL,
                 recordType TEXT NOT NULL, deletedSequence INTEGER NOT NULL,
@@ -278,6 +279,7 @@ private struct MirrorReadTransaction: StorageTransaction {
     func zones(in database: StoredDatabase) throws(ContainerError) -> [StoredZone] { try mirror.zones(in: database) }
     func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> KQuery.Record? { try mirror.record(id, in: database) }
     func records(in database: StoredDatabase) throws(ContainerError) -> [KQuery.Record] { try mirror.records(in: database) }
+    func shares(in database: StoredDatabase) throws(ContainerError) -> [KQuery.Record] { try mirror.shares(in: database) }
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {
         try mirror.referrers(to: target, action: action, in: database)
     }
@@ -477,6 +479,16 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         }
     }
 
+    func shares(in database: StoredDatabase) throws(ContainerError) -> [KQuery.Record] {
+        try sql {
+            var names = RecordCoding.FieldNames()
+            let request = SQLRequest<Row>(
+                sql: "SELECT recordName, body FROM records WHERE databaseID = ? AND recordType = ? ORDER BY changeSequence",
+                arguments: [database.id, SharingKeys.shareRecordType], cached: true)
+            return try Row.fetchAll(db, request).map { row in try decode(row[1], row[0], names: &names) }
+        }
+    }
+
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {
         if let mirror, recordsUnchanged {
             return try mirror.read { tx throws(ContainerError) in try tx.referrers(to: target, action: action, in: database) }
@@ -645,8 +657,9 @@ private struct SQLiteTransaction: StorageWriteTransaction {
             let recordName: String = row[3]
             let record = try decode(row[5], recordName, names: &names)
             let zone = recordZone(try database(row[0]), ZoneID(zoneName: row[1], ownerName: row[2]))
-            zone.records[recordName] = (record, row[4])
             let references = record.trackedReferences
+            if record.recordType == SharingKeys.shareRecordType { zone.shareNames.insert(recordName) }
+            zone.records[recordName] = (record, row[4])
             if !references.isEmpty { zone.index(references, of: recordName, adding: true) }
         }
         for row in try Row.fetchAll(db, sql: "SELECT databaseID, zoneName, ownerName, recordName, recordType, deletedSequence FROM record_tombstones") {

@@ -31,7 +31,8 @@ extension DatabaseService {
             do throws(ContainerError) { desiredKeys = try keys(item["rootRecordDesiredKeys"]) } catch { throw ServerError(error) }
             do throws(ContainerError) {
                 let metadata = try database.container.resolveShare(
-                    shortGUID: value, environment: database.environment, caller: identity, fetchRoot: fetchRoot, accepting: accepting)
+                    shortGUID: value, environment: database.environment, caller: identity, fetchRoot: fetchRoot, accepting: accepting,
+                    isVerified: isVerified)
                 results.append(result(metadata, shortGUID: .object([("value", .string(value)), ("shouldFetchRootRecord", .bool(fetchRoot))]),
                                       desiredKeys: desiredKeys))
             } catch {
@@ -41,13 +42,28 @@ extension DatabaseService {
         return ServiceAnswer(json: .object([("results", .array(results))]))
     }
 
+    /// Whether a user of the directory owns the email address or phone number.
+    private func isVerified(_ emailAddress: String?, _ phoneNumber: String?) -> Bool {
+        users.users.contains { user in
+            (emailAddress.map(user.hasEmailAddress) ?? false) || (phoneNumber.map(user.hasPhoneNumber) ?? false)
+        }
+    }
+
     private func result(_ metadata: ShareMetadata, shortGUID: JSON, desiredKeys: [String]?) -> JSON {
+        let owner = users[metadata.owner]?.identityJSON ?? .object([("userRecordName", .string(metadata.owner))])
+        // A caller the share cannot identify yet sees whom it invited, not the share.
+        guard metadata.potentialMatches.isEmpty else {
+            return .object([
+                ("shortGUID", shortGUID), ("containerIdentifier", .string(database.container.containerIdentifier)),
+                ("environment", .string(database.environment.name)), ("ownerIdentity", owner),
+                ("potentialMatchList", .array(metadata.potentialMatches)),
+            ])
+        }
         var share = metadata.share.json()
         if case .object(var members) = share {
             members.append(("currentUserParticipant", metadata.participant))
             share = .object(members)
         }
-        let owner = users[metadata.owner]?.identityJSON ?? .object([("userRecordName", .string(metadata.owner))])
         var members: [(String, JSON)] = [
             ("shortGUID", shortGUID), ("containerIdentifier", .string(database.container.containerIdentifier)),
             ("environment", .string(database.environment.name)), ("databaseScope", .string(metadata.isOwner ? "PRIVATE" : "SHARED")),

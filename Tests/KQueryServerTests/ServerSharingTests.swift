@@ -165,6 +165,10 @@ import Testing
             var token = try #require(answer.json["syncToken"]?.stringValue)
             answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
             #expect(answer.json["zones"]?.elements.isEmpty == true, "\(answer.text)")
+            // A record of the zone outside the share changes nothing Bob sees.
+            _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "create", "record": {"recordName": "Private-1", "recordType": "Item", "fields": {"name": {"value": "Gift"}}}}]}"#, user: "_alice")
+            answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
+            #expect(answer.json["zones"]?.elements.isEmpty == true, "a change outside the share: \(answer.text)")
             _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "forceUpdate", "record": {"recordName": "List-1", "recordType": "List", "fields": {"title": {"value": "Shopping"}}}}]}"#, user: "_alice")
             answer = try await c.post("shared", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_bob")
             #expect(answer.json["zones"]?.elements.count == 1 && answer.json["zones"]?[0]?["deleted"] != .bool(true), "\(answer.text)")
@@ -203,9 +207,20 @@ import Testing
             let met = bobs.first?.payload["ck"]?["met"]
             #expect(met?["dbs"] == .int(3) && met?["sid"] == .string("shared-db"), "\(bobs.map(\.payload.serialized))")
 
+            // A record of the zone outside the shared hierarchy is none of Bob's business; moving
+            // one into it, and out again, is.
+            var count = try container.pendingNotifications(limit: 1000).count
+            _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "create", "record": {"recordName": "Private-1", "recordType": "Item", "fields": {"name": {"value": "Gift"}}}}]}"#, user: "_alice")
+            #expect(!(try container.pendingNotifications(limit: 1000).dropFirst(count).contains { $0.owner == "_bob" }))
+            for parent in [#"{"recordName": "List-1"}"#, "null"] {
+                count = try container.pendingNotifications(limit: 1000).count
+                _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "forceUpdate", "record": {"recordName": "Private-1", "recordType": "Item", "parent": \#(parent), "fields": {"name": {"value": "Gift"}}}}]}"#, user: "_alice")
+                #expect(try container.pendingNotifications(limit: 1000).dropFirst(count).filter { $0.owner == "_bob" }.count == 1, "parent \(parent)")
+            }
+
             // A user who did not accept gets nothing.
             _ = try await c.post("shared", "subscriptions/modify", #"{"operations": [{"operationType": "create", "subscription": {"subscriptionID": "d", "subscriptionType": "database", "notificationInfo": {"shouldSendContentAvailable": true}}}]}"#, user: "_dave")
-            let count = try container.pendingNotifications(limit: 1000).count
+            count = try container.pendingNotifications(limit: 1000).count
             _ = try await c.post("private", "records/modify", #"{"zoneID": \#(Self.zone), "operations": [{"operationType": "forceDelete", "record": {"recordName": "Item-9"}}]}"#, user: "_alice")
             let later = try container.pendingNotifications(limit: 1000).dropFirst(count)
             #expect(!later.contains { $0.owner == "_dave" } && later.filter { $0.owner == "_bob" }.count == 1)
@@ -306,6 +321,33 @@ import Testing
             #expect(try await c.post("private", "records/resolve", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: "_carol").status == 400)
             #expect(try await c.post("public", "records/resolve", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#).status == 421)
             #expect(try await c.post("public", "records/resolve", #"{"shortGUIDs": 3}"#, user: "_carol").status == 400)
+        }
+    }
+
+    /// An invitation to an address no user has verified may be the caller's: resolving lists it
+    /// (`potentialMatchList`) without the share; accepting is refused until it is verified.
+    @Test func anUnverifiedInvitationIsAPotentialMatchNotAnEntry() async throws {
+        try await Self.harness().run { c in
+            let participants = #"[{"type": "USER", "permission": "READ_ONLY", "userIdentity": {"lookupInfo": {"emailAddress": "dave@example.net"}}},"#
+                + #" {"type": "USER", "permission": "READ_ONLY", "userIdentity": {"lookupInfo": {"emailAddress": "bob@example.com"}}}]"#
+            let saved = try await Self.shareList(c, participants: participants)
+            let guid = try #require(saved.json["records"]?[0]?["shortGUID"]?.stringValue, "\(saved.text)")
+            let dave = try #require(saved.json["records"]?[2]?["participants"]?.elements.first {
+                $0["userIdentity"]?["lookupInfo"]?["emailAddress"] == .string("dave@example.net")
+            })
+            var answer = try await c.post("public", "records/resolve", #"{"shortGUIDs": [{"value": "\#(guid)", "shouldFetchRootRecord": true}]}"#, user: "_carol")
+            let result = try #require(answer.json["results"]?[0], "\(answer.text)")
+            let matches = result["potentialMatchList"]?.elements ?? []
+            #expect(matches.count == 1, "only the address no user has: \(answer.text)")
+            #expect(matches.first?["participantId"] == dave["participantId"])
+            #expect(matches.first?["contactInformation"]?["emailAddress"] == .string("dave@example.net"))
+            #expect(result["share"] == nil && result["rootRecord"] == nil && !answer.text.contains("Groceries"), "\(answer.text)")
+            #expect(result["ownerIdentity"]?["userRecordName"] == .string("_alice"))
+            answer = try await c.post("public", "records/accept", #"{"shortGUIDs": [{"value": "\#(guid)"}]}"#, user: "_carol")
+            #expect(answer.json["results"]?[0]?["serverErrorCode"] == .string("ACCESS_DENIED"), "\(answer.text)")
+            #expect(answer.json["results"]?[0]?["reason"]?.stringValue?.hasPrefix("PARTICIPANT_MAY_NEED_VERIFICATION") == true)
+            let share = try await c.post("private", "records/lookup", #"{"zoneID": \#(Self.zone), "records": [{"recordName": "Share-1"}]}"#, user: "_alice")
+            #expect(share.json["records"]?[0]?["participants"]?.elements.count == 3, "a refused accept changes nothing")
         }
     }
 

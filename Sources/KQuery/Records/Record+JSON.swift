@@ -52,7 +52,10 @@ extension Record {
             lastModifiedUserRecordName = modified["userRecordName"]?.stringValue
         }
         recordChangeTag = json["recordChangeTag"]?.stringValue
-        parent = try json["parent"].map { json throws(RecordDecodingError) in try Reference(systemJSON: json, key: "parent", of: recordID) }
+        // A JavaScript client writes a cleared parent as null: no parent.
+        parent = try json["parent"].flatMap { $0 == .null ? nil : $0 }.map { json throws(RecordDecodingError) in
+            try Reference(systemJSON: json, key: "parent", of: recordID)
+        }
         share = try json["share"].map { json throws(RecordDecodingError) in try Reference(systemJSON: json, key: "share", of: recordID) }
         try readSharingKeys(json)
     }

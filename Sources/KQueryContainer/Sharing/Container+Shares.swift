@@ -26,17 +26,22 @@ public struct ShareMetadata: Sendable {
     public var participant: JSON
     /// Whether the caller owns the share (its database scope is then PRIVATE, else SHARED).
     public var isOwner: Bool
+    /// When the caller matches no participant of a private share that invited people by email or
+    /// phone whom no user was matched to yet: those invitations, as
+    /// `{participantId, contactInformation: {emailAddress?, phoneNumber?}}`, for the caller to
+    /// verify one of them (then the share itself is not shown).
+    public var potentialMatches: [JSON] = []
 }
 
 extension Container {
-    /// The share a short GUID names, in `environment`, with its owner's database (a scan of the
-    /// private databases' shares: sharing links are opened rarely).
+    /// The share a short GUID names, in `environment`, with its owner's database (read from each
+    /// private database's shares: sharing links are opened rarely).
     func share(shortGUID: String, environment: ContainerEnvironment) throws(ContainerError) -> (owner: String, share: Record)? {
         guard !shortGUID.isEmpty else { return nil }
         return try storage.read { tx throws(ContainerError) -> (owner: String, share: Record)? in
             for (key, stored) in try tx.allDatabases() where key.scope == .private && key.environment == environment {
-                for record in try tx.records(in: stored) where record.recordType == SharingKeys.shareRecordType {
-                    if record.fields[ContainerDatabase.shortGUIDKey] == .string(shortGUID) { return (key.userRecordName, record) }
+                for record in try tx.shares(in: stored) where record.fields[ContainerDatabase.shortGUIDKey] == .string(shortGUID) {
+                    return (key.userRecordName, record)
                 }
             }
             return nil
@@ -46,9 +51,12 @@ extension Container {
     /// The share `shortGUID` names as `caller` sees it; with `accepting`, the caller's invitation
     /// is accepted first (idempotent; on a public share the caller joins as a PUBLIC_USER).
     /// NOT_FOUND for an unknown GUID; ACCESS_DENIED when the caller is neither the owner nor a
-    /// participant and the share is not public.
+    /// participant and the share is not public. `isVerified` tells whether some user owns an email
+    /// address or phone number an invitation names (such an invitation waits for that user; the
+    /// others may be the caller's, not verified yet: `potentialMatches`).
     public func resolveShare(
-        shortGUID: String, environment: ContainerEnvironment, caller: ShareCaller, fetchRoot: Bool, accepting: Bool
+        shortGUID: String, environment: ContainerEnvironment, caller: ShareCaller, fetchRoot: Bool, accepting: Bool,
+        isVerified: (_ emailAddress: String?, _ phoneNumber: String?) -> Bool = { _, _ in false }
     ) throws(ContainerError) -> ShareMetadata {
         guard let found = try share(shortGUID: shortGUID, environment: environment) else {
             throw ContainerError(.notFound, "no share has the short GUID '\(shortGUID)'")
@@ -65,7 +73,18 @@ extension Container {
         if isOwner {
             position = participants.firstIndex { $0["type"]?.stringValue == "OWNER" }
         } else if position == nil, publicPermission == "NONE" {
-            throw ContainerError(.accessDenied, "you are not a participant of this share (ask its owner to invite you)")
+            let unverified = Self.unverifiedInvitations(participants).filter {
+                !isVerified($0["contactInformation"]?["emailAddress"]?.stringValue, $0["contactInformation"]?["phoneNumber"]?.stringValue)
+            }
+            guard !unverified.isEmpty else {
+                throw ContainerError(.accessDenied, "you are not a participant of this share (ask its owner to invite you)")
+            }
+            guard !accepting else {
+                throw ContainerError(.accessDenied, "PARTICIPANT_MAY_NEED_VERIFICATION: the share invited an email address or phone number "
+                    + "not verified as yours; add it to your user (kquery users add) and accept again")
+            }
+            return ShareMetadata(owner: found.owner, zoneID: share.recordID.zoneID, share: share, rootRecordName: nil, rootRecord: nil,
+                                 participant: .object([]), isOwner: false, potentialMatches: unverified)
         }
         if accepting, !isOwner {
             var changed = false
@@ -101,6 +120,22 @@ extension Container {
         }
         return ShareMetadata(owner: found.owner, zoneID: share.recordID.zoneID, share: share, rootRecordName: rootName, rootRecord: root,
                              participant: participant, isOwner: isOwner)
+    }
+
+    /// The invitations still waiting for a person no user was matched to (named by email or phone
+    /// only), as `potentialMatchList` entries.
+    static func unverifiedInvitations(_ participants: [JSON]) -> [JSON] {
+        participants.compactMap { entry -> JSON? in
+            guard entry["type"]?.stringValue != "OWNER", entry["acceptanceStatus"]?.stringValue == "INVITED",
+                  entry["userIdentity"]?["userRecordName"] == nil, entry["userIdentity"]?["lookupInfo"]?["userRecordName"] == nil,
+                  let id = entry["participantId"]?.stringValue else { return nil }
+            var contact: [(String, JSON)] = []
+            for key in ["emailAddress", "phoneNumber"] {
+                if let value = entry["userIdentity"]?["lookupInfo"]?[key]?.stringValue { contact.append((key, .string(value))) }
+            }
+            guard !contact.isEmpty else { return nil }
+            return .object([("participantId", .string(id)), ("contactInformation", .object(contact))])
+        }
     }
 
     /// Whether a participant entry names the caller (user record name, email or phone).

@@ -35,7 +35,7 @@ extension Container {
         var accepted: [String: [AcceptedShare]] = [:]
         try storage.read { tx throws(ContainerError) in
             for (key, stored) in try tx.allDatabases() where key.scope == .private && key.environment == environment {
-                for record in try tx.records(in: stored) where record.recordType == SharingKeys.shareRecordType {
+                for record in try tx.shares(in: stored) {
                     guard case .string(let text)? = record.fields[ContainerDatabase.participantsKey], case .array(let entries)? = try? JSON.parse(text) else { continue }
                     let root: RecordID? = if case .reference(let reference)? = record.fields[ContainerDatabase.forRecordKey] { reference.recordID } else { nil }
                     for entry in entries where entry["type"]?.stringValue != "OWNER" && entry["acceptanceStatus"]?.stringValue == "ACCEPTED" {
@@ -236,10 +236,14 @@ extension ContainerDatabase {
         var current: [ZoneID: (created: Int64, changed: Int64)] = [:]
         let zones = try sharedZones()
         try container.storage.read { tx throws(ContainerError) in
+            // What the user sees of each zone changed last at the sequence their shared database
+            // noted (`markViewChanged`): changes to the zone outside their shares do not list it.
+            let view = try tx.database(key)
             for zoneID in zones {
                 let ownerKey = DatabaseKey(environment: environment, scope: .private, userRecordName: zoneID.ownerName)
                 guard let database = try tx.database(ownerKey), let zone = try tx.zone(zoneID, in: database) else { continue }
-                current[zoneID] = (zone.createdSequence, zone.changedSequence)
+                let seen = try view.flatMap { view throws(ContainerError) in try tx.zone(zoneID, in: view) }
+                current[zoneID] = (zone.createdSequence, seen?.changedSequence ?? 0)
             }
         }
         let order = { (a: ZoneID, b: ZoneID) in (a.zoneName, a.ownerName) < (b.zoneName, b.ownerName) }
@@ -282,34 +286,55 @@ extension ContainerDatabase {
 }
 
 extension Container {
-    /// The users who accepted a share in each of `zones` of `owner`'s private database.
-    func participants(of zones: [ZoneID], owner: String, environment: ContainerEnvironment) throws(ContainerError) -> [ZoneID: [String]] {
+    /// The users who accepted a share in each of `zones` of `owner`'s private database, each with
+    /// the shares they accepted there.
+    func participants(of zones: [ZoneID], owner: String, environment: ContainerEnvironment) throws(ContainerError)
+        -> [ZoneID: [(user: String, shares: [AcceptedShare])]] {
         let custom = Set(zones.filter { !$0.isDefaultZone })
         guard !custom.isEmpty else { return [:] }
         // Builds (or reuses) the environment's index; any user name serves.
         _ = try acceptedShares(of: owner, environment: environment)
         guard let index = shareIndexes.withLock({ $0[environment] }) else { return [:] }
-        var found: [ZoneID: Set<String>] = [:]
+        var found: [ZoneID: [(user: String, shares: [AcceptedShare])]] = [:]
         for (user, shares) in index.accepted {
-            for share in shares where share.owner == owner && custom.contains(share.zoneID) { found[share.zoneID, default: []].insert(user) }
+            for zone in custom {
+                let accepted = shares.filter { $0.owner == owner && $0.zoneID == zone }
+                if !accepted.isEmpty { found[zone, default: []].append((user, accepted)) }
+            }
         }
-        return found.mapValues { $0.sorted() }
+        return found.mapValues { $0.sorted { $0.user < $1.user } }
     }
 }
 
 extension ContainerDatabase {
-    /// The pushes of the participants' database subscriptions (in their shared databases, `dbs` 3)
-    /// for the zones a modify changed: once per subscription and zone, as the owner's own.
+    /// What the participants see changed in the zones a modify changed: each one's shared database
+    /// notes it (its database changes list the zone again), and its database subscriptions push
+    /// (`dbs` 3) once per subscription and zone, as the owner's own.
     func participantNotifications(
-        _ changes: [RecordChange], sharedWith: [ZoneID: [String]], state: inout Container.WriterState, tx: any StorageWriteTransaction,
-        now: Int64, device: String?
+        _ changes: [RecordChange], sharedWith: [ZoneID: [(user: String, shares: [AcceptedShare])]], state: inout Container.WriterState,
+        tx: any StorageWriteTransaction, now: Int64, device: String?
     ) throws(ContainerError) -> [OutboxNotification] {
         var zones: [ZoneID] = []
         for change in changes where !zones.contains(change.recordID.zoneID) { zones.append(change.recordID.zoneID) }
+        guard let stored = try tx.database(key) else { return [] }
         var notifications: [OutboxNotification] = []
         for zone in zones {
-            for participant in sharedWith[zone] ?? [] {
+            for (participant, shares) in sharedWith[zone] ?? [] {
+                // Only a change to what the participant sees (a record entering, changing in or
+                // leaving a shared hierarchy, or the share) concerns them.
+                var concerned = false
+                for change in changes where change.recordID.zoneID == zone {
+                    if case .updated(let before, let after) = change {
+                        concerned = try Self.shares(shares, cover: after, tx: tx, database: stored)
+                        if !concerned { concerned = try Self.shares(shares, cover: before, tx: tx, database: stored) }
+                    } else {
+                        concerned = try Self.shares(shares, cover: change.record, tx: tx, database: stored)
+                    }
+                    if concerned { break }
+                }
+                guard concerned else { continue }
                 let key = DatabaseKey(environment: environment, scope: .shared, userRecordName: participant)
+                try Self.markViewChanged(zone, in: key, tx: tx)
                 let fired = try container.changeSubscriptionSet(key, &state, tx) { set throws(ContainerError) -> [Subscription] in
                     let fired = set.subscriptions.filter { if case .database(nil) = $0.kind { true } else { false } }
                     for subscription in fired where subscription.options.contains(.firesOnce) { set.remove(id: subscription.subscriptionID) }
@@ -330,6 +355,30 @@ extension ContainerDatabase {
 }
 
 extension ContainerDatabase {
+    /// Notes in a participant's shared database (`key`) that what they see of an owner's zone
+    /// changed: the zone's entry there takes the database's next sequence, which its database
+    /// change tokens compare (a change outside what they see leaves it as it was).
+    static func markViewChanged(_ zone: ZoneID, in key: DatabaseKey, tx: any StorageWriteTransaction) throws(ContainerError) {
+        var view = try tx.existingOrNewDatabase(key)
+        view.sequence += 1
+        try tx.setSequence(view.sequence, of: view)
+        let created = try tx.zone(zone, in: view)?.createdSequence ?? view.sequence
+        try tx.saveZone(StoredZone(zoneID: zone, createdSequence: created, changedSequence: view.sequence), in: view)
+    }
+
+    /// Whether `shares` (one participant's in a zone) give `record`: a zone-wide share, the share
+    /// itself, or a root its parent chain leads to as the write transaction `tx` has it.
+    static func shares(_ shares: [AcceptedShare], cover record: Record, tx: any StorageTransaction, database: StoredDatabase) throws(ContainerError) -> Bool {
+        if shares.contains(where: { $0.root == nil || $0.shareID == record.recordID }) { return true }
+        var current = record
+        for _ in 0..<maximumParentDepth {
+            if shares.contains(where: { $0.root == current.recordID }) { return true }
+            guard let parent = current.parent?.recordID, parent.zoneID == record.recordID.zoneID, let next = try tx.record(parent, in: database) else { return false }
+            current = next
+        }
+        return false
+    }
+
     /// Takes this user out of a share they accepted (REMOVED), saved by the owner's database: the
     /// zone leaves their shared database unless another share of it remains.
     func leave(_ accepted: AcceptedShare) throws(ContainerError) {
