@@ -69,6 +69,8 @@ enum PostgresSchema {
             """,
             "CREATE INDEX records_by_change ON records (database_id, zone_name, owner_name, change_sequence)",
             "CREATE INDEX records_by_database_change ON records (database_id, change_sequence)",
+            // Shares are found without reading a database's other records (who sees what in shared databases).
+            "CREATE INDEX records_shares ON records (database_id, change_sequence) WHERE record_type = 'cloudkit.share'",
             """
             CREATE TABLE record_tombstones (
                 database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,

@@ -79,6 +79,17 @@ struct PostgresTransaction: StorageWriteTransaction {
         }
     }
 
+    func shares(in database: StoredDatabase) throws(ContainerError) -> [Record] {
+        var names = RecordCoding.FieldNames()
+        return try session.rows("""
+            SELECT record_name, body FROM records WHERE database_id = \(database.id) AND record_type = \(SharingKeys.shareRecordType)
+            ORDER BY change_sequence
+            """).map { row throws(ContainerError) in
+            let (recordName, body) = try session.decode(row, (String, ByteBuffer).self)
+            return try decode(body, recordName, names: &names)
+        }
+    }
+
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {
         try session.rows("""
             SELECT source_name FROM record_references WHERE database_id = \(database.id) AND zone_name = \(target.zoneID.zoneName)
