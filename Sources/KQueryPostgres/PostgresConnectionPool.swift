@@ -41,6 +41,9 @@ final class PostgresConnectionPool: @unchecked Sendable {
 
     deinit { shutdown() }
 
+    /// The event loop the pool's connections run on (for a connection kept outside the pool).
+    var eventLoop: any EventLoop { group.next() }
+
     /// Closes every connection and stops the event loop (the pool lends none after).
     func shutdown() {
         condition.lock()

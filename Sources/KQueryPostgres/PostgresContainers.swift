@@ -19,6 +19,8 @@ public final class PostgresContainers: Sendable {
     let pool: PostgresConnectionPool
     private let opened = Locked<[String: Container]>([:])
     private let listener = Locked<Task<Void, Never>?>(nil)
+    /// The connection holding the APNs duty's advisory lock, while this node holds it.
+    private let duty = Locked<PostgresConnection?>(nil)
 
     /// The channel nodes NOTIFY when a transaction queued pushes.
     static let pushChannel = "kquery_pushes"
@@ -32,14 +34,48 @@ public final class PostgresContainers: Sendable {
 
     deinit {
         listener.withLock { $0?.cancel() }
+        if let connection = duty.withLock({ $0 }) { try? connection.close().wait() }
         pool.shutdown()
     }
 
     /// Closes the connections; containers opened here answer nothing after.
     public func close() {
         stopListening()
+        releaseAPNsDuty()
         pool.shutdown()
     }
+
+    /// Whether this node holds the APNs duty, trying to take it when nobody does: a session
+    /// advisory lock on a connection of its own, which PostgreSQL releases when the connection
+    /// ends (the node stopped or died), so another node's next pass takes it over.
+    public func holdsAPNsDuty() -> Bool {
+        duty.withLock { held in
+            if let connection = held, !connection.isClosed { return true }
+            held = nil
+            var logger = Logger(label: "kquery.postgres.duty")
+            logger.logLevel = .critical
+            guard let connection = try? PostgresConnection.connect(
+                on: pool.eventLoop, configuration: location.configuration, id: 0, logger: logger).wait()
+            else { return false }
+            let taken = try? connection.query("SELECT pg_try_advisory_lock(\(Int32(PostgresSchema.migrationLock)), \(Self.apnsDutyKey))", logger: logger)
+                .wait().rows.first?.decode(Bool.self)
+            guard taken == true else {
+                try? connection.close().wait()
+                return false
+            }
+            held = connection
+            return true
+        }
+    }
+
+    /// Gives the APNs duty up (another node's next pass takes it).
+    public func releaseAPNsDuty() {
+        if let connection = duty.withLock({ held in defer { held = nil }; return held }) { try? connection.close().wait() }
+    }
+
+    /// The second key of the APNs duty's advisory lock ("APNS"; container write locks use
+    /// container numbers, which start at 1 and stay far below it).
+    static let apnsDutyKey: Int32 = 0x4150_4E53
 
     /// The container `identifier`, opened (and created) on first use, then kept.
     public func openContainer(_ identifier: String, assetPolicy: AssetPolicy = AssetPolicy()) throws(ContainerError) -> Container {

@@ -31,6 +31,10 @@ public struct PostgresLocation: Hashable, Sendable, CustomStringConvertible {
         else { return nil }
         let database = String(components.path.drop { $0 == "/" })
         guard let username = components.user, !username.isEmpty, !database.isEmpty, !database.contains("/") else { return nil }
+        // A port that does not read as one (URLComponents then says none) is refused, not defaulted.
+        let authority = text.drop { $0 != "@" }.prefix { $0 != "/" }
+        if authority.contains(":") && components.port == nil { return nil }
+        if let port = components.port, !(1...65535).contains(port) { return nil }
         self.init(host: host, port: components.port ?? 5432, username: username, password: components.password, database: database)
     }
 

@@ -15,4 +15,7 @@ public protocol SharedContainerStore: Sendable {
     /// Calls `wake` whenever any node has queued pushes, until `stopListening`.
     func listenForPushes(_ wake: @escaping @Sendable () -> Void)
     func stopListening()
+    /// Whether this node delivers to APNs now: one node at a time holds the duty (so a push goes
+    /// to APNs once), and another takes it over when that node stops or dies.
+    func holdsAPNsDuty() -> Bool
 }

@@ -14,4 +14,5 @@ struct PostgresServerStore: SharedContainerStore {
     func serverSecret() throws(ContainerError) -> [UInt8] { try containers.serverSecret() }
     func listenForPushes(_ wake: @escaping @Sendable () -> Void) { containers.listenForPushes(wake) }
     func stopListening() { containers.stopListening() }
+    func holdsAPNsDuty() -> Bool { containers.holdsAPNsDuty() }
 }

@@ -83,6 +83,8 @@ public final class APNsDelivery: Service, Sendable {
 
     /// Delivers what every container holds for APNs.
     func deliverPending(with client: HTTPClient) async {
+        // One node of many delivers at a time; the others' passes do nothing.
+        guard containers.shared?.holdsAPNsDuty() ?? true else { return }
         var failures: [String] = []
         let all = containers.allContainers(failures: &failures)
         for failure in failures { log("cannot open container \(failure)") }

@@ -1,0 +1,59 @@
+import Foundation
+import KQuery
+import KQueryContainer
+import KQueryPostgres
+import KQueryTestSupport
+import Testing
+
+/// What the nodes on one PostgreSQL share besides containers (SPEC §16): the schema, made once
+/// whichever starts first; the token secret; one APNs duty at a time; and URLs read safely.
+@Suite struct PostgresContainersTests {
+    static func location() throws -> PostgresLocation {
+        let url = try PostgresCluster.start().createDatabase()
+        return try #require(PostgresLocation(url: url))
+    }
+
+    @Test func nodesShareTheSchemaTheSecretAndTheContainers() throws {
+        let location = try Self.location()
+        let first = try PostgresContainers(location: location, connections: 2)
+        let second = try PostgresContainers(location: location, connections: 2)
+        defer {
+            first.close()
+            second.close()
+        }
+        #expect(try first.serverSecret() == second.serverSecret())
+        #expect(try first.serverSecret().count == 32)
+        let container = try first.openContainer("iCloud.shared")
+        _ = try container.database(.public).modify([RecordOperation(kind: .create, record: Record(recordType: "Note", recordID: RecordID(recordName: "n")))])
+        #expect(try second.containerIdentifiers() == ["iCloud.shared"])
+        let seen = try second.openContainer("iCloud.shared").database(.public).lookup([RecordID(recordName: "n")])
+        #expect(seen.count == 1)
+        #expect(seen.first?.record?.recordType == "Note")
+    }
+
+    @Test func oneNodeAtATimeHoldsTheAPNsDuty() throws {
+        let location = try Self.location()
+        let first = try PostgresContainers(location: location, connections: 1)
+        let second = try PostgresContainers(location: location, connections: 1)
+        defer { second.close() }
+        #expect(first.holdsAPNsDuty())
+        #expect(first.holdsAPNsDuty())
+        #expect(!second.holdsAPNsDuty())
+        // The holder stops (its connection ends, as when it dies): the other takes the duty over.
+        first.close()
+        #expect(second.holdsAPNsDuty())
+    }
+
+    @Test(arguments: [
+        "", "postgresql://", "postgresql://host/db", "http://u@h/db", "postgresql://u@/db", "postgresql://u@h", "postgresql://u@h/a/b",
+        "postgresql://u@h:notaport/db", "\u{0}", "postgresql://u@h:99999999999999999999/db",
+    ]) func badURLsAreRefusedNotTrapped(url: String) {
+        #expect(PostgresLocation(url: url) == nil)
+    }
+
+    @Test func aURLReadsWhole() throws {
+        let location = try #require(PostgresLocation(url: "postgresql://kq:secret@127.0.0.1:6543/records"))
+        #expect(location == PostgresLocation(host: "127.0.0.1", port: 6543, username: "kq", password: "secret", database: "records"))
+        #expect(location.description == "postgresql://kq@127.0.0.1:6543/records")
+    }
+}
