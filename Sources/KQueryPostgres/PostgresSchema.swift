@@ -25,7 +25,7 @@ import PostgresNIO
 ///        notification_id, payload, priority, push_type, created, collapse_id, delivered, excluded_device)
 /// asset_uploads(container_id, token PK, ...), asset_receipts(container_id, receipt PK, ...),
 /// asset_blobs(container_id, content_hash PK, ...), asset_chunks(container_id, owner, chunk PK, bytes),
-/// asset_blob_chunks(container_id, content_hash PK, owner), asset_references(database_id, ..., content_hash PK, container_id)
+/// asset_blob_chunks(container_id, content_hash PK, owner), asset_references(container_id, database_id, zone_name, owner_name, record_name, content_hash PK)
 /// ```
 /// A record's `body` is `RecordCoding`'s binary form, as in a container file.
 enum PostgresSchema {
@@ -133,9 +133,9 @@ enum PostgresSchema {
             """,
             """
             CREATE TABLE asset_references (
-                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
-                content_hash text NOT NULL, container_id bigint NOT NULL,
-                PRIMARY KEY (database_id, zone_name, owner_name, record_name, content_hash))
+                container_id bigint NOT NULL, database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL,
+                record_name text NOT NULL, content_hash text NOT NULL,
+                PRIMARY KEY (container_id, database_id, zone_name, owner_name, record_name, content_hash))
             """,
             "CREATE INDEX asset_references_by_blob ON asset_references (container_id, content_hash)",
             "CREATE TABLE server_secrets (name text PRIMARY KEY, value bytea NOT NULL)",

@@ -131,21 +131,21 @@ extension PostgresTransaction {
     func setAssetReferences(_ record: RecordID, to hashes: Set<String>, in database: StoredDatabase, now: Int64) throws(ContainerError) {
         let zoneID = record.zoneID
         let old: Set<String> = Set(try session.rows("""
-            SELECT content_hash FROM asset_references WHERE database_id = \(database.id) AND zone_name = \(zoneID.zoneName)
+            SELECT content_hash FROM asset_references WHERE container_id = \(containerID) AND database_id = \(database.id) AND zone_name = \(zoneID.zoneName)
             AND owner_name = \(zoneID.ownerName) AND record_name = \(record.recordName)
             """).map { row throws(ContainerError) in try session.decode(row, String.self) })
         let released = Array(old.subtracting(hashes)), added = Array(hashes.subtracting(old))
         if !released.isEmpty {
             try session.run("""
-                DELETE FROM asset_references WHERE database_id = \(database.id) AND zone_name = \(zoneID.zoneName)
+                DELETE FROM asset_references WHERE container_id = \(containerID) AND database_id = \(database.id) AND zone_name = \(zoneID.zoneName)
                 AND owner_name = \(zoneID.ownerName) AND record_name = \(record.recordName) AND content_hash = ANY(\(released)::text[])
                 """)
             try session.run("UPDATE asset_blobs SET released = \(now) WHERE container_id = \(containerID) AND content_hash = ANY(\(released)::text[])")
         }
         if !added.isEmpty {
             try session.run("""
-                INSERT INTO asset_references (database_id, zone_name, owner_name, record_name, content_hash, container_id)
-                SELECT \(database.id), \(zoneID.zoneName), \(zoneID.ownerName), \(record.recordName), hash, \(containerID)
+                INSERT INTO asset_references (container_id, database_id, zone_name, owner_name, record_name, content_hash)
+                SELECT \(containerID), \(database.id), \(zoneID.zoneName), \(zoneID.ownerName), \(record.recordName), hash
                 FROM unnest(\(added)::text[]) AS h (hash)
                 """)
         }
@@ -153,7 +153,7 @@ extension PostgresTransaction {
 
     func deleteAssetReferences(in zoneID: ZoneID, of database: StoredDatabase, now: Int64) throws(ContainerError) {
         let hashes = try session.rows("""
-            DELETE FROM asset_references WHERE database_id = \(database.id) AND zone_name = \(zoneID.zoneName) AND owner_name = \(zoneID.ownerName)
+            DELETE FROM asset_references WHERE container_id = \(containerID) AND database_id = \(database.id) AND zone_name = \(zoneID.zoneName) AND owner_name = \(zoneID.ownerName)
             RETURNING content_hash
             """).map { row throws(ContainerError) in try session.decode(row, String.self) }
         guard !hashes.isEmpty else { return }

@@ -53,7 +53,10 @@ public final class PostgresCluster: Sendable {
             // fsync stays on: the kill -9 tests rely on commits being durable.
             _ = try Self.runAsPostgres(Self.binaries + "/pg_ctl", [
                 "-D", directory + "/data", "-l", directory + "/log", "-w", "-t", "60",
-                "-o", "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=400 -c shared_buffers=64MB", "start",
+                "-o", "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1 -c max_connections=400 -c shared_buffers=64MB"
+                    // Every statement logged with its database's name, for the statement-log test (Citus).
+                    + " -c log_statement=all -c log_line_prefix=@%d@ -c log_min_duration_statement=-1",
+                "start",
             ])
         } catch let error as ClusterError {
             throw error
@@ -80,6 +83,9 @@ public final class PostgresCluster: Sendable {
     public func psql(_ database: String, _ sql: String) throws -> String {
         try Self.run("/usr/bin/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", user, "-d", database, "-q", "-A", "-t", "-c", sql])
     }
+
+    /// What the cluster logged so far (every statement, each line led by `@`, its database's name and `@`).
+    public func log() throws -> String { try String(contentsOfFile: directory + "/log", encoding: .utf8) }
 
     public func stop() {
         _ = try? Self.runAsPostgres(Self.binaries + "/pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "stop"])

@@ -1,0 +1,79 @@
+import Foundation
+import KQuery
+import KQueryContainer
+import KQueryPostgres
+import KQueryTestSupport
+import Testing
+
+/// Citus-ready (SPEC §16): a container's whole round of work — zones, modifies with references,
+/// deletes, queries, change fetches, subscriptions and their pushes, assets, collection, a zone
+/// deleted — is run on a database of its own, then every statement PostgreSQL logged for that
+/// database is read back: each that reads, changes or deletes rows of a distributed table must
+/// filter on the table's distribution column. (Citus is not in Debian: this stands in for it.)
+@Suite struct PostgresStatementLogTests {
+    /// The distributed tables and their distribution columns (README's `create_distributed_table` calls).
+    static let distributed: [String: String] = [
+        "zones": "database_id", "zone_tombstones": "database_id", "records": "database_id", "record_tombstones": "database_id",
+        "record_references": "database_id", "subscriptions": "database_id",
+        "outbox": "container_id", "asset_uploads": "container_id", "asset_receipts": "container_id", "asset_blobs": "container_id",
+        "asset_chunks": "container_id", "asset_blob_chunks": "container_id", "asset_references": "container_id",
+    ]
+
+    @Test func everyStatementOnADistributedTableFiltersOnItsKey() throws {
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.createDatabase()
+        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let location = try #require(PostgresLocation(url: url))
+        let containers = try PostgresContainers(location: location, connections: 2)
+        defer { containers.close() }
+
+        let container = try containers.openContainer("iCloud.log")
+        let database = try container.database(.private, user: "_u1")
+        let zone = ZoneID(zoneName: "Notes", ownerName: "_u1")
+        try database.createZone(zone)
+        _ = try database.saveSubscription(Subscription(subscriptionID: "all", kind: .database(recordType: nil), options: [.firesOnRecordCreation]))
+        let parent = Record(recordType: "Note", recordID: RecordID(recordName: "parent", zoneID: zone))
+        var child = Record(recordType: "Note", recordID: RecordID(recordName: "child", zoneID: zone))
+        child.fields["parent"] = .reference(Reference(recordID: parent.recordID, action: .deleteSelf))
+        _ = try database.modify([RecordOperation(kind: .create, record: parent), RecordOperation(kind: .create, record: child)])
+        _ = try database.query(Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"), zoneID: zone))
+        _ = try database.zoneChanges(zone, since: nil)
+        _ = try database.databaseChanges(since: nil)
+        _ = try database.modify([RecordOperation(kind: .forceDelete, record: parent)])
+        let pending = try container.pendingNotifications(limit: 10)
+        try container.acknowledge(pending.map(\.id))
+        let file = TemporaryFiles.path("kquery-log-asset", suffix: ".txt")
+        try "bytes".write(toFile: file, atomically: true, encoding: .utf8)
+        _ = try database.uploadFile(file, recordName: "withFile", fieldName: "file", recordType: "Note", in: zone)
+        _ = try container.collectAssets()
+        try database.compactChangeHistory(keepingLast: 0)
+        _ = try database.deleteZone(zone)
+
+        // Log entries of this database: a line led by "@name@", and the tab-led lines that continue it.
+        var statements: [String] = []
+        for line in try cluster.log().split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("@\(name)@") {
+                let entry = line.dropFirst(name.count + 2)
+                for marker in ["LOG:  execute <unnamed>: ", "LOG:  statement: "] {
+                    if let range = entry.range(of: marker) { statements.append(String(entry[range.upperBound...])) }
+                }
+            } else if line.hasPrefix("\t"), !statements.isEmpty, !line.contains("DETAIL:") {
+                statements[statements.count - 1] += " " + line.trimmingCharacters(in: .whitespaces)
+            }
+        }
+        #expect(statements.count > 50)
+        var touched: Set<String> = []
+        for statement in statements {
+            let words = statement.split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "(" || $0 == "," }).map(String.init)
+            for (index, word) in words.enumerated() where ["FROM", "UPDATE", "JOIN", "INTO"].contains(word.uppercased()) && index + 1 < words.count {
+                let table = words[index + 1]
+                guard let key = Self.distributed[table] else { continue }
+                touched.insert(table)
+                // An INSERT names the key among its columns; anything else filters on it.
+                let filters = word.uppercased() == "INTO" ? statement.contains(key) : statement.contains("\(key) = ")
+                #expect(filters, "\(table) without \(key): \(statement)")
+            }
+        }
+        #expect(touched.isSuperset(of: ["zones", "records", "record_tombstones", "record_references", "subscriptions", "outbox", "asset_uploads", "asset_chunks"]))
+    }
+}
