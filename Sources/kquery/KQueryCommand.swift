@@ -16,7 +16,7 @@ struct KQueryCommand: ParsableCommand {
         abstract: "CloudKit's predicate language, queries and subscriptions, on the command line.",
         subcommands: [
             Check.self, Query.self, Import.self, SchemaCommand.self, IndexCommand.self, Simulate.self, Shell.self,
-            Zones.self, Modify.self, Changes.self, Subscriptions.self, Notifications.self, AssetCommand.self, Serve.self, Token.self, Users.self,
+            Zones.self, Modify.self, Changes.self, Subscriptions.self, Notifications.self, AssetCommand.self, Serve.self, Token.self, Users.self, Migrate.self,
         ],
         defaultSubcommand: Shell.self
     )

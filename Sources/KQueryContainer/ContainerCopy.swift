@@ -1,0 +1,105 @@
+import KQuery
+
+/// Copies what a container holds from one storage to another (`kquery migrate`, SPEC §16): each
+/// database with its change sequence, zones and zone tombstones, every zone's records and record
+/// tombstones at the sequences they changed at (so the change history reads the same), its
+/// subscriptions, then the outbox.
+///
+/// Records go a page at a time, each page one write on the destination, read in sequence order
+/// from the source, so what is held in memory is a page. A copy stopped by a crash is resumed by
+/// running it again: every write is an upsert, so the pages already copied are written again the
+/// same, and the outbox, copied in one write, is copied only into an empty one.
+/// Not yet copied: assets (a source holding asset bytes is refused), the retention horizon, and
+/// the token secret (clients of the copy fetch their changes from scratch).
+package enum ContainerCopy {
+    package struct Counts: Hashable, Sendable {
+        package var databases = 0
+        package var zones = 0
+        package var records = 0
+        package var tombstones = 0
+        package var subscriptions = 0
+        package var notifications = 0
+
+        package init() {}
+    }
+
+    /// Opens a container file's storage (the CLI sees storages through this package API only).
+    package static func fileStorage(path: String) throws(ContainerError) -> any ContainerStorage {
+        try SQLiteContainerStorage(path: path)
+    }
+
+    package static func copy(
+        from source: any ContainerStorage, to destination: any ContainerStorage, pageSize: Int = 1000, progress: (Counts) -> Void = { _ in }
+    ) throws(ContainerError) -> Counts {
+        if try source.read({ tx throws(ContainerError) in try tx.holdsAssetBlobs() }) {
+            throw ContainerError(.badRequest, "the container holds assets, which migrate does not copy yet")
+        }
+        var counts = Counts()
+        let databases = try source.read { tx throws(ContainerError) in try tx.allDatabases() }
+        for (key, stored) in databases {
+            let (zones, zoneLog) = try source.read { tx throws(ContainerError) in
+                (try tx.zones(in: stored), try tx.zoneChanges(of: stored, after: 0, limit: Int(Int32.max)))
+            }
+            let live = Dictionary(zones.map { ($0.zoneID, $0) }, uniquingKeysWith: { first, _ in first })
+            try destination.write { tx throws(ContainerError) in
+                let database = try tx.existingOrNewDatabase(key)
+                for entry in zoneLog {
+                    if entry.deleted {
+                        try tx.deleteZone(entry.zoneID, sequence: entry.sequence, in: database)
+                    } else if let zone = live[entry.zoneID] {
+                        try tx.saveZone(zone, in: database)
+                    }
+                }
+            }
+            counts.databases += 1
+            counts.zones += zones.count
+            for zoneID in [ZoneID.default] + zones.map(\.zoneID) {
+                var after: Int64 = 0
+                while true {
+                    let page = try source.read { tx throws(ContainerError) in
+                        try tx.recordChanges(in: zoneID, of: stored, after: after, includingDeletions: true, limit: max(pageSize, 1))
+                    }
+                    guard let last = page.last else { break }
+                    try destination.write { tx throws(ContainerError) in
+                        guard let database = try tx.database(key) else { throw ContainerError(.internalError, "the copy of \(key) went missing") }
+                        var saved: [(record: Record, sequence: Int64)] = []
+                        for (sequence, change) in page {
+                            switch change {
+                            case .changed(let record): saved.append((record, sequence))
+                            case .deleted(let id, let recordType):
+                                if !saved.isEmpty {
+                                    try tx.saveRecords(saved, in: database)
+                                    saved = []
+                                }
+                                try tx.deleteRecord(Record(recordType: recordType, recordID: id), sequence: sequence, in: database)
+                            }
+                        }
+                        if !saved.isEmpty { try tx.saveRecords(saved, in: database) }
+                    }
+                    for (_, change) in page {
+                        if case .changed = change { counts.records += 1 } else { counts.tombstones += 1 }
+                    }
+                    progress(counts)
+                    after = last.sequence
+                }
+            }
+            let subscriptions = try source.read { tx throws(ContainerError) in try tx.subscriptions(in: stored) }
+            try destination.write { tx throws(ContainerError) in
+                guard let database = try tx.database(key) else { throw ContainerError(.internalError, "the copy of \(key) went missing") }
+                for subscription in subscriptions { try tx.saveSubscription(subscription, in: database) }
+                try tx.setSequence(stored.sequence, of: database)
+            }
+            counts.subscriptions += subscriptions.count
+            progress(counts)
+        }
+        let pending = try source.read { tx throws(ContainerError) in try tx.pendingNotifications(for: .all, limit: Int(Int32.max)) }
+        if !pending.isEmpty {
+            counts.notifications = try destination.write { tx throws(ContainerError) -> Int in
+                guard try tx.pendingNotifications(for: .all, limit: 1).isEmpty else { return 0 }
+                return try tx.enqueue(pending).count
+            }
+        }
+        progress(counts)
+        return counts
+    }
+}

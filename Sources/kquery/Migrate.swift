@@ -1,0 +1,79 @@
+import ArgumentParser
+import KQueryContainer
+import KQueryPostgres
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `kquery migrate`: a container from its file into PostgreSQL, or back (SPEC §16).
+struct Migrate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Copy a container between its file and a PostgreSQL database (either way).",
+        discussion: """
+            --from FILE --to-postgres URL --container ID copies the container file into the database (its schema \
+            is created when empty); --from-postgres URL --to FILE --container ID copies it back. Records go a page at \
+            a time; a copy stopped by a crash is resumed by running the same command again. Prints the counts; on a \
+            terminal, a progress line while it runs. Assets, the retention horizon and sync tokens are not carried yet.
+            """
+    )
+
+    @Option(help: ArgumentHelp("The container file to copy from.", valueName: "FILE"))
+    var from: String?
+
+    @Option(name: .customLong("to-postgres"), help: ArgumentHelp("The PostgreSQL database to copy into.", valueName: "URL"))
+    var toPostgres: String?
+
+    @Option(name: .customLong("from-postgres"), help: ArgumentHelp("The PostgreSQL database to copy from.", valueName: "URL"))
+    var fromPostgres: String?
+
+    @Option(help: ArgumentHelp("The container file to copy into (created if missing).", valueName: "FILE"))
+    var to: String?
+
+    @Option(help: ArgumentHelp("The container's identifier in the database.", valueName: "ID"))
+    var container: String
+
+    func validate() throws {
+        let intoDatabase = from != nil && toPostgres != nil && fromPostgres == nil && to == nil
+        let outOfDatabase = fromPostgres != nil && to != nil && from == nil && toPostgres == nil
+        guard intoDatabase || outOfDatabase else {
+            throw ValidationError("give --from FILE --to-postgres URL, or --from-postgres URL --to FILE")
+        }
+        for url in [toPostgres, fromPostgres].compactMap({ $0 }) where PostgresLocation(url: url) == nil {
+            throw ValidationError("not a postgresql://user@host[:port]/database URL: \(url)")
+        }
+        if container.isEmpty { throw ValidationError("--container must name a container") }
+    }
+
+    func run() throws {
+        let onTerminal = isatty(2) == 1
+        let counts: ContainerCopy.Counts
+        do throws(ContainerError) {
+            let source: any ContainerStorage, destination: any ContainerStorage
+            if let from, let url = toPostgres, let location = PostgresLocation(url: url) {
+                source = try ContainerCopy.fileStorage(path: from)
+                destination = try PostgresContainerStorage(location: location, containerIdentifier: container)
+            } else if let url = fromPostgres, let location = PostgresLocation(url: url), let to {
+                source = try PostgresContainerStorage(location: location, containerIdentifier: container)
+                destination = try ContainerCopy.fileStorage(path: to)
+            } else {
+                throw ContainerError(.badRequest, "nothing to copy")
+            }
+            counts = try ContainerCopy.copy(from: source, to: destination) { counts in
+                guard onTerminal else { return }
+                Terminal.writeAll("\rmigrate: \(counts.databases) databases, \(counts.records) records, \(counts.tombstones) tombstones", to: 2)
+            }
+            try destination.waitUntilDurable()
+        } catch {
+            if onTerminal { Terminal.writeAll("\n", to: 2) }
+            Terminal.writeError("error: \(error.code.rawValue): \(error.reason)")
+            throw ExitCode(2)
+        }
+        if onTerminal { Terminal.writeAll("\r\u{1B}[K", to: 2) }
+        Terminal.writeAll("""
+            copied \(counts.databases) databases, \(counts.zones) zones, \(counts.records) records, \(counts.tombstones) tombstones, \
+            \(counts.subscriptions) subscriptions, \(counts.notifications) queued notifications
+
+            """, to: 1)
+    }
+}
