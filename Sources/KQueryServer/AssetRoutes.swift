@@ -49,8 +49,10 @@ extension CloudKitServer {
             var pending: [UInt8] = []
             pending.reserveCapacity(chunkSize)
             // The chunk being written while the next one is read: the socket and the disk work at
-            // once, and at most two chunks are held.
-            var writing: Task<Void, any Error>?
+            // once, and at most two chunks are held. A written chunk's buffer collects the next
+            // one (a new megabyte each time cost page faults and grew the heap).
+            var writing: Task<[UInt8], any Error>?
+            var spare: [UInt8]?
             func begin(_ type: String?) async throws(ServerError) -> AssetUploadWriter {
                 if let writer { return writer }
                 let started = try await run { () throws(ContainerError) in try container.beginAssetUpload(token: token, contentType: type) }
@@ -61,7 +63,7 @@ extension CloudKitServer {
             func settle() async throws(ServerError) {
                 guard let task = writing else { return }
                 writing = nil
-                do { try await task.value } catch let error as ServerError { throw error } catch {
+                do { spare = try await task.value } catch let error as ServerError { throw error } catch {
                     throw ServerError("INTERNAL_ERROR", "the upload could not be written: \(error)", httpStatus: 500)
                 }
             }
@@ -71,9 +73,16 @@ extension CloudKitServer {
                 guard !pending.isEmpty else { return }
                 let bytes = pending
                 pending = []
-                pending.reserveCapacity(chunkSize)
                 try await settle()
-                writing = Task { try await self.run { () throws(ContainerError) in try writer.append(chunk: bytes) } }
+                pending = spare.take() ?? []
+                pending.removeAll(keepingCapacity: true)
+                pending.reserveCapacity(chunkSize)
+                writing = Task {
+                    try await self.run { () throws(ContainerError) -> [UInt8] in
+                        try writer.append(chunk: bytes)
+                        return bytes
+                    }
+                }
             }
             /// Collects bytes, a whole chunk at a time.
             func take(_ bytes: some Collection<UInt8>) async throws(ServerError) {
