@@ -41,8 +41,8 @@ let package = Package(
         .target(
             name: "KQueryContainer",
             dependencies: [
-                "KQuery", "KQueryStore", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift"),
-                .product(name: "Crypto", package: "swift-crypto"),
+                "KQuery", "KQueryStore", "CKQuerySupport", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         // The PostgreSQL container storage: the only target that links postgres-nio.

@@ -17,6 +17,9 @@ package protocol ContainerStorage: Sendable {
     /// as soon as its transaction is visible to readers (a file storage then shares one disk sync
     /// among the writes that wait here together); a write is acknowledged only after this.
     func waitUntilDurable() throws(ContainerError)
+    /// Starts putting what was committed so far on stable storage, without waiting (a hint: a
+    /// long series of writes then waits less in `waitUntilDurable`).
+    func startWriteback()
     /// Runs `body` with a writer whose writes share one transaction: each write still applies
     /// whole or not at all, and sees the ones before it; they commit together when `body`
     /// returns, and become visible to readers then. Throws when that commit fails: none of the
@@ -36,6 +39,8 @@ package protocol StorageBatchWriter: AnyObject {
 extension ContainerStorage {
     /// Storages whose writes are durable when `write` returns (or never, in memory) have nothing to wait for.
     func waitUntilDurable() throws(ContainerError) {}
+
+    func startWriteback() {}
 
     /// Storages whose commits cost nothing to share commit each write by itself.
     func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T { try body(nil) }

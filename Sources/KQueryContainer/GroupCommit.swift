@@ -1,3 +1,4 @@
+import CKQuerySupport
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -74,6 +75,15 @@ final class GroupCommit: @unchecked Sendable {
                 throw ContainerError(.internalError, "the change was committed but could not be made durable: \(failure.message)")
             }
         }
+    }
+
+    /// Starts writing the log's dirty pages to disk without waiting: a long write (an asset's
+    /// chunks) then finds most of its bytes on disk when it waits to be durable, instead of all.
+    func startWriteback() {
+        let descriptor = open(walPath, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        _ = kquery_start_writeback(descriptor)
+        close(descriptor)
     }
 
     /// `fdatasync`s the file at `path`; nil when it worked (or there is no file: SQLite removes the

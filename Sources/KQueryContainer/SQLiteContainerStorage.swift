@@ -246,6 +246,10 @@ final class SQLiteContainerStorage: ContainerStorage {
         try groupCommit?.waitUntilDurable()
     }
 
+    func startWriteback() {
+        groupCommit?.startWriteback()
+    }
+
     /// Runs `body` in one transaction, committed when it returns and rolled back when it throws.
     /// BEGIN and COMMIT are prepared once per connection: GRDB's `write` parsed both anew for
     /// every write (7% of a one-record modify).

@@ -45,42 +45,78 @@ extension CloudKitServer {
             // A form-encoded body is what `curl -d@file` (Apple's example) sends: its bytes are the file.
             let rawType = declaredType.flatMap { $0.lowercased().hasPrefix("application/x-www-form-urlencoded") ? nil : $0 }
             var writer: AssetUploadWriter?
+            let chunkSize = AssetPolicy.chunkSize
             var pending: [UInt8] = []
-            let batch = AssetPolicy.chunkSize
+            pending.reserveCapacity(chunkSize)
+            // The chunk being written while the next one is read: the socket and the disk work at
+            // once, and at most two chunks are held. A written chunk's buffer collects the next
+            // one (a new megabyte each time cost page faults and grew the heap).
+            var writing: Task<[UInt8], any Error>?
+            var spare: [UInt8]?
             func begin(_ type: String?) async throws(ServerError) -> AssetUploadWriter {
                 if let writer { return writer }
                 let started = try await run { () throws(ContainerError) in try container.beginAssetUpload(token: token, contentType: type) }
                 writer = started
                 return started
             }
-            /// Hands the collected bytes to the writer on a blocking thread (a chunk at a time).
+            /// Waits for the chunk being written, if any.
+            func settle() async throws(ServerError) {
+                guard let task = writing else { return }
+                writing = nil
+                do { spare = try await task.value } catch let error as ServerError { throw error } catch {
+                    throw ServerError("INTERNAL_ERROR", "the upload could not be written: \(error)", httpStatus: 500)
+                }
+            }
+            /// Hands the collected bytes to the writer on a blocking thread, once the chunk before
+            /// them is written.
             func flush(_ writer: AssetUploadWriter) async throws(ServerError) {
                 guard !pending.isEmpty else { return }
                 let bytes = pending
+                pending = []
+                try await settle()
+                pending = spare.take() ?? []
                 pending.removeAll(keepingCapacity: true)
-                try await run { () throws(ContainerError) in try writer.append(bytes) }
+                pending.reserveCapacity(chunkSize)
+                writing = Task {
+                    try await self.run { () throws(ContainerError) -> [UInt8] in
+                        try writer.append(chunk: bytes)
+                        return bytes
+                    }
+                }
+            }
+            /// Collects bytes, a whole chunk at a time.
+            func take(_ bytes: some Collection<UInt8>) async throws(ServerError) {
+                var rest = bytes[...]
+                while !rest.isEmpty {
+                    let taken = rest.prefix(chunkSize - pending.count)
+                    pending.append(contentsOf: taken)
+                    rest = rest.dropFirst(taken.count)
+                    if pending.count == chunkSize { try await flush(try await begin(multipart?.fileContentType ?? rawType)) }
+                }
             }
             if multipart == nil { _ = try await begin(rawType) }
             do {
                 for try await buffer in request.body {
                     if multipart != nil {
-                        pending.append(contentsOf: try multipart!.feed(buffer.readableBytesView))
+                        let bytes = try multipart!.feed(buffer.readableBytesView)
                         if multipart!.foundFile { _ = try await begin(multipart!.fileContentType) }
+                        try await take(bytes)
                     } else {
-                        pending.append(contentsOf: buffer.readableBytesView)
+                        try await take(buffer.readableBytesView)
                     }
-                    if pending.count >= batch, let writer { try await flush(writer) }
                 }
-            } catch let error as ServerError {
-                writer?.abandon()
-                throw error
+                try multipart?.finish()
+                let active = try await begin(rawType)
+                try await flush(active)
+                try await settle()
             } catch {
+                // The writer is used by one task at a time: the chunk in flight lands (or fails) first.
+                _ = await writing?.result
                 writer?.abandon()
+                if let error = error as? ServerError { throw error }
                 throw ServerError.badRequest("the upload's body could not be read: \(error)")
             }
-            try multipart?.finish()
             let active = try await begin(rawType)
-            try await flush(active)
             let uploaded = try await run { () throws(ContainerError) in try active.finish() }
             return Self.response(ServiceAnswer(json: .object([("singleFile", uploaded.webServicesJSON)])))
         } catch {

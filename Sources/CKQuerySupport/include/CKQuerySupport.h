@@ -44,4 +44,9 @@ static inline size_t kquery_heap_bytes(void) {
 #endif
 }
 
+/// Starts writing the file's dirty pages to disk and returns without waiting for them (Linux's
+/// `sync_file_range` with `SYNC_FILE_RANGE_WRITE`), so that a later `fdatasync` finds most of them
+/// written. Returns 0, or the error number; elsewhere it does nothing and returns 0.
+int kquery_start_writeback(int descriptor);
+
 #endif

@@ -119,7 +119,11 @@ struct SQLiteAssets {
     }
 
     func saveChunk(_ owner: String, index: Int, bytes: [UInt8]) throws {
-        try db.execute(sql: "INSERT OR REPLACE INTO asset_chunks (owner, chunk, bytes) VALUES (?, ?, ?)", arguments: [owner, index, Data(bytes)])
+        // The bytes are lent to SQLite for the statement (it copies what it binds), not copied into a `Data` first.
+        try bytes.withUnsafeBytes { buffer in
+            let lent = buffer.baseAddress.map { Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: $0), count: buffer.count, deallocator: .none) } ?? Data()
+            try db.execute(sql: "INSERT OR REPLACE INTO asset_chunks (owner, chunk, bytes) VALUES (?, ?, ?)", arguments: [owner, index, lent])
+        }
     }
 
     /// Deletes a blob's chunks (wherever they are kept) or an upload's (unless a blob kept them).
