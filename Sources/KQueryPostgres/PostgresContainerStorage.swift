@@ -73,6 +73,9 @@ package final class PostgresContainerStorage: ContainerStorage {
     /// Commits are durable when they return.
     package func waitUntilDurable() throws(ContainerError) {}
 
+    /// Nothing to start: PostgreSQL syncs its log at each commit.
+    package func startWriteback() {}
+
     /// One transaction for the whole batch, each write in a savepoint of its own.
     package func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
         try pool.withConnection { session throws(ContainerError) -> T in
