@@ -156,8 +156,11 @@ struct PostgresSession {
         if let error = error as? ContainerError { return error }
         if let error = error as? PSQLError {
             if let message = error.serverInfo?[.message] {
-                let code = error.serverInfo?[.sqlState].map { " (\($0))" } ?? ""
-                return ContainerError(.internalError, "\(name): \(message)\(code)")
+                let state = error.serverInfo?[.sqlState]
+                let code = state.map { " (\($0))" } ?? ""
+                // Class 22, a data exception, is a value PostgreSQL cannot hold (text with U+0000):
+                // the request's fault, not the server's.
+                return ContainerError(state?.hasPrefix("22") == true ? .badRequest : .internalError, "\(name): \(message)\(code)")
             }
             return ContainerError(.internalError, "\(name): \(error.code)\(error.underlying.map { ": \($0)" } ?? "")")
         }

@@ -44,6 +44,22 @@ import Testing
         #expect(second.holdsAPNsDuty())
     }
 
+    /// PostgreSQL text cannot hold U+0000: such a name is refused as a bad request, and nothing
+    /// of the modify is kept (SQLite stores it; this is the one difference, in README).
+    @Test func aNameHoldingNULIsRefusedNotStored() throws {
+        let containers = try PostgresContainers(location: try Self.location(), connections: 2)
+        defer { containers.close() }
+        let database = try containers.openContainer("iCloud.nul").database(.public)
+        do {
+            _ = try database.modify([RecordOperation(kind: .create, record: Record(recordType: "Note", recordID: RecordID(recordName: "a\u{0}b")))])
+            Issue.record("a name holding U+0000 was stored")
+        } catch {
+            #expect(error.code == .badRequest)
+        }
+        _ = try database.modify([RecordOperation(kind: .create, record: Record(recordType: "Note", recordID: RecordID(recordName: "fine")))])
+        #expect(try database.lookup([RecordID(recordName: "fine")]).first?.record != nil)
+    }
+
     @Test(arguments: [
         "", "postgresql://", "postgresql://host/db", "http://u@h/db", "postgresql://u@/db", "postgresql://u@h", "postgresql://u@h/a/b",
         "postgresql://u@h:notaport/db", "\u{0}", "postgresql://u@h:99999999999999999999/db",
