@@ -22,6 +22,9 @@ public final class PostgresContainers: Sendable {
     /// The connection holding the APNs duty's advisory lock, while this node holds it.
     private let duty = Locked<PostgresConnection?>(nil)
 
+    /// This node, in its courier claims.
+    private let node = UUID().uuidString
+
     /// The channel nodes NOTIFY when a transaction queued pushes.
     static let pushChannel = "kquery_pushes"
 
@@ -71,6 +74,26 @@ public final class PostgresContainers: Sendable {
     /// Gives the APNs duty up (another node's next pass takes it).
     public func releaseAPNsDuty() {
         if let connection = duty.withLock({ held in defer { held = nil }; return held }) { try? connection.close().wait() }
+    }
+
+    /// Claims queued push `id` of container `identifier` for this node's web courier for `seconds`:
+    /// false while another node's unlapsed claim holds it. Lapsed claims of the container are
+    /// cleared on the way. A failure to ask is a refusal: the push waits, it is not lost.
+    public func claimPush(_ id: Int64, of identifier: String, seconds: Int) -> Bool {
+        let claimed = try? pool.withConnection { session throws(ContainerError) -> Bool in
+            let rows = try session.rows("""
+                WITH container AS (SELECT id FROM containers WHERE identifier = \(identifier)),
+                     lapsed AS (DELETE FROM courier_claims WHERE container_id = (SELECT id FROM container) AND id <> \(id)
+                                AND until < now() - interval '10 minutes')
+                INSERT INTO courier_claims (container_id, id, holder, until)
+                SELECT id, \(id), \(node), now() + make_interval(secs => \(Double(seconds))) FROM container
+                ON CONFLICT (container_id, id) DO UPDATE SET holder = EXCLUDED.holder, until = EXCLUDED.until
+                WHERE courier_claims.until < now() OR courier_claims.holder = EXCLUDED.holder
+                RETURNING id
+                """)
+            return !rows.isEmpty
+        }
+        return claimed ?? false
     }
 
     /// The second key of the APNs duty's advisory lock ("APNS"; container write locks use

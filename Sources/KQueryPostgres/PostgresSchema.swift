@@ -13,6 +13,7 @@ import PostgresNIO
 /// secrets). Every statement filters on that key.
 /// ```
 /// server_secrets(name PK, value)                  the web auth secret the nodes share
+/// courier_claims(container_id, id PK, holder, until)   pushes a node's web courier is handing out (v2)
 /// containers(id PK, identifier UNIQUE, secret_high, secret_low, outbox_sequence)
 /// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon)
 /// zones(database_id, zone_name, owner_name PK, created_sequence, changed_sequence)
@@ -139,7 +140,15 @@ enum PostgresSchema {
             """,
             "CREATE INDEX asset_references_by_blob ON asset_references (container_id, content_hash)",
             "CREATE TABLE server_secrets (name text PRIMARY KEY, value bytea NOT NULL)",
-        ]
+        ],
+        [
+            // Version 2: web courier claims, so two nodes' polls never hand out one push.
+            """
+            CREATE TABLE courier_claims (
+                container_id bigint NOT NULL, id bigint NOT NULL, holder text NOT NULL, until timestamptz NOT NULL,
+                PRIMARY KEY (container_id, id))
+            """
+        ],
     ]
 
     /// Brings the database's tables to `version`, creating them in an empty database.

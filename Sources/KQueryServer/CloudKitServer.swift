@@ -59,7 +59,7 @@ public final class CloudKitServer: Sendable {
             spentTokens: configuration.singleUseWebAuthTokens ? SpentWebAuthTokens() : nil)
         deviceTokens = DeviceTokens(directory: configuration.dataDirectory)
         blockingWork = BlockingWork(threads: configuration.blockingThreads)
-        courier = WebCourier(acknowledges: configuration.apns == nil ? .all : .webCourier)
+        courier = WebCourier(acknowledges: configuration.apns == nil ? .all : .webCourier, shared: configuration.sharedStore)
         if let apnsConfiguration = configuration.apns {
             apns = APNsDelivery(
                 configuration: apnsConfiguration, containers: containers, deviceTokens: deviceTokens, logsToStandardError: configuration.logsRequests)

@@ -18,4 +18,8 @@ public protocol SharedContainerStore: Sendable {
     /// Whether this node delivers to APNs now: one node at a time holds the duty (so a push goes
     /// to APNs once), and another takes it over when that node stops or dies.
     func holdsAPNsDuty() -> Bool
+    /// Claims queued push `id` of container `identifier` for a web courier answer on this node
+    /// for `seconds`: false when another node holds it, so two polls on two nodes never deliver
+    /// the same push (a claim lapses, so a node that died holding one delays the push, never loses it).
+    func claimPush(_ id: Int64, of identifier: String, seconds: Int) -> Bool
 }

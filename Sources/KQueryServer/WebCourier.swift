@@ -45,8 +45,13 @@ actor WebCourier {
     /// deliver to APNs (so the row leaves the outbox).
     let acknowledges: DeliveryChannel
 
-    init(acknowledges: DeliveryChannel = .all) {
+    /// The other nodes' couriers, when this server is one node of many: a push is claimed there
+    /// too before it is handed out.
+    let shared: (any SharedContainerStore)?
+
+    init(acknowledges: DeliveryChannel = .all, shared: (any SharedContainerStore)? = nil) {
         self.acknowledges = acknowledges
+        self.shared = shared
     }
 
     /// The token of a web courier URL (the client's `apnsToken`), and back. `client` tells the
@@ -86,6 +91,10 @@ actor WebCourier {
                 for: .webCourier, recipient: OutboxRecipient(owner: subscriber.user, environment: subscriber.environment), limit: reserved.count + 1)
             guard let notification = pending.first(where: { reserved[$0.id] == nil }) else { return nil }
             reserved[notification.id] = now
+            // Held by another node's poll: skipped here until that claim lapses or it is acknowledged.
+            if let shared, !shared.claimPush(notification.id, of: container.containerIdentifier, seconds: Int(Self.reservationLifetime.components.seconds)) {
+                return nil
+            }
             let delivery = Delivery(id: notification.id, payload: notification.payload)
             return notification.excludedDevice == device ? .ownChange(delivery) : .push(delivery)
         } catch {

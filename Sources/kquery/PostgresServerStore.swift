@@ -15,4 +15,5 @@ struct PostgresServerStore: SharedContainerStore {
     func listenForPushes(_ wake: @escaping @Sendable () -> Void) { containers.listenForPushes(wake) }
     func stopListening() { containers.stopListening() }
     func holdsAPNsDuty() -> Bool { containers.holdsAPNsDuty() }
+    func claimPush(_ id: Int64, of identifier: String, seconds: Int) -> Bool { containers.claimPush(id, of: identifier, seconds: seconds) }
 }

@@ -151,6 +151,34 @@ import Testing
         #expect(again.status == 204 || again.json["ck"]?["qry"]?["rid"]?.stringValue != "pushed")
     }
 
+    /// Two polls for one user, one held on each node, and one push: exactly one poll gets it.
+    @Test func twoPollsOnTwoNodesDeliverOnePushOnce() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let url = try PostgresCluster.start().createDatabase()
+        let (nodeA, portA) = try Self.startNode(url, ["--courier-timeout", "4"])
+        defer { Self.kill9(nodeA) }
+        let (nodeB, portB) = try Self.startNode(url, ["--courier-timeout", "4"])
+        defer { Self.kill9(nodeB) }
+        let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
+        let (a, b) = (clients[0], clients[1])
+        _ = try await a.post("private", "subscriptions/modify", """
+            {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "notes", "subscriptionType": "query",
+              "query": {"recordType": "Note"}, "firesOn": ["create"], "notificationInfo": {"shouldSendContentAvailable": true}}}]}
+            """, user: "_k")
+        let created = try await a.send(.post, "/device/1/\(a.container)/development/tokens/create", body: "{}", user: "_k")
+        let courierURL = try #require(created.json["webcourierURL"]?.stringValue)
+        let poll = String(courierURL[try #require(courierURL.range(of: "/aps")).lowerBound...])
+        async let onA = a.send(.get, poll, apiToken: nil)
+        async let onB = b.send(.get, poll, apiToken: nil)
+        try await Task.sleep(for: .milliseconds(500))
+        _ = try await a.post("private", "records/modify", """
+            {"operations": [{"operationType": "create", "record": {"recordName": "once", "recordType": "Note"}}]}
+            """, user: "_k")
+        let answers = try await [onA, onB]
+        #expect(answers.filter { $0.status == 200 }.count == 1)
+        #expect(answers.filter { $0.status == 204 }.count == 1)
+    }
+
     /// SIGKILL of a node under a load of modifies: every acknowledged modify is read through the
     /// other node, once.
     @Test func killingANodeLosesNothingAcknowledged() async throws {

@@ -44,6 +44,26 @@ import Testing
         #expect(second.holdsAPNsDuty())
     }
 
+    /// A push claimed by one node's courier is not handed out by another's until the claim
+    /// lapses; the holder may claim it again (a poll whose answer was not written).
+    @Test func aPushIsClaimedByOneNodeAtATime() throws {
+        let location = try Self.location()
+        let first = try PostgresContainers(location: location, connections: 1)
+        let second = try PostgresContainers(location: location, connections: 1)
+        defer {
+            first.close()
+            second.close()
+        }
+        _ = try first.openContainer("iCloud.claims")
+        #expect(first.claimPush(7, of: "iCloud.claims", seconds: 60))
+        #expect(!second.claimPush(7, of: "iCloud.claims", seconds: 60))
+        #expect(first.claimPush(7, of: "iCloud.claims", seconds: 0))
+        // Lapsed (0 seconds): the other node takes it.
+        #expect(second.claimPush(7, of: "iCloud.claims", seconds: 60))
+        #expect(second.claimPush(8, of: "iCloud.claims", seconds: 60))
+        #expect(!first.claimPush(7, of: "iCloud.unknown", seconds: 60))
+    }
+
     /// PostgreSQL text cannot hold U+0000: such a name is refused as a bad request, and nothing
     /// of the modify is kept (SQLite stores it; this is the one difference, in README).
     @Test func aNameHoldingNULIsRefusedNotStored() throws {
