@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "KQueryStore", targets: ["KQueryStore"]),
         .library(name: "KQueryContainer", targets: ["KQueryContainer"]),
         .library(name: "KQueryServer", targets: ["KQueryServer"]),
+        .library(name: "KQueryKeyValueStore", targets: ["KQueryKeyValueStore"]),
         .executable(name: "kquery", targets: ["kquery"]),
     ],
     dependencies: [
@@ -53,6 +54,15 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        // iCloud key-value storage (SPEC §14): a client library over the container's public API and
+        // the Web Services HTTP API.
+        .target(
+            name: "KQueryKeyValueStore",
+            dependencies: [
+                "KQuery", "KQueryContainer", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         .executableTarget(
             name: "kquery",
             dependencies: [
@@ -82,7 +92,7 @@ let package = Package(
         .testTarget(
             name: "KQueryTests",
             dependencies: [
-                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "kquery", .product(name: "PropertyBased", package: "swift-property-based"),
+                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "KQueryKeyValueStore", "kquery", .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             resources: [.copy("Fixtures")]
@@ -90,7 +100,8 @@ let package = Package(
         .testTarget(
             name: "KQueryServerTests",
             dependencies: [
-                "KQueryTestSupport", "KQuery", "KQueryContainer", "KQueryWebServices", "KQueryServer", .product(name: "Hummingbird", package: "hummingbird"),
+                "KQueryTestSupport", "KQuery", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryKeyValueStore",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"), .product(name: "Logging", package: "swift-log"),
