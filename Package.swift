@@ -66,7 +66,7 @@ let package = Package(
         .executableTarget(
             name: "kquery",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "CEditLine",
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryKeyValueStore", "CEditLine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
