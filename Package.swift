@@ -74,6 +74,7 @@ let package = Package(
         .executableTarget(
             name: "RequestFuzz", dependencies: ["KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices"], path: "Fuzz/RequestFuzz"),
         .executableTarget(name: "FileFuzz", dependencies: ["KQuery", "KQueryStore"], path: "Fuzz/FileFuzz"),
+        .executableTarget(name: "PlistFuzz", dependencies: ["KQueryKeyValueStore"], path: "Fuzz/PlistFuzz"),
         .executableTarget(
             name: "KQueryBenchmarks",
             dependencies: [
