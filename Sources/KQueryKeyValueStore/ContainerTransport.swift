@@ -42,7 +42,7 @@ public struct ContainerTransport: KeyValueStoreTransport {
         let database = try database()
         let changes: ZoneChanges
         do { changes = try database.zoneChanges(zoneID, since: token.map(SyncToken.init(text:))) } catch {
-            throw KeyValueStoreError(.syncFailed, error.description)
+            throw KeyValueStoreError(error.code == .changeTokenExpired ? .changeTokenExpired : .syncFailed, error.description)
         }
         var result: [RemoteKeyChange] = []
         for change in changes.changes {

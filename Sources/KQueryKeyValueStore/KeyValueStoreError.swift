@@ -13,6 +13,8 @@ public struct KeyValueStoreError: Error, Hashable, Sendable, CustomStringConvert
         case invalidServerAnswer
         /// The server, or the container, refused or failed a request.
         case syncFailed
+        /// The server no longer has the changes since the device's token: fetch everything again.
+        case changeTokenExpired
         /// No server or container is configured: the store keeps its values on the device only.
         case notConfigured
         /// The device directory could not be read or written.

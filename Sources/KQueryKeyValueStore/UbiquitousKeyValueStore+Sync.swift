@@ -65,8 +65,16 @@ extension UbiquitousKeyValueStore {
         var token = state.withLock { $0.journal.meta.token }
         var received: [(key: String, value: PropertyListValue?, remote: RemoteKeyValue?)] = []
         var pages = 0
+        // A token the server no longer honours: everything again, and what it lacks was deleted.
+        var everything = token == nil
         while true {
-            let page = try await transport.fetchChanges(since: token)
+            let page: RemoteKeyChanges
+            do { page = try await transport.fetchChanges(since: token) } catch where error.code == .changeTokenExpired && token != nil && !everything {
+                token = nil
+                everything = true
+                received.removeAll()
+                continue
+            }
             pages += 1
             // Everything is read before anything changes: a bad answer leaves the store as it was.
             for change in page.changes {
@@ -88,6 +96,12 @@ extension UbiquitousKeyValueStore {
             let first = !meta.initialSynced || meta.accountChanged
             var changed: [String] = []
             var seen: Set<String> = []
+            if everything, !first {
+                let present = Set(received.map(\.key))
+                for (key, entry) in state.journal.entries where !present.contains(key) && !(entry.pending && entry.value != nil) {
+                    received.append((key, nil, nil))
+                }
+            }
             for item in received {
                 // A key no device could have written is not taken.
                 guard limits.keyProblem(item.key) == nil else { continue }

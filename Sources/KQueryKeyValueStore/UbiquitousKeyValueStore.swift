@@ -32,6 +32,10 @@ public final class UbiquitousKeyValueStore: @unchecked Sendable {
         public var limits = KeyValueStoreLimits()
         /// How long after a local change the upload waits, gathering more changes into it.
         public var uploadDelay: Duration = .seconds(2)
+        /// The least time between two background uploads that local changes start: Apple allows
+        /// "several a minute". Later changes wait and go together; none is dropped.
+        /// `synchronize()`, pushes and `syncNow()` are not held back.
+        public var minimumUploadInterval: Duration = .seconds(10)
         /// Whether the store syncs by itself (after changes, on pushes); without it only
         /// `synchronize()` and `syncNow()` do.
         public var automaticallySyncs = true
@@ -354,11 +358,18 @@ public final class UbiquitousKeyValueStore: @unchecked Sendable {
         let device = deviceIdentifier
         let wakes = self.wakes
         let delay = configuration.uploadDelay
+        let interval = configuration.minimumUploadInterval
         let syncing = Task { [weak self] in
             // Opportunistically at start, as Apple's runtime does a moment after a store is made.
             _ = try? await self?.syncNow()
+            var lastUpload: ContinuousClock.Instant?
             for await wake in wakes {
-                if wake == .localChange, delay > .zero { try? await Task.sleep(for: delay) }
+                if wake == .localChange {
+                    var wait = delay
+                    if let lastUpload { wait = max(wait, lastUpload + interval - .now) }
+                    if wait > .zero { try? await Task.sleep(for: wait) }
+                    lastUpload = .now
+                }
                 if Task.isCancelled { return }
                 guard let self else { return }
                 do { _ = try await self.syncNow() } catch {

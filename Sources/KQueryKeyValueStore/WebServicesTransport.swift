@@ -84,7 +84,12 @@ public struct WebServicesTransport: KeyValueStoreTransport {
         guard (200..<300).contains(answer.status) else {
             let code = json?["serverErrorCode"]?.stringValue ?? "HTTP \(answer.status)"
             let reason = json?["reason"]?.stringValue ?? String(decoding: answer.body.prefix(200), as: UTF8.self)
-            throw KeyValueStoreError(code == "QUOTA_EXCEEDED" ? .quotaExceeded : .syncFailed, "\(operation): \(code): \(reason)")
+            let kind: KeyValueStoreError.Code = switch code {
+            case "QUOTA_EXCEEDED": .quotaExceeded
+            case "CHANGE_TOKEN_EXPIRED": .changeTokenExpired
+            default: .syncFailed
+            }
+            throw KeyValueStoreError(kind, "\(operation): \(code): \(reason)")
         }
         guard let json, case .object = json else {
             throw KeyValueStoreError(.invalidServerAnswer, "\(operation): the answer is not a JSON object")
@@ -122,7 +127,7 @@ public struct WebServicesTransport: KeyValueStoreTransport {
         let json = try await call("changes/zone", .object([("zones", .array([.object(zone)]))]))
         guard let answer = json["zones"]?[0], case .object = answer else { throw KeyValueStoreError(.invalidServerAnswer, "changes/zone: no zone in the answer") }
         if let code = answer["serverErrorCode"]?.stringValue {
-            throw KeyValueStoreError(.syncFailed, "changes/zone: \(code): \(answer["reason"]?.stringValue ?? "")")
+            throw KeyValueStoreError(code == "CHANGE_TOKEN_EXPIRED" ? .changeTokenExpired : .syncFailed, "changes/zone: \(code): \(answer["reason"]?.stringValue ?? "")")
         }
         guard let next = answer["syncToken"]?.stringValue else { throw KeyValueStoreError(.invalidServerAnswer, "changes/zone: no syncToken") }
         var changes: [RemoteKeyChange] = []

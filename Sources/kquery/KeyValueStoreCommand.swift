@@ -180,6 +180,7 @@ struct KeyValueStoreOptions: ParsableArguments {
         var configuration = UbiquitousKeyValueStore.Configuration(storeIdentifier: storeIdentifier, deviceDirectory: device, transport: transport)
         configuration.automaticallySyncs = automaticallySyncs
         configuration.uploadDelay = .zero
+        configuration.minimumUploadInterval = .zero
         do { return try UbiquitousKeyValueStore(configuration: configuration) } catch {
             Terminal.writeError("kvs: \(error.message)")
             throw ExitCode(2)

@@ -23,6 +23,7 @@ import Testing
             storeIdentifier: storeIdentifier, deviceDirectory: directory ?? TemporaryFiles.path("kvs-device"), transport: transport)
         configuration.automaticallySyncs = automatic
         configuration.uploadDelay = .zero
+        configuration.minimumUploadInterval = .zero
         configuration.notificationCenter = center
         configuration.clock = { ticks.withLock { $0 += 1; return $0 } }
         return try UbiquitousKeyValueStore(configuration: configuration)

@@ -353,6 +353,24 @@ final class NotificationLog: @unchecked Sendable {
         #expect(switched.values == ["name": .string("bob's")])
     }
 
+    /// A device whose token the server no longer honours (its deletion history compacted away)
+    /// fetches everything again, and drops the keys the server no longer has.
+    @Test func anExpiredTokenRefetchesEverything() async throws {
+        let devices = try KeyValueDevices()
+        let a = try devices.device(), b = try devices.device()
+        try a.set("x", forKey: "gone")
+        try a.set("y", forKey: "kept")
+        _ = try await a.syncNow()
+        _ = try await b.syncNow()
+        try a.removeObject(forKey: "gone")
+        try a.set("z", forKey: "new")
+        _ = try await a.syncNow()
+        try devices.container.database(.private, user: "_alice").compactChangeHistory(keepingLast: 0)
+        let changes = try await b.syncNow()
+        #expect(changes == [KeyValueStoreChange(reason: .serverChange, changedKeys: ["gone", "new"])])
+        #expect(b.values == a.values)
+    }
+
     /// Values over 102,400 bytes travel as an asset (`assetValue`).
     @Test func largeValuesTravelAsAssets() async throws {
         let devices = try KeyValueDevices()
@@ -401,6 +419,7 @@ final class NotificationLog: @unchecked Sendable {
             storeIdentifier: devices.storeIdentifier, deviceDirectory: TemporaryFiles.path("kvs-device"),
             transport: ContainerTransport(container: devices.container, user: "_alice", storeIdentifier: devices.storeIdentifier))
         configuration.uploadDelay = .zero
+        configuration.minimumUploadInterval = .zero
         configuration.notificationCenter = NotificationCenter()
         let watcher = try UbiquitousKeyValueStore(configuration: configuration)
         defer { watcher.close() }
