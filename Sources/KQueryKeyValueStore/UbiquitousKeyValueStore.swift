@@ -1,5 +1,6 @@
 import Foundation
 import KQuery
+import Synchronization
 
 /// iCloud key-value storage on Linux: `NSUbiquitousKeyValueStore`'s API and behaviour (SPEC §14),
 /// synced through a CloudKit container, over `kquery serve`'s Web Services or in process.
@@ -74,6 +75,7 @@ public final class UbiquitousKeyValueStore: @unchecked Sendable {
     private let wakeContinuation: AsyncStream<SyncWake>.Continuation
     let syncSerializer = SyncSerializer()
     private let tasks = Locked<[Task<Void, Never>]>([])
+    private let syncStarted = Atomic<Bool>(false)
 
     enum SyncWake { case localChange, now }
 
@@ -353,8 +355,10 @@ public final class UbiquitousKeyValueStore: @unchecked Sendable {
         for continuation in observers.withLock({ Array($0.values) }) { continuation.yield(change) }
     }
 
-    private func startSyncing() {
-        guard let transport = configuration.transport else { return }
+    /// Starts the background sync of a store configured without `automaticallySyncs` (after its
+    /// observers are in place, say, so that they see what the first sync brings). Once only.
+    public func startSyncing() {
+        guard let transport = configuration.transport, !syncStarted.exchange(true, ordering: .relaxed) else { return }
         let device = deviceIdentifier
         let wakes = self.wakes
         let delay = configuration.uploadDelay

@@ -101,10 +101,12 @@ struct KeyValueStoreCommand: ParsableCommand {
         }
 
         func run() throws {
-            let store = try options.open(automaticallySyncs: true)
+            let store = try options.open()
             let seconds = self.seconds
+            // Listening before the first sync, which may bring changes too.
+            let changes = store.changes
+            store.startSyncing()
             _ = KeyValueStoreOptions.wait { () async throws(KeyValueStoreError) -> Void in
-                let changes = store.changes
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask {
                         for await change in changes { Terminal.writeAll(KeyValueStoreJSON.line(change) + "\n", to: 1) }
@@ -164,8 +166,8 @@ struct KeyValueStoreOptions: ParsableArguments {
 
     var storeIdentifier: String { store ?? container }
 
-    /// The store of this device (its background sync off unless asked).
-    func open(automaticallySyncs: Bool = false) throws -> UbiquitousKeyValueStore {
+    /// The store of this device, its background sync off (`watch` starts it).
+    func open() throws -> UbiquitousKeyValueStore {
         let environment = ContainerEnvironment(name: environment) ?? .development
         let transport: any KeyValueStoreTransport
         if let server, let url = URL(string: server), let apiToken, let webAuthToken {
@@ -178,7 +180,7 @@ struct KeyValueStoreOptions: ParsableArguments {
             throw ValidationError("name where the store syncs: --server or --db")
         }
         var configuration = UbiquitousKeyValueStore.Configuration(storeIdentifier: storeIdentifier, deviceDirectory: device, transport: transport)
-        configuration.automaticallySyncs = automaticallySyncs
+        configuration.automaticallySyncs = false
         configuration.uploadDelay = .zero
         configuration.minimumUploadInterval = .zero
         do { return try UbiquitousKeyValueStore(configuration: configuration) } catch {
