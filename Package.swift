@@ -88,6 +88,9 @@ let package = Package(
         ),
         .executableTarget(
             name: "ContainerBenchmarks", dependencies: ["KQuery", "KQueryStore", "KQueryContainer"], path: "Benchmarks/ContainerBenchmarks"),
+        .executableTarget(
+            name: "KeyValueStoreBenchmarks", dependencies: ["KQuery", "KQueryContainer", "KQueryKeyValueStore", "KQueryServer"],
+            path: "Benchmarks/KeyValueStoreBenchmarks"),
         // Helpers both test targets share (temporary files removed at exit).
         .target(name: "KQueryTestSupport", dependencies: ["KQuery"], path: "Tests/Support"),
         .testTarget(
