@@ -133,3 +133,65 @@ extension PropertyListValue {
     /// The value's binary property list: what the limits measure, and what a `KVSRecord` holds.
     public static func binaryPropertyList(_ value: PropertyListValue) -> Data { BinaryPropertyList.encode(value) }
 }
+
+extension BinaryPropertyList {
+    /// Whether `bytes` is a well-formed binary property list made only of the types a store holds,
+    /// with string dictionary keys. Checked before Foundation's decoder sees server bytes: it
+    /// crashes on some hostile inputs (a dictionary keyed by a set, found by `PlistFuzz`), and
+    /// what is checked here is all it needs to be safe.
+    static func isWellFormed(_ bytes: Data) -> Bool {
+        let data = [UInt8](bytes)
+        guard data.count >= 40, data.starts(with: Array("bplist00".utf8)) else { return false }
+        func integer(_ at: Int, _ size: Int) -> Int? {
+            guard at >= 0, size > 0, size <= 8, at + size <= data.count else { return nil }
+            var value: UInt64 = 0
+            for index in at..<(at + size) { value = value << 8 | UInt64(data[index]) }
+            return value <= UInt64(Int.max) ? Int(value) : nil
+        }
+        let trailer = data.count - 32
+        let offsetSize = Int(data[trailer + 6]), referenceSize = Int(data[trailer + 7])
+        guard [1, 2, 4, 8].contains(offsetSize), [1, 2, 4, 8].contains(referenceSize),
+              let count = integer(trailer + 8, 8), let top = integer(trailer + 16, 8), let table = integer(trailer + 24, 8),
+              count >= 1, count <= data.count, top < count, table >= 8, table <= trailer, count <= (trailer - table) / offsetSize
+        else { return false }
+        var offsets: [Int] = []
+        offsets.reserveCapacity(count)
+        for index in 0..<count {
+            guard let offset = integer(table + index * offsetSize, offsetSize), offset >= 8, offset < table else { return false }
+            offsets.append(offset)
+        }
+        /// The count of the object at `offset` (its low nibble, or the integer after it) and where its contents start.
+        func length(_ offset: Int) -> (count: Int, start: Int)? {
+            let nibble = Int(data[offset] & 0x0F)
+            guard nibble == 0x0F else { return (nibble, offset + 1) }
+            guard offset + 1 < table, data[offset + 1] & 0xF0 == 0x10 else { return nil }
+            let size = 1 << Int(data[offset + 1] & 0x0F)
+            guard let value = integer(offset + 2, size) else { return nil }
+            return (value, offset + 2 + size)
+        }
+        for offset in offsets {
+            let marker = data[offset]
+            switch marker >> 4 {
+            case 0x0: guard marker == 0x08 || marker == 0x09 else { return false }
+            case 0x1: guard marker & 0x0F <= 3, offset + 1 + (1 << Int(marker & 0x0F)) <= table else { return false }
+            case 0x2: guard marker == 0x22 || marker == 0x23, offset + 1 + (1 << Int(marker & 0x0F)) <= table else { return false }
+            case 0x3: guard marker == 0x33, offset + 9 <= table else { return false }
+            case 0x4, 0x5, 0x6:
+                guard let (items, start) = length(offset) else { return false }
+                let width = marker >> 4 == 0x6 ? 2 : 1
+                guard items <= (table - start) / width else { return false }
+            case 0xA, 0xD:
+                guard let (items, start) = length(offset) else { return false }
+                let references = marker >> 4 == 0xD ? items * 2 : items
+                guard items <= data.count, references <= (table - start) / referenceSize else { return false }
+                for index in 0..<references {
+                    guard let reference = integer(start + index * referenceSize, referenceSize), reference < count else { return false }
+                    // Dictionary keys are strings.
+                    if marker >> 4 == 0xD, index < items, !(data[offsets[reference]] >> 4 == 0x5 || data[offsets[reference]] >> 4 == 0x6) { return false }
+                }
+            default: return false
+            }
+        }
+        return true
+    }
+}

@@ -115,9 +115,14 @@ public enum PropertyListValue: Hashable, Sendable {
 }
 
 extension PropertyListValue {
-    /// Decodes a binary (or XML) property list with Foundation's `PropertyListSerialization`.
-    /// Bytes that are not a property list, or hold a type a store never holds, are an error.
+    /// Decodes a binary property list with Foundation's `PropertyListSerialization`. Bytes that
+    /// are not one (a `KVSRecord` holds binary property lists only: XML and the old text format
+    /// are refused before Foundation's parsers see them), or hold a type a store never holds, are
+    /// an error.
     public init(propertyListBytes bytes: Data) throws(KeyValueStoreError) {
+        guard BinaryPropertyList.isWellFormed(bytes) else {
+            throw KeyValueStoreError(.invalidServerAnswer, "the value is not a binary property list (\(bytes.count) bytes)")
+        }
         let object: Any
         do { object = try PropertyListSerialization.propertyList(from: bytes, options: [], format: nil) } catch {
             throw KeyValueStoreError(.invalidServerAnswer, "the value is not a property list (\(bytes.count) bytes)")

@@ -145,6 +145,26 @@ final class NotificationLog: @unchecked Sendable {
         #expect((try? PropertyListValue(propertyListBytes: PropertyListValue.binaryPropertyList(big))) == big)
     }
 
+    /// Property lists Foundation's decoder would take or crash on, which a store refuses first:
+    /// a dictionary keyed by a set (PlistFuzz found that one crashing the process), XML, a
+    /// truncated trailer.
+    @Test func malformedPropertyListsAreRefusedBeforeFoundation() {
+        var keyedBySet: [UInt8] = Array("bplist00".utf8) + [0xD1, 0x01, 0x02, 0xC0, 0x10, 0x05, 0x08, 0x0B, 0x0C]
+        keyedBySet += [0, 0, 0, 0, 0, 0, 1, 1] + [0, 0, 0, 0, 0, 0, 0, 3] + [UInt8](repeating: 0, count: 8) + [0, 0, 0, 0, 0, 0, 0, 14]
+        let xml = Data(#"<?xml version="1.0"?><plist version="1.0"><string>x</string></plist>"#.utf8)
+        let good = PropertyListValue.binaryPropertyList(.dictionary(["k": .array([.integer(1)])]))
+        for bytes in [Data(keyedBySet), xml, good.dropLast(1), Data("bplist00".utf8), Data()] {
+            #expect(throws: KeyValueStoreError.self) { try PropertyListValue(propertyListBytes: bytes) }
+        }
+        var keyedByString = keyedBySet
+        keyedByString[11] = 0x51
+        keyedByString.insert(0x61, at: 12)
+        // Shifted by one byte: the integer's and the table's offsets move too.
+        keyedByString[15] = 0x08; keyedByString[16] = 0x0B; keyedByString[17] = 0x0D
+        keyedByString[keyedByString.count - 1] = 15
+        #expect((try? PropertyListValue(propertyListBytes: Data(keyedByString))) == .dictionary(["a": .integer(5)]))
+    }
+
     // MARK: Limits
 
     /// Every limit at, below and above its boundary: the refused write changes nothing, throws,
