@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "KQueryContainer", targets: ["KQueryContainer"]),
         .library(name: "KQueryServer", targets: ["KQueryServer"]),
         .library(name: "KQueryPostgres", targets: ["KQueryPostgres"]),
+        .library(name: "KQueryKeyValueStore", targets: ["KQueryKeyValueStore"]),
         .executable(name: "kquery", targets: ["kquery"]),
     ],
     dependencies: [
@@ -65,10 +66,19 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        // iCloud key-value storage (SPEC §14): a client library over the container's public API and
+        // the Web Services HTTP API.
+        .target(
+            name: "KQueryKeyValueStore",
+            dependencies: [
+                "KQuery", "KQueryContainer", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         .executableTarget(
             name: "kquery",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryPostgres", "CEditLine",
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryPostgres", "KQueryKeyValueStore", "CEditLine",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -76,6 +86,7 @@ let package = Package(
         .executableTarget(
             name: "RequestFuzz", dependencies: ["KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices"], path: "Fuzz/RequestFuzz"),
         .executableTarget(name: "FileFuzz", dependencies: ["KQuery", "KQueryStore"], path: "Fuzz/FileFuzz"),
+        .executableTarget(name: "PlistFuzz", dependencies: ["KQueryKeyValueStore"], path: "Fuzz/PlistFuzz"),
         .executableTarget(
             name: "KQueryBenchmarks",
             dependencies: [
@@ -89,12 +100,15 @@ let package = Package(
         ),
         .executableTarget(
             name: "ContainerBenchmarks", dependencies: ["KQuery", "KQueryStore", "KQueryContainer"], path: "Benchmarks/ContainerBenchmarks"),
+        .executableTarget(
+            name: "KeyValueStoreBenchmarks", dependencies: ["KQuery", "KQueryContainer", "KQueryKeyValueStore", "KQueryServer"],
+            path: "Benchmarks/KeyValueStoreBenchmarks"),
         // Helpers both test targets share (temporary files removed at exit).
         .target(name: "KQueryTestSupport", dependencies: ["KQuery"], path: "Tests/Support"),
         .testTarget(
             name: "KQueryTests",
             dependencies: [
-                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "KQueryPostgres", "kquery",
+                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "KQueryPostgres", "KQueryKeyValueStore", "kquery",
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -103,7 +117,7 @@ let package = Package(
         .testTarget(
             name: "KQueryServerTests",
             dependencies: [
-                "KQueryTestSupport", "KQuery", "KQueryContainer", "KQueryPostgres", "KQueryWebServices", "KQueryServer",
+                "KQueryTestSupport", "KQuery", "KQueryContainer", "KQueryPostgres", "KQueryWebServices", "KQueryServer", "KQueryKeyValueStore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
