@@ -78,7 +78,7 @@ let package = Package(
         .executableTarget(
             name: "kquery",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryPostgres", "KQueryKeyValueStore", "CEditLine",
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryPostgres", "KQueryKeyValueStore", "CEditLine", "CKQuerySupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -4,12 +4,24 @@
 #include <errno.h>
 #include <fcntl.h>
 #include "CKQuerySupport.h"
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 int kquery_start_writeback(int descriptor) {
 #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
     return sync_file_range(descriptor, 0, 0, SYNC_FILE_RANGE_WRITE) == 0 ? 0 : errno;
 #else
     (void)descriptor;
+    return 0;
+#endif
+}
+
+int kquery_fix_mmap_threshold(size_t bytes) {
+#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD)
+    return mallopt(M_MMAP_THRESHOLD, (int)bytes) == 1;
+#else
+    (void)bytes;
     return 0;
 #endif
 }

@@ -169,8 +169,9 @@ import Foundation
             address.sin_addr.s_addr = inet_addr(c.host)
             let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
             try #require(connected == 0)
-            // A server that never answers fails the test rather than hanging it.
-            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            // A server that never answers fails the test rather than hanging it (generous: the
+            // whole suite in parallel, PostgreSQL clusters starting, slows every sync).
+            var timeout = timeval(tv_sec: 60, tv_usec: 0)
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
             func send(_ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } }
             func receive(until marker: String) -> String {

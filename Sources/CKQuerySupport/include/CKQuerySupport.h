@@ -49,4 +49,10 @@ static inline size_t kquery_heap_bytes(void) {
 /// written. Returns 0, or the error number; elsewhere it does nothing and returns 0.
 int kquery_start_writeback(int descriptor);
 
+/// Fixes the size from which the C heap (glibc) maps each block from the system and unmaps it when
+/// freed, instead of the threshold glibc moves as blocks come and go. A server passing megabyte
+/// buffers between threads otherwise has them mapped, faulted in and unmapped while the threshold
+/// is low, then left in per-thread heaps once it has risen. Returns whether it was set.
+int kquery_fix_mmap_threshold(size_t bytes);
+
 #endif
