@@ -18,20 +18,7 @@ import Testing
 
     /// A node: `kquery serve --postgres url --port 0 --quiet`, with the port it listens on.
     static func startNode(_ url: String, _ arguments: [String] = []) throws -> (Process, Int) {
-        let process = Process()
-        process.executableURL = kquery
-        process.arguments = ["serve", "--postgres", url, "--port", "0", "--quiet"] + arguments
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        do {
-            return (process, try ServerProcessTests.port(from: errors).0)
-        } catch {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            throw error
-        }
+        try ServerProcessTests.startServer(storage: ["--postgres", url], arguments)
     }
 
     /// `kquery token --postgres url --user name`.
@@ -191,23 +178,7 @@ import Testing
         let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
         let (a, b) = (clients[0], clients[1])
 
-        let pid = nodeA.processIdentifier
-        let answered = Locked(0)
-        let acknowledged = await withTaskGroup(of: String?.self) { group in
-            for i in 0..<60 {
-                group.addTask {
-                    let answer = try? await a.post("private", "records/modify", """
-                        {"operations": [{"operationType": "create", "record": {"recordName": "l\(i)", "recordType": "Load"}}]}
-                        """, user: "_k")
-                    guard answer?.status == 200 else { return nil }
-                    if answered.withLock({ count in count += 1; return count }) == 15 { kill(pid, SIGKILL) }
-                    return "l\(i)"
-                }
-            }
-            var names: [String] = []
-            for await name in group { if let name { names.append(name) } }
-            return names
-        }
+        let acknowledged = await ServerProcessTests.createUntilKilled(through: a, pid: nodeA.processIdentifier, user: "_k")
         Self.kill9(nodeA)
         #expect(nodeA.terminationReason == .uncaughtSignal)
         #expect(acknowledged.count >= 15)

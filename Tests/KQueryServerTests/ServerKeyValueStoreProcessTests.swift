@@ -65,20 +65,7 @@ import Testing
     }
 
     static func startServer(_ directory: String) throws -> (Process, Int) {
-        let process = Process()
-        process.executableURL = kquery
-        process.arguments = ["serve", "--data", directory, "--port", "0", "--quiet"]
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        do {
-            return (process, try ServerProcessTests.port(from: errors).0)
-        } catch {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            throw error
-        }
+        try ServerProcessTests.startServer(directory: directory)
     }
 
     static func device(port: Int, directory: String, secret: ServerSecret) throws -> UbiquitousKeyValueStore {

@@ -32,9 +32,15 @@ import Testing
     /// Starts `kquery serve --data directory --port 0 --quiet` with `arguments` on 127.0.0.1 (the
     /// default host), and returns it with the port it listens on.
     static func startServer(directory: String, _ arguments: [String] = []) throws -> (Process, Int) {
+        try startServer(storage: ["--data", directory], arguments)
+    }
+
+    /// Starts `kquery serve` on `storage` (`--data DIR`, `--postgres URL`) with `--port 0 --quiet`
+    /// and `arguments`, and returns it with the port it listens on.
+    static func startServer(storage: [String], _ arguments: [String] = []) throws -> (Process, Int) {
         let process = Process()
         process.executableURL = kquery
-        process.arguments = ["serve", "--data", directory, "--port", "0", "--quiet"] + arguments
+        process.arguments = ["serve"] + storage + ["--port", "0", "--quiet"] + arguments
         let errors = Pipe()
         process.standardError = errors
         process.standardOutput = FileHandle.nullDevice
@@ -46,6 +52,28 @@ import Testing
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
             throw error
+        }
+    }
+
+    /// Sends 60 creates of `Load` records `l0`... at once through `client` and kills the server
+    /// (`pid`, SIGKILL) once 15 are acknowledged, the rest in flight; returns the names of those
+    /// acknowledged.
+    static func createUntilKilled(through client: ServerClient, pid: pid_t, user: String) async -> [String] {
+        let answered = Locked(0)
+        return await withTaskGroup(of: String?.self) { group in
+            for i in 0..<60 {
+                group.addTask {
+                    let answer = try? await client.post("private", "records/modify", """
+                        {"operations": [{"operationType": "create", "record": {"recordName": "l\(i)", "recordType": "Load"}}]}
+                        """, user: user)
+                    guard answer?.status == 200 else { return nil }
+                    if answered.withLock({ count in count += 1; return count }) == 15 { kill(pid, SIGKILL) }
+                    return "l\(i)"
+                }
+            }
+            var names: [String] = []
+            for await name in group { if let name { names.append(name) } }
+            return names
         }
     }
 
@@ -112,27 +140,9 @@ import Testing
             """, user: "_k")
         #expect(subscribed.status == 200)
 
-        let loader = client
-        let pid = process.processIdentifier
-        // The server is killed once 15 modifies are acknowledged, with the rest in flight.
-        let answered = Locked(0)
-        let acknowledged = await withTaskGroup(of: String?.self) { group in
-            for i in 0..<60 {
-                group.addTask {
-                    let answer = try? await loader.post("private", "records/modify", """
-                        {"operations": [{"operationType": "create", "record": {"recordName": "l\(i)", "recordType": "Load"}}]}
-                        """, user: "_k")
-                    guard answer?.status == 200 else { return nil }
-                    if answered.withLock({ count in count += 1; return count }) == 15 { kill(pid, SIGKILL) }
-                    return "l\(i)"
-                }
-            }
-            var names: [String] = []
-            for await name in group { if let name { names.append(name) } }
-            return names
-        }
+        let acknowledged = await Self.createUntilKilled(through: client, pid: process.processIdentifier, user: "_k")
         // Fewer than 15 answers would leave the server running: kill it anyway.
-        if process.isRunning { kill(pid, SIGKILL) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
         #expect(process.terminationReason == .uncaughtSignal)
         #expect(!acknowledged.isEmpty)
