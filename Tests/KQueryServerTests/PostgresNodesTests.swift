@@ -47,15 +47,32 @@ import Testing
         process.waitUntilExit()
     }
 
-    @Test func anyNodeAnswersAndTokensCrossNodes() async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+    /// Two nodes on a database of their own in the throwaway cluster, each started with
+    /// `arguments`, and a client of each for the user `_k`.
+    struct Nodes {
+        let nodeA: Process, nodeB: Process
+        let a: ServerClient, b: ServerClient
+        func stop() { PostgresNodesTests.kill9(nodeA); PostgresNodesTests.kill9(nodeB) }
+    }
+
+    static func twoNodes(_ arguments: [String] = []) throws -> Nodes {
+        try #require(FileManager.default.isExecutableFile(atPath: kquery.path), "build kquery first")
         let url = try PostgresCluster.start().createDatabase()
-        let (nodeA, portA) = try Self.startNode(url)
-        defer { Self.kill9(nodeA) }
-        let (nodeB, portB) = try Self.startNode(url)
-        defer { Self.kill9(nodeB) }
-        let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
-        let (a, b) = (clients[0], clients[1])
+        let (nodeA, portA) = try startNode(url, arguments)
+        let nodeB: Process, portB: Int
+        do { (nodeB, portB) = try startNode(url, arguments) } catch { kill9(nodeA); throw error }
+        do {
+            let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
+            return Nodes(nodeA: nodeA, nodeB: nodeB, a: clients[0], b: clients[1])
+        } catch {
+            kill9(nodeA); kill9(nodeB); throw error
+        }
+    }
+
+    @Test func anyNodeAnswersAndTokensCrossNodes() async throws {
+        let nodes = try Self.twoNodes()
+        defer { nodes.stop() }
+        let (a, b) = (nodes.a, nodes.b)
 
         // A modify acknowledged by A is read by B, with the web auth token `kquery token` made.
         let saved = try await a.post("private", "records/modify", """
@@ -104,14 +121,9 @@ import Testing
     /// A subscription saved through A fires for a modify through B, and the push B queued reaches a
     /// courier poll held on A (LISTEN/NOTIFY wakes it), once.
     @Test func aSubscriptionThroughOneNodeFiresForAModifyThroughAnother() async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
-        let url = try PostgresCluster.start().createDatabase()
-        let (nodeA, portA) = try Self.startNode(url, ["--courier-timeout", "5"])
-        defer { Self.kill9(nodeA) }
-        let (nodeB, portB) = try Self.startNode(url, ["--courier-timeout", "5"])
-        defer { Self.kill9(nodeB) }
-        let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
-        let (a, b) = (clients[0], clients[1])
+        let nodes = try Self.twoNodes(["--courier-timeout", "5"])
+        defer { nodes.stop() }
+        let (a, b) = (nodes.a, nodes.b)
 
         let subscribed = try await a.post("private", "subscriptions/modify", """
             {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "notes", "subscriptionType": "query",
@@ -140,14 +152,9 @@ import Testing
 
     /// Two polls for one user, one held on each node, and one push: exactly one poll gets it.
     @Test func twoPollsOnTwoNodesDeliverOnePushOnce() async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
-        let url = try PostgresCluster.start().createDatabase()
-        let (nodeA, portA) = try Self.startNode(url, ["--courier-timeout", "4"])
-        defer { Self.kill9(nodeA) }
-        let (nodeB, portB) = try Self.startNode(url, ["--courier-timeout", "4"])
-        defer { Self.kill9(nodeB) }
-        let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
-        let (a, b) = (clients[0], clients[1])
+        let nodes = try Self.twoNodes(["--courier-timeout", "4"])
+        defer { nodes.stop() }
+        let (a, b) = (nodes.a, nodes.b)
         _ = try await a.post("private", "subscriptions/modify", """
             {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "notes", "subscriptionType": "query",
               "query": {"recordType": "Note"}, "firesOn": ["create"], "notificationInfo": {"shouldSendContentAvailable": true}}}]}
@@ -169,18 +176,13 @@ import Testing
     /// SIGKILL of a node under a load of modifies: every acknowledged modify is read through the
     /// other node, once.
     @Test func killingANodeLosesNothingAcknowledged() async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
-        let url = try PostgresCluster.start().createDatabase()
-        let (nodeA, portA) = try Self.startNode(url)
-        defer { Self.kill9(nodeA) }
-        let (nodeB, portB) = try Self.startNode(url)
-        defer { Self.kill9(nodeB) }
-        let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
-        let (a, b) = (clients[0], clients[1])
+        let nodes = try Self.twoNodes()
+        defer { nodes.stop() }
+        let (a, b) = (nodes.a, nodes.b)
 
-        let acknowledged = await ServerProcessTests.createUntilKilled(through: a, pid: nodeA.processIdentifier, user: "_k")
-        Self.kill9(nodeA)
-        #expect(nodeA.terminationReason == .uncaughtSignal)
+        let acknowledged = await ServerProcessTests.createUntilKilled(through: a, pid: nodes.nodeA.processIdentifier, user: "_k")
+        Self.kill9(nodes.nodeA)
+        #expect(nodes.nodeA.terminationReason == .uncaughtSignal)
         #expect(acknowledged.count >= 15)
         let found = try await b.post("private", "records/query", #"{"query": {"recordType": "Load"}, "resultsLimit": 200}"#, user: "_k")
         let names = found.json["records"]?.elements.compactMap { $0["recordName"]?.stringValue } ?? []
