@@ -73,6 +73,7 @@ let package = Package(
             dependencies: [
                 "KQuery", "KQueryContainer", .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"), .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .executableTarget(

@@ -78,6 +78,12 @@ public protocol KeyValueStoreTransport: Sendable {
     /// Waits for a push saying the zone may have changed (another device wrote), or returns after
     /// a while anyway; a store calls it in a loop while it runs.
     func waitForChange(device: String) async
+    /// Stops what `waitForChange` keeps open (a push stream): the store is closing.
+    func stopListening()
+}
+
+extension KeyValueStoreTransport {
+    public func stopListening() {}
 }
 
 /// The `KVSRecord` form of SPEC §14: record name base64 of the key's UTF-8, the value's binary

@@ -107,6 +107,7 @@ public final class UbiquitousKeyValueStore: @unchecked Sendable {
     /// Stops the background sync (what is pending stays on the device for the next run).
     public func close() {
         for task in tasks.withLock({ tasks in defer { tasks.removeAll() }; return tasks }) { task.cancel() }
+        configuration.transport?.stopListening()
     }
 
     /// The device identifier kept in the directory's `device` file, made on first use.

@@ -7,7 +7,8 @@ import NIOHTTP1
 /// A store synced with `kquery serve` (or any CloudKit Web Services server) through the calls
 /// CloudKit clients already make: `users/current`, `zones/modify`, `subscriptions/modify` (a zone
 /// subscription per device), `changes/zone`, `records/modify`, `assets/upload` and the asset
-/// download URL, `tokens/create` and the web courier's long poll for pushes.
+/// download URL, `tokens/create` and the web courier's WebSocket stream for pushes (each device
+/// a stream of its own, so every device hears every other device's writes).
 public struct WebServicesTransport: KeyValueStoreTransport {
     public let server: URL
     public let containerIdentifier: String
@@ -16,9 +17,15 @@ public struct WebServicesTransport: KeyValueStoreTransport {
     public let apiToken: String
     /// The current web auth token: the server may hand out the next one with each answer.
     private let webAuthToken: Locked<String>
-    private let courierURL = Locked<String?>(nil)
-    /// How long one request may take (a courier poll waits up to the server's courier timeout).
+    /// This device's web courier token (`tokens/create`'s `apnsToken`): its push stream, and the
+    /// device its modifies name so the server does not push a device its own changes.
+    private let courierToken = Locked<String?>(nil)
+    private let listener = CourierListener()
+    /// How long one request may take.
     public var requestTimeout: TimeAmount = .seconds(60)
+    /// How long `waitForChange` waits for a push before it returns anyway (the store then syncs,
+    /// which catches a push another server node took).
+    public var listenInterval: Duration = .seconds(30)
 
     public init(server: URL, containerIdentifier: String, environment: String = "development", storeIdentifier: String, apiToken: String,
                 webAuthToken: String) {
@@ -119,6 +126,18 @@ public struct WebServicesTransport: KeyValueStoreTransport {
         ])
         // A subscription that exists already answers a per-item error: it is there, which is the point.
         _ = try await call("subscriptions/modify", .object([("operations", .array([.object([("operationType", .string("create")), ("subscription", subscription)])]))]))
+        _ = try await courier(device: device)
+    }
+
+    /// This device's web courier token, made by `tokens/create` the first time.
+    private func courier(device: String) async throws(KeyValueStoreError) -> String {
+        if let token = courierToken.withLock({ $0 }) { return token }
+        let target = url("/device/1/\(Self.escape(containerIdentifier))/\(environment)/tokens/create")
+        let body = JSON.object([("apnsEnvironment", .string(environment)), ("clientId", .string(device))])
+        let json = try Self.json(try await send(.POST, target, body: body.serializedBytes), "tokens/create")
+        guard let token = json["apnsToken"]?.stringValue, !token.isEmpty else { throw KeyValueStoreError(.invalidServerAnswer, "tokens/create: no apnsToken") }
+        courierToken.withLock { $0 = token }
+        return token
     }
 
     public func fetchChanges(since token: String?) async throws(KeyValueStoreError) -> RemoteKeyChanges {
@@ -194,7 +213,8 @@ public struct WebServicesTransport: KeyValueStoreTransport {
             }
             operations.append(.object([("operationType", .string(kind)), ("record", .object(record))]))
         }
-        let body = JSON.object([("operations", .array(operations)), ("zoneID", zoneIDJSON), ("atomic", .bool(false)), ("apnsToken", .string(device))])
+        let body = JSON.object([("operations", .array(operations)), ("zoneID", zoneIDJSON), ("atomic", .bool(false)),
+                                ("apnsToken", .string(courierToken.withLock { $0 } ?? device))])
         let json = try await call("records/modify", body)
         let records = json["records"]?.arrayElements ?? []
         guard records.count == writes.count else {
@@ -228,25 +248,20 @@ public struct WebServicesTransport: KeyValueStoreTransport {
 
     public func waitForChange(device: String) async {
         do {
-            var courier = courierURL.withLock { $0 }
-            if courier == nil {
-                let target = url("/device/1/\(Self.escape(containerIdentifier))/\(environment)/tokens/create")
-                let body = JSON.object([("apnsEnvironment", .string(environment)), ("clientId", .string(device))])
-                let json = try Self.json(try await send(.POST, target, body: body.serializedBytes), "tokens/create")
-                guard let found = json["webcourierURL"]?.stringValue else { throw KeyValueStoreError(.invalidServerAnswer, "tokens/create: no webcourierURL") }
-                courier = found
-                courierURL.withLock { $0 = found }
-            }
-            guard let courier else { return }
-            let answer = try await send(.GET, courier)
-            if answer.status >= 400 {
-                courierURL.withLock { $0 = nil }
-                try? await Task.sleep(for: .seconds(1))
-            }
+            let token = try await courier(device: device)
+            var base = server.absoluteString
+            while base.hasSuffix("/") { base.removeLast() }
+            if base.hasPrefix("https:") { base = "wss:" + base.dropFirst(6) } else if base.hasPrefix("http:") { base = "ws:" + base.dropFirst(5) }
+            await listener.wait(url: base + "/aps/stream?tok=" + Self.escape(token), timeout: listenInterval)
         } catch {
             // The server is away: look again in a moment (the store syncs when it returns).
             try? await Task.sleep(for: .seconds(1))
         }
+    }
+
+    /// Stops listening for pushes (the stream closes).
+    public func stopListening() {
+        listener.close()
     }
 }
 

@@ -105,9 +105,11 @@ public final class CloudKitServer: Sendable {
         return router
     }
 
-    /// The web courier as a WebSocket (a KQuery extension, for local tools): `GET /aps/stream?tok=...`
-    /// upgrades, then every notification queued for the token's user is sent as a text frame, as
-    /// the long poll would answer it, until the client closes.
+    /// The web courier as a WebSocket (a KQuery extension, for local tools and the key-value
+    /// store): `GET /aps/stream?tok=...` upgrades, then every notification queued for the token's
+    /// user is sent as a text frame, as the long poll would answer it, until the client closes.
+    /// Every open stream of the user hears each push, whichever poll or stream took it from the
+    /// queue, except the stream of the device that made the change.
     public func webSocketRouter() -> Router<BasicWebSocketRequestContext> {
         let router = Router(context: BasicWebSocketRequestContext.self)
         router.ws(RouterPath(Self.courierPath + "/stream")) { request, _ in
@@ -120,24 +122,35 @@ public final class CloudKitServer: Sendable {
                   let subscriber = WebCourier.subscriber(token: token, secret: self.secret)
             else { return }
             let container = try self.containers.container(subscriber.containerIdentifier)
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { for try await _ in inbound {} }
-                group.addTask {
-                    while !Task.isCancelled, !Task.isShuttingDownGracefully {
-                        if let delivery = try await self.nextPush(for: subscriber, device: token, in: container, timeout: .seconds(30)) {
-                            do {
-                                try await outbound.write(.text(delivery.payload.serialized))
-                            } catch {
-                                await self.courier.returned(delivery)
-                                throw error
+            let (stream, copies) = await self.courier.openStream(for: subscriber, device: token)
+            // Whole text frames: the two writers below never interleave within one.
+            do {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { for try await _ in inbound {} }
+                    group.addTask {
+                        for await payload in copies { try await outbound.write(.text(payload.serialized)) }
+                    }
+                    group.addTask {
+                        while !Task.isCancelled, !Task.isShuttingDownGracefully {
+                            if let delivery = try await self.nextPush(for: subscriber, device: token, in: container, timeout: .seconds(30)) {
+                                do {
+                                    try await outbound.write(.text(delivery.payload.serialized))
+                                } catch {
+                                    await self.courier.returned(delivery)
+                                    throw error
+                                }
+                                try await self.settle(delivery, in: container)
                             }
-                            try await self.settle(delivery, in: container)
                         }
                     }
+                    try await group.next()
+                    group.cancelAll()
                 }
-                try await group.next()
-                group.cancelAll()
+            } catch {
+                await self.courier.closeStream(stream, of: subscriber)
+                throw error
             }
+            await self.courier.closeStream(stream, of: subscriber)
         }
         return router
     }

@@ -25,6 +25,18 @@ actor WebCourier {
     struct Delivery: Sendable {
         var id: Int64
         var payload: JSON
+        /// Whose notification it is, and the token of the poll or stream that took it.
+        var subscriber: Subscriber
+        var takenBy: String
+        /// The device that made the change (never told of it).
+        var excludedDevice: String?
+    }
+
+    /// An open WebSocket stream: the device (courier token) it listens as, and where copies of
+    /// the pushes other streams or polls took for its user go.
+    private struct Stream {
+        var device: String
+        var copies: AsyncStream<JSON>.Continuation
     }
 
     /// What a pop takes: a push for the client, or a push about a change the polling client made
@@ -40,6 +52,10 @@ actor WebCourier {
     /// The notifications being handed over, and when each was taken.
     private var reserved: [Int64: ContinuousClock.Instant] = [:]
     private var waiters: [UUID: CheckedContinuation<Void, Never>] = [:]
+    /// Each user's open streams: a push is taken from the user's queue once, and every other open
+    /// stream of the user gets a copy, so each listening device hears it (but the one that made
+    /// the change).
+    private var streams: [Subscriber: [UUID: Stream]] = [:]
     private var isShuttingDown = false
     /// The channels a pop acknowledges: the courier's own, and APNs' too when the server does not
     /// deliver to APNs (so the row leaves the outbox).
@@ -95,7 +111,8 @@ actor WebCourier {
             if let shared, !shared.claimPush(notification.id, of: container.containerIdentifier, seconds: Int(Self.reservationLifetime.components.seconds)) {
                 return nil
             }
-            let delivery = Delivery(id: notification.id, payload: notification.payload)
+            let delivery = Delivery(
+                id: notification.id, payload: notification.payload, subscriber: subscriber, takenBy: device, excludedDevice: notification.excludedDevice)
             return notification.excludedDevice == device ? .ownChange(delivery) : .push(delivery)
         } catch {
             throw ServerError(error)
@@ -106,6 +123,23 @@ actor WebCourier {
     /// acknowledged it in the outbox, on `acknowledges`).
     func delivered(_ delivery: Delivery) {
         reserved[delivery.id] = nil
+        for stream in streams[delivery.subscriber, default: [:]].values where stream.device != delivery.takenBy && stream.device != delivery.excludedDevice {
+            stream.copies.yield(delivery.payload)
+        }
+    }
+
+    /// Opens a stream for `device`: the copies of pushes others take for its user arrive on the
+    /// sequence (the newest 1,000 are held when the stream falls behind) until `closeStream`.
+    func openStream(for subscriber: Subscriber, device: String) -> (UUID, AsyncStream<JSON>) {
+        let id = UUID()
+        let (copies, continuation) = AsyncStream.makeStream(of: JSON.self, bufferingPolicy: .bufferingNewest(1_000))
+        streams[subscriber, default: [:]][id] = Stream(device: device, copies: continuation)
+        return (id, copies)
+    }
+
+    func closeStream(_ id: UUID, of subscriber: Subscriber) {
+        streams[subscriber]?.removeValue(forKey: id)?.copies.finish()
+        if streams[subscriber]?.isEmpty == true { streams[subscriber] = nil }
     }
 
     /// Settles a delivery whose answer could not be written: the next poll takes it.
@@ -155,6 +189,8 @@ actor WebCourier {
     /// Ends every waiting poll (they answer 204) and every later wait: the server is stopping.
     func shutDown() {
         isShuttingDown = true
+        for stream in streams.values.flatMap(\.values) { stream.copies.finish() }
+        streams = [:]
         pushesQueued()
     }
 }

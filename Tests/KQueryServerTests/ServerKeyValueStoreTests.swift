@@ -16,10 +16,11 @@ import Testing
     static let ticks = Locked<Int64>(1_900_000_000_000)
 
     static func device(_ client: ServerClient, user: String = "_alice", directory: String? = nil, automatic: Bool = false,
-                       center: NotificationCenter = NotificationCenter()) throws -> UbiquitousKeyValueStore {
-        let transport = WebServicesTransport(
+                       center: NotificationCenter = NotificationCenter(), listenInterval: Duration = .seconds(30)) throws -> UbiquitousKeyValueStore {
+        var transport = WebServicesTransport(
             server: URL(string: "http://\(client.host):\(client.port)")!, containerIdentifier: client.container, storeIdentifier: storeIdentifier,
             apiToken: "test-token", webAuthToken: client.token(user))
+        transport.listenInterval = listenInterval
         var configuration = UbiquitousKeyValueStore.Configuration(
             storeIdentifier: storeIdentifier, deviceDirectory: directory ?? TemporaryFiles.path("kvs-device"), transport: transport)
         configuration.automaticallySyncs = automatic
@@ -94,23 +95,39 @@ import Testing
         }
     }
 
-    /// A device that syncs by itself hears of another device's write through the web courier and
-    /// posts the notification, without being asked.
-    @Test func pushesReachAListeningDevice() async throws {
-        try await ServerHarness().run { client in
-            let listener = try Self.device(client, automatic: true)
-            defer { listener.close() }
-            let changes = listener.changes
+    /// Devices that sync by themselves hear of another device's write through their own web
+    /// courier streams and post the notification, without being asked: both of them, though one
+    /// push is queued for the user. Neither the courier timeout nor the devices' own listening
+    /// interval runs out within the test's time limit, so only the pushes can tell them.
+    @Test(.timeLimit(.minutes(1))) func pushesReachEveryListeningDevice() async throws {
+        try await ServerHarness(directory: nil, { $0.courierTimeout = .seconds(300) }).run { client in
+            let first = try Self.device(client, automatic: true, listenInterval: .seconds(300))
+            let second = try Self.device(client, automatic: true, listenInterval: .seconds(300))
+            defer { first.close(); second.close() }
+            var heard = [first.changes.makeAsyncIterator(), second.changes.makeAsyncIterator()]
             let writer = try Self.device(client)
-            _ = try await writer.syncNow()
+            // Probes until each listener has heard one by a push (a server change after its first
+            // sync): its stream is open.
+            let probing = Task {
+                var count: Int64 = 0
+                while !Task.isCancelled {
+                    count += 1
+                    try writer.set(count, forKey: "probe")
+                    _ = try await writer.syncNow()
+                    try await Task.sleep(for: .milliseconds(200))
+                }
+            }
+            for index in heard.indices {
+                while let change = await heard[index].next(), change.reason != .serverChange {}
+            }
+            probing.cancel()
+            _ = await probing.result
             try writer.set(Int64(42), forKey: "answer")
             _ = try await writer.syncNow()
-            var seen: [String] = []
-            for await change in changes {
-                seen += change.changedKeys
-                if seen.contains("answer") { break }
+            for (index, listener) in [first, second].enumerated() {
+                while let change = await heard[index].next(), !change.changedKeys.contains("answer") {}
+                #expect(listener.longLong(forKey: "answer") == 42)
             }
-            #expect(listener.longLong(forKey: "answer") == 42)
         }
     }
 
