@@ -169,7 +169,9 @@ extension BinaryPropertyList {
             guard let value = integer(offset + 2, size) else { return nil }
             return (value, offset + 2 + size)
         }
-        for offset in offsets {
+        // Each container's members, for the shape check at the end.
+        var members: [Int: [Int]] = [:]
+        for (object, offset) in offsets.enumerated() {
             let marker = data[offset]
             switch marker >> 4 {
             case 0x0: guard marker == 0x08 || marker == 0x09 else { return false }
@@ -181,16 +183,62 @@ extension BinaryPropertyList {
                 let width = marker >> 4 == 0x6 ? 2 : 1
                 guard items <= (table - start) / width else { return false }
             case 0xA, 0xD:
-                guard let (items, start) = length(offset) else { return false }
+                guard let (items, start) = length(offset), items <= data.count else { return false }
                 let references = marker >> 4 == 0xD ? items * 2 : items
-                guard items <= data.count, references <= (table - start) / referenceSize else { return false }
+                guard references <= (table - start) / referenceSize else { return false }
+                var found: [Int] = []
+                found.reserveCapacity(references)
                 for index in 0..<references {
                     guard let reference = integer(start + index * referenceSize, referenceSize), reference < count else { return false }
                     // Dictionary keys are strings.
                     if marker >> 4 == 0xD, index < items, !(data[offsets[reference]] >> 4 == 0x5 || data[offsets[reference]] >> 4 == 0x6) { return false }
+                    found.append(reference)
                 }
+                members[object] = found
             default: return false
             }
+        }
+        return isBoundedTree(top: top, members: members)
+    }
+
+    /// How deep a value may nest, and how many objects it may hold once shared references are
+    /// copied out (as decoding does): a few hundred bytes of arrays that each name the next one
+    /// twice would otherwise expand to 2^40 objects, and a reference cycle would never end.
+    static let maximumDepth = 512
+    static let maximumExpandedObjects = 1 << 20
+
+    /// Whether the objects reachable from `top` form no cycle, nest at most `maximumDepth` deep
+    /// and expand to at most `maximumExpandedObjects` (walked without recursion).
+    private static func isBoundedTree(top: Int, members: [Int: [Int]]) -> Bool {
+        var expanded: [Int: Int] = [:]
+        var depth: [Int: Int] = [:]
+        var onPath: Set<Int> = []
+        var stack: [(object: Int, next: Int)] = [(top, 0)]
+        onPath.insert(top)
+        while let (object, next) = stack.last {
+            let children = members[object] ?? []
+            if next < children.count {
+                stack[stack.count - 1].next += 1
+                let child = children[next]
+                if let below = depth[child] {
+                    guard stack.count + below <= maximumDepth else { return false }
+                    continue
+                }
+                guard !onPath.contains(child), stack.count < maximumDepth else { return false }
+                onPath.insert(child)
+                stack.append((child, 0))
+                continue
+            }
+            var total = 1, deepest = 0
+            for child in children {
+                total += expanded[child] ?? 0
+                deepest = max(deepest, depth[child] ?? 0)
+                if total > maximumExpandedObjects { return false }
+            }
+            expanded[object] = total
+            depth[object] = deepest + 1
+            onPath.remove(object)
+            stack.removeLast()
         }
         return true
     }

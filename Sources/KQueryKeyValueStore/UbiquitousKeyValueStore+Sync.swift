@@ -23,6 +23,7 @@ extension UbiquitousKeyValueStore {
 
     private func sync(_ transport: any KeyValueStoreTransport) async throws(KeyValueStoreError) -> [KeyValueStoreChange] {
         let user = try await transport.currentUser()
+        try Self.checkServerText(user, "user record name")
         try state.withLock { state throws(KeyValueStoreError) in
             let meta = state.journal.meta
             if let previous = meta.user, previous != user {
@@ -80,6 +81,7 @@ extension UbiquitousKeyValueStore {
             for change in page.changes {
                 switch change {
                 case .saved(let remote):
+                    try Self.checkServerText(remote.changeTag, "record change tag")
                     let value = try PropertyListValue(propertyListBytes: remote.bytes)
                     received.append((remote.key, value, remote))
                 case .deleted(let key): received.append((key, nil, nil))
@@ -172,6 +174,13 @@ extension UbiquitousKeyValueStore {
         return change
     }
 
+    /// Refuses a user name or change tag from the server longer than a device journal records
+    /// (its lengths are 16 bits); CloudKit's are a few dozen bytes.
+    static func checkServerText(_ text: String?, _ what: String) throws(KeyValueStoreError) {
+        guard let text, text.utf8.count > 4_096 else { return }
+        throw KeyValueStoreError(.invalidServerAnswer, "the server's \(what) is \(text.utf8.count) bytes long (at most 4,096)")
+    }
+
     /// Uploads every pending write, conditional on the version each was based on.
     private func push(_ transport: any KeyValueStoreTransport) async throws(KeyValueStoreError) -> (conflicts: Bool, uploaded: Bool, failures: [String]) {
         let writes = try state.withLock { state throws(KeyValueStoreError) -> [KeyWrite] in
@@ -203,6 +212,7 @@ extension UbiquitousKeyValueStore {
                     let same = current.date == write.date && current.pending
                     switch result {
                     case .saved(let tag):
+                        try Self.checkServerText(tag, "record change tag")
                         current.tag = tag
                         if same { current.pending = false }
                         try state.journal.put(write.key, current)

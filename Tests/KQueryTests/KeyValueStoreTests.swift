@@ -165,6 +165,43 @@ final class NotificationLog: @unchecked Sendable {
         #expect((try? PropertyListValue(propertyListBytes: Data(keyedByString))) == .dictionary(["a": .integer(5)]))
     }
 
+    /// A binary property list of `objects` (each its marker and contents, references
+    /// `referenceSize` bytes wide), the first one the top.
+    static func propertyList(_ objects: [[UInt8]], referenceSize: UInt8 = 1) -> Data {
+        func bigEndian(_ value: Int, _ size: Int) -> [UInt8] { (0..<size).reversed().map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) } }
+        var out: [UInt8] = Array("bplist00".utf8)
+        var offsets: [Int] = []
+        for object in objects {
+            offsets.append(out.count)
+            out += object
+        }
+        let table = out.count
+        for offset in offsets { out += bigEndian(offset, 4) }
+        out += [0, 0, 0, 0, 0, 0, 4, referenceSize] + bigEndian(objects.count, 8) + bigEndian(0, 8) + bigEndian(table, 8)
+        return Data(out)
+    }
+
+    /// Hostile shapes a few bytes can take, refused before anything is decoded: a count that
+    /// overflows when doubled (it trapped), arrays naming the next one twice (2^40 objects once
+    /// copied out), a reference cycle, nesting 600 deep. Sharing within bounds is a value.
+    @Test func hostilePropertyListShapesAreRefused() {
+        let overflowingCount = Self.propertyList([[0xDF, 0x13, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]])
+        let doubling: [[UInt8]] = (0..<40).map { (index: Int) -> [UInt8] in [0xA2, UInt8(index + 1), UInt8(index + 1)] }
+        let bomb = Self.propertyList(doubling + [[0x08]])
+        let cycle = Self.propertyList([[0xA1, 0x01], [0xA1, 0x00]])
+        func chain(_ length: Int) -> Data {
+            let links: [[UInt8]] = (0..<length).map { (index: Int) -> [UInt8] in [0xA1, UInt8((index + 1) >> 8), UInt8((index + 1) & 0xFF)] }
+            return Self.propertyList(links + [[0x09]], referenceSize: 2)
+        }
+        let deep = chain(600)
+        for bytes in [overflowingCount, bomb, cycle, deep] {
+            #expect(throws: KeyValueStoreError.self) { try PropertyListValue(propertyListBytes: bytes) }
+        }
+        let shared = Self.propertyList([[0xA3, 0x01, 0x01, 0x02], [0xA2, 0x02, 0x02], [0x09]])
+        #expect((try? PropertyListValue(propertyListBytes: shared)) == .array([.array([.bool(true), .bool(true)]), .array([.bool(true), .bool(true)]), .bool(true)]))
+        #expect((try? PropertyListValue(propertyListBytes: chain(500))) != nil, "500 deep is within bounds")
+    }
+
     // MARK: Limits
 
     /// Every limit at, below and above its boundary: the refused write changes nothing, throws,
