@@ -290,7 +290,13 @@ import Testing
             let participants = #"[{"type": "USER", "permission": "READ_WRITE", "userIdentity": {"userRecordName": "_bob"}}, {"type": "USER", "permission": "READ_ONLY", "userIdentity": {"userRecordName": "_carol"}}]"#
             _ = try await Self.shareListAccepted(c, participants: participants, by: ["_bob", "_carol"])
             let sharedZone = Self.sharedZone
-            var answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "operations": [{"operationType": "forceDelete", "record": {"recordName": "Share-1", "recordType": "cloudkit.share"}}]}"#, user: "_bob")
+            // An atomic request with a refused operation (the root's deletion) leaves nothing: not the share either.
+            var answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "atomic": true, "operations": [{"operationType": "forceDelete", "record": {"recordName": "Share-1", "recordType": "cloudkit.share"}}, {"operationType": "forceDelete", "record": {"recordName": "List-1"}}]}"#, user: "_bob")
+            #expect(answer.json["records"]?[0]?["serverErrorCode"] == .string("ATOMIC_ERROR"), "\(answer.text)")
+            #expect(answer.json["records"]?[1]?["serverErrorCode"] == .string("ACCESS_DENIED"), "\(answer.text)")
+            answer = try await c.get("shared", "zones/list", user: "_bob")
+            #expect(answer.json["zones"]?.elements.count == 1, "\(answer.text)")
+            answer = try await c.post("shared", "records/modify", #"{"zoneID": \#(sharedZone), "operations": [{"operationType": "forceDelete", "record": {"recordName": "Share-1", "recordType": "cloudkit.share"}}]}"#, user: "_bob")
             #expect(answer.json["records"]?[0]?["deleted"] == .bool(true), "\(answer.text)")
             answer = try await c.post("shared", "zones/modify", #"{"operations": [{"operationType": "delete", "zone": {"zoneID": \#(sharedZone)}}]}"#, user: "_carol")
             #expect(answer.json["zones"]?[0]?["deleted"] == .bool(true), "\(answer.text)")

@@ -164,7 +164,9 @@ extension ContainerDatabase {
         var refusals: [Int: ContainerError] = [:]
         var owners: Set<String> = []
         /// Operations answered here rather than by the owner's database: leaving, administering.
-        var handled: [Int: RecordResult] = [:]
+        /// They run once the whole request is known to be applied (one owner, nothing refused in
+        /// an atomic one), never before.
+        var deferred: [Int: DeferredSharedOperation] = [:]
         for (index, operation) in operations.enumerated() {
             let id = operation.record.recordID
             let shares = try acceptedShares(in: id.zoneID)
@@ -191,13 +193,11 @@ extension ContainerDatabase {
             }
             if isDeletion, id == covering.shareID {
                 // A participant deleting the share leaves it; the share stays for the others.
-                try leave(covering)
-                handled[index] = .deleted(id, recordType: SharingKeys.shareRecordType)
+                deferred[index] = .leave(covering)
             } else if id == covering.shareID, covering.isAdministrator, SharingKeys.isShareType(operation.record.recordType) {
                 // An administrator changes participants and settings as the owner would (the owner stays the owner).
                 let asOwner = try container.database(.private, environment: environment, user: covering.owner)
-                handled[index] = try asOwner.modify([operation], device: device, durably: durably).results.first
-                    ?? .failed(id, ContainerError(.internalError, "the share was not saved"))
+                deferred[index] = .administer(asOwner)
             } else if covering.permission != "READ_WRITE" {
                 refusals[index] = ContainerError(.accessDenied, "you may read this share, not change it (READ_ONLY)")
             } else if id == covering.shareID || SharingKeys.isShareType(operation.record.recordType) {
@@ -212,6 +212,18 @@ extension ContainerDatabase {
             let sibling = ContainerError(.atomicError, "not applied: another operation on an atomic zone failed")
             return ModifyResult(results: operations.indices.map { refusals[$0] == nil ? .failed(operations[$0].record.recordID, sibling) : refused($0) }, notifications: [])
         }
+        var handled: [Int: RecordResult] = [:]
+        for (index, operation) in deferred.sorted(by: { $0.key < $1.key }) {
+            let id = operations[index].record.recordID
+            switch operation {
+            case .leave(let covering):
+                try leave(covering)
+                handled[index] = .deleted(id, recordType: SharingKeys.shareRecordType)
+            case .administer(let asOwner):
+                handled[index] = try asOwner.modify([operations[index]], device: device, durably: durably).results.first
+                    ?? .failed(id, ContainerError(.internalError, "the share was not saved"))
+            }
+        }
         let allowed = operations.indices.filter { refusals[$0] == nil && handled[$0] == nil }
         var results = operations.indices.map { index -> RecordResult in
             if let result = handled[index] { return result }
@@ -222,6 +234,14 @@ extension ContainerDatabase {
         for (position, index) in allowed.enumerated() { results[index] = applied.results[position] }
         return ModifyResult(results: results, notifications: applied.notifications)
     }
+}
+
+/// A shared-database operation the participant's request makes on the share itself.
+enum DeferredSharedOperation {
+    /// Deleting the share: the participant leaves it.
+    case leave(AcceptedShare)
+    /// An administrator's change to the share, saved as its owner (that database).
+    case administer(ContainerDatabase)
 }
 
 extension ContainerDatabase {
