@@ -162,7 +162,10 @@ extension PostgresTransaction {
 
     func collectAssets(now: Int64, gracePeriod: Int64) throws(ContainerError) -> AssetCollection {
         var collection = AssetCollection()
-        let expiredUploads = try session.rows("SELECT token FROM asset_uploads WHERE container_id = \(containerID) AND expires <= \(now)")
+        let receiving = Int64(AssetUploadTicket.State.receiving.rawValue), stale = now - AssetChunks.receivingGrace
+        let expiredUploads = try session.rows("""
+            SELECT token FROM asset_uploads WHERE container_id = \(containerID) AND expires <= \(now) AND (state <> \(receiving) OR expires <= \(stale))
+            """)
             .map { row throws(ContainerError) in try session.decode(row, String.self) }
         for token in expiredUploads {
             try deleteAssetChunks(AssetChunks.uploadOwner(token))

@@ -160,6 +160,47 @@ import Testing
         #expect(try container.assetChunk(asset.contentHash, index: 0) == nil && (try container.assetChunk(asset.contentHash, index: 2)) == nil)
     }
 
+    /// One request at a time takes an upload URL's bytes, on every server sharing the storage
+    /// (here a second container object on the same storage); an abandoned upload frees the URL;
+    /// the collector leaves an upload still receiving its bytes for an hour past the URL's expiry,
+    /// and one it collected fails at `finish` with no receipt.
+    @Test(arguments: ContainerFixture.Storage.allCases)
+    func anUploadURLTakesOneRequestAtATime(_ storage: ContainerFixture.Storage) throws {
+        let clock = Clock()
+        let shared = try storage.make()
+        let now: @Sendable () -> Int64 = { clock.now.withLock { $0 } }
+        let nodeA = try Container(containerIdentifier: ContainerFixture.identifier, storage: shared, clock: now)
+        let nodeB = try Container(containerIdentifier: ContainerFixture.identifier, storage: shared, clock: now)
+        let database = try nodeA.database(.private, user: "_u1")
+        func ticket(_ name: String) throws -> String {
+            try #require(try database.requestAssetUploads([AssetFieldRequest(recordName: name, fieldName: "file")]).first).token
+        }
+        let first = try ticket("d1")
+        let writer = try nodeA.beginAssetUpload(token: first, contentType: nil)
+        try writer.append([1, 2, 3])
+        #expect(throws: ContainerError.self) { try nodeB.beginAssetUpload(token: first, contentType: nil) }
+        writer.abandon()
+        let retried = try nodeB.beginAssetUpload(token: first, contentType: nil)
+        try retried.append([4, 5, 6])
+        clock.advance(nodeA.assetPolicy.uploadLifetime + 1)
+        #expect(try nodeA.collectAssets().uploads == 0, "still receiving: kept")
+        let uploaded = try retried.finish()
+        #expect(uploaded.size == 3)
+        #expect(throws: ContainerError.self) { try nodeA.beginAssetUpload(token: first, contentType: nil) }
+
+        let second = try ticket("d2")
+        let late = try nodeA.beginAssetUpload(token: second, contentType: nil)
+        try late.append([7, 8, 9])
+        clock.advance(nodeA.assetPolicy.uploadLifetime + AssetChunks.receivingGrace)
+        #expect(try nodeB.collectAssets().uploads == 2, "the first URL, used, and the second, cut off")
+        do {
+            _ = try late.finish()
+            Issue.record("an upload the collector took must not be acknowledged")
+        } catch {
+            #expect(error.code == .notFound, "\(error)")
+        }
+    }
+
     @Test func assetsSurviveReopeningTheFile() throws {
         let path = ContainerFixture.temporaryPath()
         defer { ContainerFixture.remove(path) }

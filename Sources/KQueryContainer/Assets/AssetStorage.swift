@@ -51,6 +51,9 @@ package enum AssetChunks {
     /// The owner of an upload's chunks until it is finished (blob owners are 64 hex digits, so
     /// the two never meet).
     package static func uploadOwner(_ token: String) -> String { "upload:" + token }
+    /// How long past its expiry an upload still receiving its bytes is kept from the collector
+    /// (an upload begun just before its URL expired finishes); one cut off by a crash goes then.
+    package static let receivingGrace: Int64 = 60 * 60 * 1000
 }
 
 /// A record's place, as asset references key it.
@@ -158,7 +161,7 @@ extension MemoryTransaction {
     func collectAssets(now: Int64, gracePeriod: Int64) throws(ContainerError) -> AssetCollection {
         let assets = state.assets
         var collection = AssetCollection()
-        for (token, ticket) in assets.uploads where ticket.expires <= now {
+        for (token, ticket) in assets.uploads where ticket.expires <= now && (ticket.state != .receiving || ticket.expires <= now - AssetChunks.receivingGrace) {
             try deleteAssetChunks(AssetChunks.uploadOwner(token))
             assets.uploads[token] = nil
             undo.add { assets.uploads[token] = ticket }

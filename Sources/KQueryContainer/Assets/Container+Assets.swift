@@ -24,19 +24,29 @@ extension Container {
     /// Append the bytes, then `finish()` for the client's `singleFile` dictionary, or `abandon()`.
     public func beginAssetUpload(token: String, contentType: String?) throws(ContainerError) -> AssetUploadWriter {
         let now = clock()
-        let ticket = try storage.read { tx throws(ContainerError) in try tx.assetUpload(token) }
-        guard let ticket, ticket.expires > now else {
-            throw ContainerError(.notFound, "this upload URL is unknown or has expired (upload URLs last \(assetPolicy.uploadLifetime / 60_000) minutes): ask assets/upload for another")
-        }
-        guard ticket.state != .received else {
-            throw ContainerError(.badRequest, "this upload URL was used already: ask assets/upload for another")
-        }
         guard uploadsInProgress.withLock({ $0.insert(token).inserted }) else {
             throw ContainerError(.badRequest, "another request is uploading to this URL")
         }
+        let ticket: AssetUploadTicket
         do throws(ContainerError) {
-            // Chunks a crashed upload left behind go first.
-            try write(durably: false) { _, tx throws(ContainerError) in try tx.deleteAssetChunks(AssetChunks.uploadOwner(token)) }
+            // The ticket is marked receiving in one transaction with the check, so one request
+            // takes the URL's bytes at a time on every server sharing the storage; a request cut
+            // off by a crash leaves it so until it expires (the client asks for another URL).
+            ticket = try write(durably: false) { _, tx throws(ContainerError) -> AssetUploadTicket in
+                guard var ticket = try tx.assetUpload(token), ticket.expires > now else {
+                    throw ContainerError(.notFound, "this upload URL is unknown or has expired (upload URLs last \(self.assetPolicy.uploadLifetime / 60_000) minutes): ask assets/upload for another")
+                }
+                switch ticket.state {
+                case .received: throw ContainerError(.badRequest, "this upload URL was used already: ask assets/upload for another")
+                case .receiving: throw ContainerError(.badRequest, "another request is uploading to this URL, or one was cut off: ask assets/upload for another")
+                case .waiting: break
+                }
+                ticket.state = .receiving
+                try tx.saveAssetUpload(ticket)
+                // Chunks an abandoned upload could not delete go first.
+                try tx.deleteAssetChunks(AssetChunks.uploadOwner(token))
+                return ticket
+            }
         } catch {
             uploadsInProgress.withLock { _ = $0.remove(token) }
             throw error
@@ -196,6 +206,10 @@ public final class AssetUploadWriter: @unchecked Sendable {
                                               user: ticket.binding.database.userRecordName.isEmpty ? nil : ticket.binding.database.userRecordName)
         do throws(ContainerError) {
             let uploaded = try container.write { _, tx throws(ContainerError) -> UploadedAsset in
+                // Still this request's: not collected meanwhile (its chunks would be gone).
+                guard let current = try tx.assetUpload(ticket.token), current.state == .receiving else {
+                    throw ContainerError(.notFound, "this upload URL expired and was collected while its bytes arrived: ask assets/upload for another")
+                }
                 if try tx.assetBlob(contentHash) != nil {
                     try tx.deleteAssetChunks(owner)
                 } else {
@@ -219,8 +233,14 @@ public final class AssetUploadWriter: @unchecked Sendable {
     /// Drops what was received: the URL can be used again until it expires.
     public func abandon() {
         guard !ended else { return }
-        let owner = owner
-        try? container.write(durably: false) { _, tx throws(ContainerError) in try tx.deleteAssetChunks(owner) }
+        let owner = owner, token = ticket.token
+        try? container.write(durably: false) { _, tx throws(ContainerError) in
+            try tx.deleteAssetChunks(owner)
+            if var current = try tx.assetUpload(token), current.state == .receiving {
+                current.state = .waiting
+                try tx.saveAssetUpload(current)
+            }
+        }
         end()
     }
 

@@ -192,7 +192,9 @@ struct SQLiteAssets {
 
     func collect(now: Int64, gracePeriod: Int64) throws -> AssetCollection {
         var collection = AssetCollection()
-        let expiredUploads = try String.fetchAll(db, sql: "SELECT token FROM asset_uploads WHERE expires <= ?", arguments: [now])
+        let expiredUploads = try String.fetchAll(
+            db, sql: "SELECT token FROM asset_uploads WHERE expires <= ? AND (state != ? OR expires <= ?)",
+            arguments: [now, AssetUploadTicket.State.receiving.rawValue, now - AssetChunks.receivingGrace])
         for token in expiredUploads {
             try deleteChunks(AssetChunks.uploadOwner(token))
             try db.execute(sql: "DELETE FROM asset_uploads WHERE token = ?", arguments: [token])
