@@ -96,6 +96,41 @@ public final class PostgresContainers: Sendable {
         return claimed ?? false
     }
 
+    /// Registers a device token (again: registering twice keeps one).
+    public func registerDevice(containerIdentifier: String, environment: String, user: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError) {
+        try pool.withConnection { session throws(ContainerError) in
+            try session.run("""
+                INSERT INTO device_tokens (container_id, environment, user_record_name, apns_environment, apns_token)
+                SELECT id, \(environment), \(user), \(apnsEnvironment), \(apnsToken) FROM containers WHERE identifier = \(containerIdentifier)
+                ON CONFLICT DO NOTHING
+                """)
+        }
+    }
+
+    /// Forgets a device token of a container.
+    public func removeDevice(containerIdentifier: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError) {
+        try pool.withConnection { session throws(ContainerError) in
+            try session.run("""
+                DELETE FROM device_tokens WHERE container_id = (SELECT id FROM containers WHERE identifier = \(containerIdentifier))
+                AND apns_environment = \(apnsEnvironment) AND apns_token = \(apnsToken)
+                """)
+        }
+    }
+
+    /// The device tokens a user registered in a container's environment.
+    public func devices(containerIdentifier: String, environment: String, user: String) throws(ContainerError) -> [(apnsEnvironment: String, apnsToken: String)] {
+        try pool.withConnection { session throws(ContainerError) in
+            try session.rows("""
+                SELECT apns_environment, apns_token FROM device_tokens
+                WHERE container_id = (SELECT id FROM containers WHERE identifier = \(containerIdentifier))
+                AND environment = \(environment) AND user_record_name = \(user) ORDER BY apns_environment, apns_token
+                """).map { row throws(ContainerError) in
+                let (apnsEnvironment, apnsToken) = try session.decode(row, (String, String).self)
+                return (apnsEnvironment, apnsToken)
+            }
+        }
+    }
+
     /// The second key of the APNs duty's advisory lock ("APNS"; container write locks use
     /// container numbers, which start at 1 and stay far below it).
     static let apnsDutyKey: Int32 = 0x4150_4E53

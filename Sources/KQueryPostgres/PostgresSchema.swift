@@ -14,6 +14,7 @@ import PostgresNIO
 /// ```
 /// server_secrets(name PK, value)                  the web auth secret the nodes share
 /// courier_claims(container_id, id PK, holder, until)   pushes a node's web courier is handing out (v2)
+/// device_tokens(container_id, environment, user_record_name, apns_environment, apns_token PK)   APNs devices (v3)
 /// containers(id PK, identifier UNIQUE, secret_high, secret_low, outbox_sequence)
 /// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon)
 /// zones(database_id, zone_name, owner_name PK, created_sequence, changed_sequence)
@@ -147,6 +148,15 @@ enum PostgresSchema {
             CREATE TABLE courier_claims (
                 container_id bigint NOT NULL, id bigint NOT NULL, holder text NOT NULL, until timestamptz NOT NULL,
                 PRIMARY KEY (container_id, id))
+            """
+        ],
+        [
+            // Version 3: APNs device tokens, so the node holding the APNs duty knows every node's registrations.
+            """
+            CREATE TABLE device_tokens (
+                container_id bigint NOT NULL, environment text NOT NULL, user_record_name text NOT NULL,
+                apns_environment text NOT NULL, apns_token text NOT NULL,
+                PRIMARY KEY (container_id, environment, user_record_name, apns_environment, apns_token))
             """
         ],
     ]

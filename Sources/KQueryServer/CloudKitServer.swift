@@ -57,7 +57,7 @@ public final class CloudKitServer: Sendable {
             apiTokens: configuration.apiTokens, serverKeys: configuration.serverKeys, secret: secret,
             signatureTolerance: configuration.signatureTolerance, webAuthTokenLifetime: configuration.webAuthTokenLifetime,
             spentTokens: configuration.singleUseWebAuthTokens ? SpentWebAuthTokens() : nil)
-        deviceTokens = DeviceTokens(directory: configuration.dataDirectory)
+        deviceTokens = DeviceTokens(directory: configuration.dataDirectory, shared: configuration.sharedStore)
         blockingWork = BlockingWork(threads: configuration.blockingThreads)
         courier = WebCourier(acknowledges: configuration.apns == nil ? .all : .webCourier, shared: configuration.sharedStore)
         if let apnsConfiguration = configuration.apns {

@@ -4,7 +4,8 @@ import KQueryWebServices
 import Foundation
 
 /// The APNs device tokens users registered (`tokens/register`), kept in `DIR/device-tokens.json`
-/// so a restart keeps them.
+/// so a restart keeps them, or, on one of many nodes (`--postgres`), in the shared database so
+/// the node holding the APNs duty knows every node's registrations.
 final class DeviceTokens: Sendable {
     struct Registration: Hashable, Sendable {
         var containerIdentifier: String
@@ -23,9 +24,12 @@ final class DeviceTokens: Sendable {
 
     let path: String
     private let registrations = Locked<[Registration]>([])
+    let shared: (any SharedContainerStore)?
 
-    init(directory: String) {
+    init(directory: String, shared: (any SharedContainerStore)? = nil) {
         path = (directory as NSString).appendingPathComponent("device-tokens.json")
+        self.shared = shared
+        guard shared == nil else { return }
         guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8),
               case .array(let elements)? = try? JSON.parse(text)
         else { return }
@@ -41,6 +45,14 @@ final class DeviceTokens: Sendable {
 
     /// Registers a device token (again: registering twice keeps one).
     func register(_ registration: Registration) throws(ServerError) {
+        if let shared {
+            do {
+                try shared.registerDevice(
+                    containerIdentifier: registration.containerIdentifier, environment: registration.environment, user: registration.user,
+                    apnsEnvironment: registration.apnsEnvironment, apnsToken: registration.apnsToken)
+            } catch { throw ServerError(error) }
+            return
+        }
         try registrations.withLock { all throws(ServerError) in
             guard !all.contains(registration) else { return }
             try save(all + [registration])
@@ -48,8 +60,15 @@ final class DeviceTokens: Sendable {
         }
     }
 
-    /// Forgets a device token APNs reported unregistered (410), for every user and container.
-    func remove(apnsToken: String, apnsEnvironment: String) throws(ServerError) {
+    /// Forgets a device token APNs reported unregistered (410), for every user and container (in
+    /// a shared database, of the container it was sent for).
+    func remove(apnsToken: String, apnsEnvironment: String, containerIdentifier: String) throws(ServerError) {
+        if let shared {
+            do { try shared.removeDevice(containerIdentifier: containerIdentifier, apnsEnvironment: apnsEnvironment, apnsToken: apnsToken) } catch {
+                throw ServerError(error)
+            }
+            return
+        }
         try registrations.withLock { all throws(ServerError) in
             let kept = all.filter { $0.apnsToken != apnsToken || $0.apnsEnvironment != apnsEnvironment }
             guard kept.count != all.count else { return }
@@ -59,8 +78,15 @@ final class DeviceTokens: Sendable {
     }
 
     /// The devices a user registered in a container's environment.
-    func registrations(containerIdentifier: String, environment: String, user: String) -> [Registration] {
-        registrations.withLock { all in
+    func registrations(containerIdentifier: String, environment: String, user: String) throws(ServerError) -> [Registration] {
+        if let shared {
+            do {
+                return try shared.devices(containerIdentifier: containerIdentifier, environment: environment, user: user).map {
+                    Registration(containerIdentifier: containerIdentifier, environment: environment, user: user, apnsEnvironment: $0.apnsEnvironment, apnsToken: $0.apnsToken)
+                }
+            } catch { throw ServerError(error) }
+        }
+        return registrations.withLock { all in
             all.filter { $0.containerIdentifier == containerIdentifier && $0.environment == environment && $0.user == user }
         }
     }

@@ -22,4 +22,11 @@ public protocol SharedContainerStore: Sendable {
     /// for `seconds`: false when another node holds it, so two polls on two nodes never deliver
     /// the same push (a claim lapses, so a node that died holding one delays the push, never loses it).
     func claimPush(_ id: Int64, of identifier: String, seconds: Int) -> Bool
+    /// Registers a user's APNs device token in a container's environment (`tokens/register`)
+    /// for every node: the one holding the APNs duty delivers to it.
+    func registerDevice(containerIdentifier: String, environment: String, user: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError)
+    /// Forgets a device token of a container that APNs reported gone (410).
+    func removeDevice(containerIdentifier: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError)
+    /// The device tokens a user registered in a container's environment, on any node.
+    func devices(containerIdentifier: String, environment: String, user: String) throws(ContainerError) -> [(apnsEnvironment: String, apnsToken: String)]
 }

@@ -16,4 +16,16 @@ struct PostgresServerStore: SharedContainerStore {
     func stopListening() { containers.stopListening() }
     func holdsAPNsDuty() -> Bool { containers.holdsAPNsDuty() }
     func claimPush(_ id: Int64, of identifier: String, seconds: Int) -> Bool { containers.claimPush(id, of: identifier, seconds: seconds) }
+
+    func registerDevice(containerIdentifier: String, environment: String, user: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError) {
+        try containers.registerDevice(containerIdentifier: containerIdentifier, environment: environment, user: user, apnsEnvironment: apnsEnvironment, apnsToken: apnsToken)
+    }
+
+    func removeDevice(containerIdentifier: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError) {
+        try containers.removeDevice(containerIdentifier: containerIdentifier, apnsEnvironment: apnsEnvironment, apnsToken: apnsToken)
+    }
+
+    func devices(containerIdentifier: String, environment: String, user: String) throws(ContainerError) -> [(apnsEnvironment: String, apnsToken: String)] {
+        try containers.devices(containerIdentifier: containerIdentifier, environment: environment, user: user)
+    }
 }

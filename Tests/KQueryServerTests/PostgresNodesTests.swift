@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import KQuery
 import KQueryServer
@@ -188,5 +189,30 @@ import Testing
         let names = found.json["records"]?.elements.compactMap { $0["recordName"]?.stringValue } ?? []
         #expect(Set(acknowledged).isSubset(of: Set(names)))
         #expect(names.count == Set(names).count)
+    }
+
+    /// A device registered through a node without APNs gets its push from the node holding the
+    /// APNs duty: registrations live in the database, not in the node that took them.
+    @Test func theAPNsNodeDeliversToADeviceRegisteredOnAnother() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let apns = try await FakeAPNs.start()
+        defer { Task { try await apns.stop() } }
+        let key = P256.Signing.PrivateKey()
+        let configuration = JSON.object([("apns", .object([
+            ("teamID", .string(APNsDeliveryTests.teamID)), ("keyID", .string(APNsDeliveryTests.keyID)), ("privateKey", .string(key.pemRepresentation)),
+            ("topic", .string(APNsDeliveryTests.topic)), ("productionURL", .string(apns.url)), ("sandboxURL", .string(apns.url)),
+            ("trustRootsPEM", .string(apns.certificatePEM)),
+        ]))])
+        let path = TemporaryFiles.path("apns-node") + ".json"
+        try Data(configuration.serialized.utf8).write(to: URL(fileURLWithPath: path))
+        let url = try PostgresCluster.start().createDatabase()
+        let (delivering, deliveringPort) = try Self.startNode(url, ["--config", path])
+        defer { Self.kill9(delivering) }
+        let (other, otherPort) = try Self.startNode(url)
+        defer { Self.kill9(other) }
+        let clients = try Self.clients(url, users: ["_dave"], ports: [deliveringPort, otherPort])
+        try await APNsDeliveryTests.queuePush(clients[1])
+        try await apns.wait { $0.requests.count >= 1 }
+        #expect(apns.requests.first?.path == "/3/device/\(APNsDeliveryTests.device)")
     }
 }

@@ -117,8 +117,14 @@ public final class APNsDelivery: Service, Sendable {
 
     /// Sends one push to every device of its owner; true when it is done with (to be acknowledged).
     func deliver(_ notification: OutboxNotification, of containerIdentifier: String, with client: HTTPClient, downHosts: inout Set<String>) async -> Bool {
-        let devices = deviceTokens.registrations(
-            containerIdentifier: containerIdentifier, environment: notification.database.environment.name, user: notification.owner)
+        let devices: [DeviceTokens.Registration]
+        do {
+            devices = try deviceTokens.registrations(
+                containerIdentifier: containerIdentifier, environment: notification.database.environment.name, user: notification.owner)
+        } catch {
+            log("push \(notification.id) of \(containerIdentifier): its owner's devices cannot be read (\(error.reason)): left pending")
+            return false
+        }
         var done = true
         // CloudKit does not push a change to the device that made it (SPEC §10).
         for device in devices where device.apnsToken != notification.excludedDevice {
@@ -134,7 +140,7 @@ public final class APNsDelivery: Service, Sendable {
                 break
             case .unregistered(let reason):
                 log("device \(device.apnsToken) (\(device.apnsEnvironment)) is gone (410 \(reason)): forgotten")
-                do throws(ServerError) { try deviceTokens.remove(apnsToken: device.apnsToken, apnsEnvironment: device.apnsEnvironment) } catch {
+                do throws(ServerError) { try deviceTokens.remove(apnsToken: device.apnsToken, apnsEnvironment: device.apnsEnvironment, containerIdentifier: containerIdentifier) } catch {
                     log("cannot forget device \(device.apnsToken): \(error.reason)")
                 }
             case .refused(let status, let reason):
