@@ -249,11 +249,16 @@ public final class Container: Sendable {
         let store: QueryStore
         private(set) var changes: [RecordChange]
         var deletedZones: [ZoneID] = []
+        /// The database's change sequence before and after the write: on a shared storage, a store
+        /// built at the one before is current at the one after once the changes are in (another
+        /// node's write in between leaves it behind, and the next query builds it again).
+        var sequences: (before: Int64, after: Int64)?
 
-        init(store: QueryStore, changes: [RecordChange], deletedZones: [ZoneID] = []) {
+        init(store: QueryStore, changes: [RecordChange], deletedZones: [ZoneID] = [], sequences: (before: Int64, after: Int64)? = nil) {
             self.store = store
             self.changes = changes
             self.deletedZones = deletedZones
+            self.sequences = sequences
         }
 
         /// Brings a built store up to date (a store not built yet will read the changes from
@@ -268,6 +273,11 @@ public final class Container: Sendable {
                 swap(&taken, &changes)
                 store.applyCommitted(consume taken)
                 for zone in deletedZones where store.zones.contains(zone) { try? store.deleteZone(zone) }
+                if let sequences = self.sequences {
+                    self.store.builtAtSequence.withLock { built in
+                        if built == sequences.before { built = sequences.after }
+                    }
+                }
             }
         }
     }

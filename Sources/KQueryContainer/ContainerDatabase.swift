@@ -71,7 +71,7 @@ public struct ContainerDatabase: Sendable {
                                                      payload: payload, created: now))
                 if subscription.options.contains(.firesOnce) { try tx.deleteSubscription(subscription.subscriptionID, in: database) }
             }
-            return (try tx.enqueue(notifications), Container.QueryStoreUpdate(store: queryStore, changes: [], deletedZones: [zoneID]))
+            return (try tx.enqueue(notifications), Container.QueryStoreUpdate(store: queryStore, changes: [], deletedZones: [zoneID], sequences: (sequence - 1, sequence)))
         }
     }
 

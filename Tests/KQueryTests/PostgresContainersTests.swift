@@ -31,6 +31,35 @@ import Testing
         #expect(seen.first?.record?.recordType == "Note")
     }
 
+    /// Queries answer from a store each node keeps in memory, brought up to date by the node's
+    /// own writes and built again when another node wrote: writes and queries interleaved at
+    /// random across two nodes always see every record written so far, and no other.
+    @Test func queriesOnEitherNodeSeeEveryWriteSoFar() throws {
+        let location = try Self.location()
+        let nodes = [try PostgresContainers(location: location, connections: 2), try PostgresContainers(location: location, connections: 2)]
+        defer { for node in nodes { node.close() } }
+        let databases = try nodes.map { try $0.openContainer("iCloud.queries").database(.public) }
+        let query = Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"))
+        var generator = SplitMix(seed: 36)
+        var written: Set<String> = []
+        for step in 0..<120 {
+            let node = Int.random(in: 0...1, using: &generator)
+            switch Int.random(in: 0...2, using: &generator) {
+            case 0:
+                let name = "n\(step)"
+                _ = try databases[node].modify([RecordOperation(kind: .create, record: Record(recordType: "Note", recordID: RecordID(recordName: name)))])
+                written.insert(name)
+            case 1:
+                guard let name = written.randomElement(using: &generator) else { continue }
+                _ = try databases[node].modify([RecordOperation(kind: .forceDelete, record: Record(recordType: "Note", recordID: RecordID(recordName: name)))])
+                written.remove(name)
+            default:
+                let seen = Set(try databases[node].query(query, now: nil).records.map(\.recordID.recordName))
+                #expect(seen == written, "step \(step), node \(node)")
+            }
+        }
+    }
+
     @Test func oneNodeAtATimeHoldsTheAPNsDuty() throws {
         let location = try Self.location()
         let first = try PostgresContainers(location: location, connections: 1)
