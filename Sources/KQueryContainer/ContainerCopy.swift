@@ -53,6 +53,9 @@ package enum ContainerCopy {
             }
             counts.databases += 1
             counts.zones += zones.count
+            // The highest sequence copied: a source written during the copy is past the one read at
+            // the start, and the destination must not hand out a sequence it already holds.
+            var highest = zoneLog.map(\.sequence).max() ?? 0
             for zoneID in [ZoneID.default] + zones.map(\.zoneID) {
                 var after: Int64 = 0
                 while true {
@@ -81,13 +84,14 @@ package enum ContainerCopy {
                     }
                     progress(counts)
                     after = last.sequence
+                    highest = max(highest, after)
                 }
             }
             let subscriptions = try source.read { tx throws(ContainerError) in try tx.subscriptions(in: stored) }
             try destination.write { tx throws(ContainerError) in
                 guard let database = try tx.database(key) else { throw ContainerError(.internalError, "the copy of \(key) went missing") }
                 for subscription in subscriptions { try tx.saveSubscription(subscription, in: database) }
-                try tx.setSequence(stored.sequence, of: database)
+                try tx.setSequence(max(stored.sequence, highest), of: database)
             }
             counts.subscriptions += subscriptions.count
             progress(counts)

@@ -51,9 +51,16 @@ struct Migrate: ParsableCommand {
         do throws(ContainerError) {
             let source: any ContainerStorage, destination: any ContainerStorage
             if let from, let url = toPostgres, let location = PostgresLocation(url: url) {
+                // The source is read, never made: a mistyped path is an error, not an empty copy.
+                guard access(from, F_OK) == 0 else { throw ContainerError(.notFound, "no container file at \(from)") }
                 source = try ContainerCopy.fileStorage(path: from)
                 destination = try PostgresContainerStorage(location: location, containerIdentifier: container)
             } else if let url = fromPostgres, let location = PostgresLocation(url: url), let to {
+                let containers = try PostgresContainers(location: location, connections: 1)
+                defer { containers.close() }
+                guard try containers.containerIdentifiers().contains(container) else {
+                    throw ContainerError(.notFound, "\(location) holds no container \(container)")
+                }
                 source = try PostgresContainerStorage(location: location, containerIdentifier: container)
                 destination = try ContainerCopy.fileStorage(path: to)
             } else {

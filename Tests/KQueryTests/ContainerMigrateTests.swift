@@ -87,5 +87,14 @@ import Testing
         #expect(try Container(containerIdentifier: "iCloud.cli", path: back).database(.public).record(RecordID(recordName: "p")) != nil)
         let refused = try KQueryBinary.run(["migrate", "--from", path, "--to-postgres", "postgresql://nobody", "--container", "x"])
         #expect(refused.status != 0)
+        // A mistyped source is an error, and nothing is made for it.
+        let missing = path + "-typo"
+        let noFile = try KQueryBinary.run(["migrate", "--from", missing, "--to-postgres", url, "--container", "iCloud.other"])
+        #expect(noFile.status == 2 && noFile.standardError.contains("no container file at"), "\(noFile.standardError)")
+        #expect(!FileManager.default.fileExists(atPath: missing))
+        let noContainer = try KQueryBinary.run(["migrate", "--from-postgres", url, "--to", F.temporaryPath(), "--container", "iCloud.typo"])
+        #expect(noContainer.status == 2 && noContainer.standardError.contains("holds no container iCloud.typo"), "\(noContainer.standardError)")
+        let stillOne = try KQueryBinary.run(["migrate", "--from-postgres", url, "--to", F.temporaryPath(), "--container", "iCloud.typo"])
+        #expect(stillOne.status == 2, "the refused copy made no container row")
     }
 }
