@@ -38,7 +38,11 @@ extension CloudKitServer {
     /// a chunk at a time and never held whole.
     func receiveAsset(_ request: Request, _ context: ServerContext) async -> Response {
         do throws(ServerError) {
-            let container = try containers.container(context.parameters.get("container") ?? "")
+            // The URL is the credential, checked by the container: one that does not exist has no
+            // upload URLs (and is not made for a stranger's request).
+            guard let container = try containers.existingContainer(context.parameters.get("container") ?? "") else {
+                throw ServerError.notFound("this upload URL is unknown or has expired: ask assets/upload for another")
+            }
             let token = context.parameters.get("token") ?? ""
             let declaredType = request.headers[.contentType]
             var multipart = try declaredType.flatMap { type throws(ServerError) in try MultipartFileReader(contentType: type) }

@@ -63,6 +63,24 @@ public final class ContainerDirectory: Sendable {
         }
     }
 
+    /// The container `identifier` if it exists already: what a request that is not authenticated
+    /// yet (an upload URL's body) may open, so it never creates a container.
+    func existingContainer(_ identifier: String) throws(ServerError) -> Container? {
+        guard Self.isValidIdentifier(identifier) else { return nil }
+        if let container = opened.withLock({ $0[identifier] }) { return container }
+        if let shared {
+            do throws(ContainerError) {
+                guard try shared.containerIdentifiers().contains(identifier) else { return nil }
+            } catch {
+                throw ServerError(error)
+            }
+        } else {
+            let file = (path as NSString).appendingPathComponent("\(identifier).\(Self.fileExtension)")
+            guard FileManager.default.fileExists(atPath: file) else { return nil }
+        }
+        return try container(identifier)
+    }
+
     /// The schema container `identifier` learned from its saves (kept in `DIR/<identifier>.container.ckdb`),
     /// for a server without `--schema`.
     func learnedSchema(_ identifier: String) throws(ServerError) -> LearnedSchema {

@@ -141,6 +141,12 @@ import Foundation
             #expect(second.status == 400 && second.json["serverErrorCode"] == .string("BAD_REQUEST"))
             let unknown = url.dropLast(4) + "AAAA"
             #expect(try await c.fetch(String(unknown), method: .post, body: Self.bytes).status == 404)
+            // An upload to a container that does not exist is refused, and does not make it.
+            let elsewhere = url.replacingOccurrences(of: "/\(c.container)/", with: "/iCloud.never.made/")
+            #expect(elsewhere != url)
+            #expect(try await c.fetch(elsewhere, method: .post, body: Self.bytes).status == 404)
+            let directory = try #require(c.server).configuration.dataDirectory
+            #expect(!FileManager.default.fileExists(atPath: directory + "/iCloud.never.made.container"))
             let noFile = try await c.fetch(url, method: .post, body: Array("--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\nhi\r\n--b--\r\n".utf8),
                                            headers: [.contentType: "multipart/form-data; boundary=b"])
             #expect(noFile.status == 400)
