@@ -102,18 +102,21 @@ actor WebCourier {
         let now = ContinuousClock.now
         reserved = reserved.filter { now - $0.value < Self.reservationLifetime }
         do throws(ContainerError) {
-            // Past the reserved ones there is at least one more, if the user has any.
+            // Past the reserved ones there are a few more, if the user has any.
             let pending = try container.pendingNotifications(
-                for: .webCourier, recipient: OutboxRecipient(owner: subscriber.user, environment: subscriber.environment), limit: reserved.count + 1)
-            guard let notification = pending.first(where: { reserved[$0.id] == nil }) else { return nil }
-            reserved[notification.id] = now
-            // Held by another node's poll: skipped here until that claim lapses or it is acknowledged.
-            if let shared, !shared.claimPush(notification.id, of: container.containerIdentifier, seconds: Int(Self.reservationLifetime.components.seconds)) {
-                return nil
+                for: .webCourier, recipient: OutboxRecipient(owner: subscriber.user, environment: subscriber.environment), limit: reserved.count + 8)
+            for notification in pending where reserved[notification.id] == nil {
+                reserved[notification.id] = now
+                // Held by another node's poll: skipped here until that claim lapses or it is
+                // acknowledged (reserved, so later pops pass over it); the next one may be free.
+                if let shared, !shared.claimPush(notification.id, of: container.containerIdentifier, seconds: Int(Self.reservationLifetime.components.seconds)) {
+                    continue
+                }
+                let delivery = Delivery(
+                    id: notification.id, payload: notification.payload, subscriber: subscriber, takenBy: device, excludedDevice: notification.excludedDevice)
+                return notification.excludedDevice == device ? .ownChange(delivery) : .push(delivery)
             }
-            let delivery = Delivery(
-                id: notification.id, payload: notification.payload, subscriber: subscriber, takenBy: device, excludedDevice: notification.excludedDevice)
-            return notification.excludedDevice == device ? .ownChange(delivery) : .push(delivery)
+            return nil
         } catch {
             throw ServerError(error)
         }
