@@ -66,14 +66,19 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        // The client side of the Web Services HTTP API that the client libraries share.
+        .target(
+            name: "KQueryWebServicesClient",
+            dependencies: [
+                "KQuery", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         // iCloud key-value storage (SPEC §14): a client library over the container's public API and
         // the Web Services HTTP API.
         .target(
             name: "KQueryKeyValueStore",
-            dependencies: [
-                "KQuery", "KQueryContainer", .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
-            ]
+            dependencies: ["KQuery", "KQueryContainer", "KQueryWebServicesClient", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .executableTarget(
             name: "kquery",

@@ -1,0 +1,179 @@
+import AsyncHTTPClient
+import Foundation
+import KQuery
+import NIOCore
+import NIOHTTP1
+
+/// Why a Web Services call failed: the server's `serverErrorCode` (or `HTTP n`) and `reason`, an
+/// answer that could not be read, or no answer at all.
+public struct WebServicesClientError: Error, Hashable, Sendable, CustomStringConvertible {
+    public enum Kind: Hashable, Sendable {
+        /// The server answered with an error: `serverErrorCode` says which.
+        case server
+        /// The answer was not what the API promises.
+        case invalidAnswer
+        /// No answer (connection refused, timed out).
+        case transport
+    }
+
+    public var kind: Kind
+    /// CloudKit's `serverErrorCode`, or `HTTP <status>` when the body had none.
+    public var serverErrorCode: String?
+    public var message: String
+
+    public init(_ kind: Kind, _ message: String, serverErrorCode: String? = nil) {
+        self.kind = kind
+        self.message = message
+        self.serverErrorCode = serverErrorCode
+    }
+
+    public var description: String { message }
+}
+
+/// The client half of CloudKit Web Services that the client libraries (key-value store,
+/// documents) share: URLs with `ckAPIToken`/`ckWebAuthToken` (adopting a rotated web auth token),
+/// JSON calls on the private database, the three asset steps of SPEC §12, asset downloads, and
+/// the web courier's long poll for pushes.
+public struct WebServicesClient: Sendable {
+    public let server: URL
+    public let containerIdentifier: String
+    public let environment: String
+    public let apiToken: String
+    /// The current web auth token: the server may hand out the next one with each answer.
+    private let webAuthToken: Locked<String>
+    private let courierURL = Locked<String?>(nil)
+    /// How long one request may take (a courier poll waits up to the server's courier timeout).
+    public var requestTimeout: TimeAmount = .seconds(60)
+
+    public init(server: URL, containerIdentifier: String, environment: String = "development", apiToken: String, webAuthToken: String) {
+        self.server = server
+        self.containerIdentifier = containerIdentifier
+        self.environment = environment
+        self.apiToken = apiToken
+        self.webAuthToken = Locked(webAuthToken)
+    }
+
+    // MARK: Requests
+
+    /// `path` on the server with the credentials as query parameters.
+    public func url(_ path: String) -> String {
+        var base = server.absoluteString
+        while base.hasSuffix("/") { base.removeLast() }
+        let token = webAuthToken.withLock { $0 }
+        let query = "ckAPIToken=\(Self.escape(apiToken))&ckWebAuthToken=\(Self.escape(token))"
+        return base + path + (path.contains("?") ? "&" : "?") + query
+    }
+
+    public static func escape(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? text
+    }
+
+    private func databasePath(_ operation: String) -> String {
+        "/database/1/\(Self.escape(containerIdentifier))/\(environment)/private/\(operation)"
+    }
+
+    /// Sends a request, adopts a rotated web auth token, and gives the status and body.
+    public func send(_ method: HTTPMethod, _ target: String, body: [UInt8]? = nil, contentType: String = "application/json",
+                     timeout: TimeAmount? = nil) async throws(WebServicesClientError) -> (status: Int, body: [UInt8]) {
+        var request = HTTPClientRequest(url: target)
+        request.method = method
+        if let body {
+            request.headers.add(name: "Content-Type", value: contentType)
+            request.body = .bytes(ByteBuffer(bytes: body))
+        }
+        do {
+            let response = try await HTTPClient.shared.execute(request, timeout: timeout ?? requestTimeout)
+            if let next = response.headers.first(name: "X-Apple-CloudKit-Web-Auth-Token"), !next.isEmpty {
+                webAuthToken.withLock { $0 = next }
+            }
+            let buffer = try await response.body.collect(upTo: 64 << 20)
+            return (Int(response.status.code), Array(buffer.readableBytesView))
+        } catch {
+            throw WebServicesClientError(.transport, "\(method.rawValue) \(server.absoluteString): \(error)")
+        }
+    }
+
+    /// A JSON request to the private database (GET without a body); a whole-request error becomes
+    /// a thrown error.
+    public func call(_ operation: String, _ body: JSON?) async throws(WebServicesClientError) -> JSON {
+        let answer = try await send(body == nil ? .GET : .POST, url(databasePath(operation)), body: body?.serializedBytes)
+        return try Self.json(answer, operation)
+    }
+
+    /// An answer's JSON object, or the error its status and body say.
+    public static func json(_ answer: (status: Int, body: [UInt8]), _ operation: String) throws(WebServicesClientError) -> JSON {
+        let json = try? answer.body.withUnsafeBufferPointer { buffer in try JSON.parse(bytes: buffer) }
+        guard (200..<300).contains(answer.status) else {
+            let code = json?["serverErrorCode"]?.stringValue ?? "HTTP \(answer.status)"
+            let reason = json?["reason"]?.stringValue ?? String(decoding: answer.body.prefix(200), as: UTF8.self)
+            throw WebServicesClientError(.server, "\(operation): \(code): \(reason)", serverErrorCode: code)
+        }
+        guard let json, case .object = json else {
+            throw WebServicesClientError(.invalidAnswer, "\(operation): the answer is not a JSON object")
+        }
+        return json
+    }
+
+    // MARK: Assets
+
+    /// The three steps of SPEC §12 for one field: a ticket, the bytes to its URL, and the
+    /// `singleFile` dictionary a modify saves as the field's value.
+    public func uploadAsset(_ bytes: [UInt8], zoneName: String, recordName: String, recordType: String, fieldName: String)
+        async throws(WebServicesClientError) -> JSON
+    {
+        let request = JSON.object([
+            ("zoneID", .object([("zoneName", .string(zoneName))])),
+            ("tokens", .array([.object([("recordName", .string(recordName)), ("recordType", .string(recordType)), ("fieldName", .string(fieldName))])])),
+        ])
+        let tickets = try await call("assets/upload", request)
+        guard let target = tickets["tokens"]?[0]?["url"]?.stringValue else { throw WebServicesClientError(.invalidAnswer, "assets/upload: no upload URL") }
+        let answer = try await send(.POST, target, body: bytes, contentType: "application/octet-stream")
+        let json = try Self.json(answer, "asset upload")
+        guard let file = json["singleFile"], case .object = file else { throw WebServicesClientError(.invalidAnswer, "asset upload: no singleFile") }
+        return file
+    }
+
+    /// The bytes behind an asset's `downloadURL` (its `${f}` placeholder filled with `fileName`).
+    public func downloadAsset(_ downloadURL: String, fileName: String) async throws(WebServicesClientError) -> [UInt8] {
+        let answer = try await send(.GET, downloadURL.replacingOccurrences(of: "${f}", with: fileName))
+        guard answer.status == 200 else {
+            throw WebServicesClientError(.server, "asset download answered HTTP \(answer.status)", serverErrorCode: "HTTP \(answer.status)")
+        }
+        return answer.body
+    }
+
+    // MARK: Pushes
+
+    /// Waits for a push to `device` on the web courier (registering the device with
+    /// `tokens/create` first), or a while when the server is away.
+    public func waitForPush(device: String) async {
+        do {
+            var courier = courierURL.withLock { $0 }
+            if courier == nil {
+                let target = url("/device/1/\(Self.escape(containerIdentifier))/\(environment)/tokens/create")
+                let body = JSON.object([("apnsEnvironment", .string(environment)), ("clientId", .string(device))])
+                let json = try Self.json(try await send(.POST, target, body: body.serializedBytes), "tokens/create")
+                guard let found = json["webcourierURL"]?.stringValue else { throw WebServicesClientError(.invalidAnswer, "tokens/create: no webcourierURL") }
+                courier = found
+                courierURL.withLock { $0 = found }
+            }
+            guard let courier else { return }
+            let answer = try await send(.GET, courier)
+            if answer.status >= 400 {
+                courierURL.withLock { $0 = nil }
+                try? await Task.sleep(for: .seconds(1))
+            }
+        } catch {
+            // The server is away: look again in a moment (the caller syncs when it returns).
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+}
+
+extension JSON {
+    /// The elements of a JSON array, nil for anything else.
+    package var arrayElements: [JSON]? {
+        if case .array(let elements) = self { return elements }
+        return nil
+    }
+}
