@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "KQueryServer", targets: ["KQueryServer"]),
         .library(name: "KQueryPostgres", targets: ["KQueryPostgres"]),
         .library(name: "KQueryKeyValueStore", targets: ["KQueryKeyValueStore"]),
+        .library(name: "KQueryDocuments", targets: ["KQueryDocuments"]),
         .executable(name: "kquery", targets: ["kquery"]),
     ],
     dependencies: [
@@ -80,10 +81,19 @@ let package = Package(
             name: "KQueryKeyValueStore",
             dependencies: ["KQuery", "KQueryContainer", "KQueryWebServicesClient", .product(name: "NIOCore", package: "swift-nio")]
         ),
+        // iCloud Documents (SPEC §15): a synced folder over the container's public API and the Web
+        // Services HTTP API.
+        .target(
+            name: "KQueryDocuments",
+            dependencies: [
+                "KQuery", "KQueryContainer", "KQueryWebServicesClient", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ]
+        ),
         .executableTarget(
             name: "kquery",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryPostgres", "KQueryKeyValueStore", "CEditLine", "CKQuerySupport",
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryPostgres", "KQueryKeyValueStore", "KQueryDocuments", "CEditLine", "CKQuerySupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -113,7 +123,7 @@ let package = Package(
         .testTarget(
             name: "KQueryTests",
             dependencies: [
-                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "KQueryPostgres", "KQueryKeyValueStore", "kquery",
+                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "KQueryPostgres", "KQueryKeyValueStore", "KQueryDocuments", "kquery",
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -123,6 +133,7 @@ let package = Package(
             name: "KQueryServerTests",
             dependencies: [
                 "KQueryTestSupport", "KQuery", "KQueryContainer", "KQueryPostgres", "KQueryWebServices", "KQueryServer", "KQueryKeyValueStore",
+                "KQueryDocuments",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

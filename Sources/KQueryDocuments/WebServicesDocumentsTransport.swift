@@ -1,0 +1,116 @@
+import Foundation
+import KQuery
+import KQueryContainer
+import KQueryWebServicesClient
+
+/// A container synced with `kquery serve` (or any CloudKit Web Services server) through
+/// `zones/modify`, `changes/zone`, `records/lookup`, `records/modify`, `assets/upload` and the
+/// asset download URLs.
+public struct WebServicesDocumentsTransport: DocumentsTransport {
+    public let client: WebServicesClient
+    public let zoneID: ZoneID
+
+    public init(server: URL, containerIdentifier: String, environment: String = "development", apiToken: String, webAuthToken: String,
+                zoneName: String = UbiquityContainer.zoneName) {
+        client = WebServicesClient(server: server, containerIdentifier: containerIdentifier, environment: environment, apiToken: apiToken,
+                                   webAuthToken: webAuthToken)
+        zoneID = ZoneID(zoneName: zoneName)
+    }
+
+    private var zoneIDJSON: JSON { .object([("zoneName", .string(zoneID.zoneName))]) }
+
+    private func call(_ operation: String, _ body: JSON) async throws(DocumentsError) -> JSON {
+        do { return try await client.call(operation, body) } catch { throw Self.failed(error) }
+    }
+
+    static func failed(_ error: WebServicesClientError) -> DocumentsError {
+        switch (error.kind, error.serverErrorCode) {
+        case (.invalidAnswer, _): DocumentsError(.invalidServerAnswer, error.message)
+        case (.server, "CHANGE_TOKEN_EXPIRED"): DocumentsError(.changeTokenExpired, error.message)
+        default: DocumentsError(.syncFailed, error.message)
+        }
+    }
+
+    public func prepare(device: String) async throws(DocumentsError) {
+        let body = JSON.object([("operations", .array([.object([("operationType", .string("create")), ("zone", .object([("zoneID", zoneIDJSON)]))])]))])
+        let zones = try await call("zones/modify", body)
+        if let error = zones["zones"]?[0]?["serverErrorCode"]?.stringValue {
+            throw DocumentsError(.syncFailed, "zones/modify: \(error): \(zones["zones"]?[0]?["reason"]?.stringValue ?? "")")
+        }
+    }
+
+    public func fetchChanges(since token: String?) async throws(DocumentsError) -> DocumentChanges {
+        var zone: [(String, JSON)] = [("zoneID", zoneIDJSON)]
+        if let token { zone.append(("syncToken", .string(token))) }
+        let json = try await call("changes/zone", .object([("zones", .array([.object(zone)]))]))
+        guard let answer = json["zones"]?[0], case .object = answer else { throw DocumentsError(.invalidServerAnswer, "changes/zone: no zone in the answer") }
+        if let code = answer["serverErrorCode"]?.stringValue {
+            throw DocumentsError(code == "CHANGE_TOKEN_EXPIRED" ? .changeTokenExpired : .syncFailed, "changes/zone: \(code): \(answer["reason"]?.stringValue ?? "")")
+        }
+        guard let next = answer["syncToken"]?.stringValue else { throw DocumentsError(.invalidServerAnswer, "changes/zone: no syncToken") }
+        var changes: [RecordZoneChange] = []
+        for entry in answer["records"]?.arrayElements ?? [] {
+            guard let name = entry["recordName"]?.stringValue else { throw DocumentsError(.invalidServerAnswer, "changes/zone: a record without a recordName") }
+            if entry["deleted"] == .bool(true) {
+                changes.append(.deleted(RecordID(recordName: name, zoneID: zoneID), recordType: entry["recordType"]?.stringValue ?? ""))
+                continue
+            }
+            do { changes.append(.changed(try Record(json: entry))) } catch {
+                throw DocumentsError(.invalidServerAnswer, "changes/zone: \(error.message)")
+            }
+        }
+        return DocumentChanges(changes: changes, token: next, moreComing: answer["moreComing"] == .bool(true))
+    }
+
+    public func existing(_ recordNames: [String]) async throws(DocumentsError) -> Set<String> {
+        let records = recordNames.map { JSON.object([("recordName", .string($0))]) }
+        let json = try await call("records/lookup", .object([("records", .array(records)), ("zoneID", zoneIDJSON)]))
+        return Set((json["records"]?.arrayElements ?? []).compactMap { entry in
+            entry["serverErrorCode"] == nil && entry["recordType"] != nil ? entry["recordName"]?.stringValue : nil
+        })
+    }
+
+    public func modify(_ operations: [RecordOperation], device: String) async throws(DocumentsError) -> [RecordResult] {
+        let body = JSON.object([
+            ("operations", .array(operations.map { .object([("operationType", .string($0.kind.rawValue)), ("record", $0.record.json())]) })),
+            ("zoneID", zoneIDJSON), ("atomic", .bool(false)), ("apnsToken", .string(device)),
+        ])
+        let json = try await call("records/modify", body)
+        let entries = json["records"]?.arrayElements ?? []
+        guard entries.count == operations.count else {
+            throw DocumentsError(.invalidServerAnswer, "records/modify: \(entries.count) results for \(operations.count) operations")
+        }
+        var results: [RecordResult] = []
+        for (entry, operation) in zip(entries, operations) {
+            let id = operation.record.recordID
+            if let code = entry["serverErrorCode"]?.stringValue {
+                let kind = ContainerError.Code(rawValue: code) ?? .internalError
+                results.append(.failed(id, ContainerError(kind, entry["reason"]?.stringValue ?? code)))
+            } else if entry["deleted"] == .bool(true) {
+                results.append(.deleted(id, recordType: operation.record.recordType))
+            } else {
+                do { results.append(.saved(try Record(json: entry))) } catch {
+                    throw DocumentsError(.invalidServerAnswer, "records/modify: \(error.message)")
+                }
+            }
+        }
+        return results
+    }
+
+    public func uploadChunk(_ bytes: [UInt8], hash: String) async throws(DocumentsError) -> FieldValue {
+        do {
+            let file = try await client.uploadAsset(bytes, zoneName: zoneID.zoneName, recordName: ChunkRecord.recordName(hash),
+                                                    recordType: ChunkRecord.recordType, fieldName: ChunkRecord.field)
+            return .assetID(file.serialized)
+        } catch { throw Self.failed(error) }
+    }
+
+    public func downloadChunk(hash: String) async throws(DocumentsError) -> [UInt8] {
+        let body = JSON.object([("records", .array([.object([("recordName", .string(ChunkRecord.recordName(hash)))])])), ("zoneID", zoneIDJSON)])
+        let json = try await call("records/lookup", body)
+        guard let url = json["records"]?[0]?["fields"]?[ChunkRecord.field]?["value"]?["downloadURL"]?.stringValue else {
+            throw DocumentsError(.notFound, "chunk \(hash) is not on the server")
+        }
+        do { return try await client.downloadAsset(url, fileName: "chunk") } catch { throw Self.failed(error) }
+    }
+}
