@@ -53,7 +53,7 @@ public struct ItemRecord: Hashable, Sendable {
         fields["creationDate"] = .timestamp(creationDate)
         fields["contentChangeDate"] = .timestamp(contentChangeDate)
         fields["contentHash"] = .string(contentHash)
-        if !chunks.isEmpty { fields["chunks"] = .list(.string, chunks.map { .string($0.text) }) }
+        fields["chunks"] = ChunkReference.field(chunks)
         fields["savingComputer"] = .string(savingComputer)
         var record = Record(recordType: Self.recordType, recordID: RecordID(recordName: id, zoneID: zoneID), fields: fields)
         record.recordChangeTag = changeTag
@@ -71,13 +71,7 @@ public struct ItemRecord: Hashable, Sendable {
         guard case .int64(let size)? = record["size"], size >= 0 else { throw bad("no size") }
         guard case .timestamp(let created)? = record["creationDate"], case .timestamp(let changed)? = record["contentChangeDate"] else { throw bad("no dates") }
         guard case .string(let hash)? = record["contentHash"] else { throw bad("no contentHash") }
-        var chunks: [ChunkReference] = []
-        if case .list(_, let values)? = record["chunks"] {
-            for value in values {
-                guard case .string(let text) = value, let chunk = ChunkReference(text: text) else { throw bad("a chunk that is not hash:size") }
-                chunks.append(chunk)
-            }
-        }
+        guard let chunks = ChunkReference.list(record["chunks"]) else { throw bad("a chunk that is not hash:size") }
         guard chunks.reduce(0, { $0 + Int64($1.size) }) == (kind == .file ? size : 0) else { throw bad("its chunks do not add up to its size") }
         let contentType: String = if case .string(let type)? = record["contentType"] { type } else { ContentType.uti(forName: name, kind: kind) }
         let computer: String = if case .string(let device)? = record["savingComputer"] { device } else { "" }
@@ -123,7 +117,7 @@ public struct VersionRecord: Hashable, Sendable {
         var fields = Fields()
         fields["item"] = .reference(Reference(recordID: RecordID(recordName: item, zoneID: zoneID)))
         fields["contentHash"] = .string(contentHash)
-        if !chunks.isEmpty { fields["chunks"] = .list(.string, chunks.map { .string($0.text) }) }
+        fields["chunks"] = ChunkReference.field(chunks)
         fields["size"] = .int64(size)
         fields["contentChangeDate"] = .timestamp(contentChangeDate)
         fields["savingComputer"] = .string(savingComputer)
@@ -140,13 +134,7 @@ public struct VersionRecord: Hashable, Sendable {
         guard case .string(let hash)? = record["contentHash"], case .int64(let size)? = record["size"], size >= 0,
               case .timestamp(let date)? = record["contentChangeDate"]
         else { throw bad("no content") }
-        var chunks: [ChunkReference] = []
-        if case .list(_, let values)? = record["chunks"] {
-            for value in values {
-                guard case .string(let text) = value, let chunk = ChunkReference(text: text) else { throw bad("a chunk that is not hash:size") }
-                chunks.append(chunk)
-            }
-        }
+        guard let chunks = ChunkReference.list(record["chunks"]) else { throw bad("a chunk that is not hash:size") }
         let computer: String = if case .string(let device)? = record["savingComputer"] { device } else { "" }
         self.id = id
         self.item = item.recordID.recordName
@@ -167,6 +155,24 @@ public enum ChunkRecord {
     public static let field = "data"
 
     public static func recordName(_ hash: String) -> String { "c-" + hash }
+}
+
+extension ChunkReference {
+    /// The chunks a record's `chunks` field lists (none when it has none); nil when one is not `hash:size`.
+    static func list(_ value: FieldValue?) -> [ChunkReference]? {
+        guard case .list(_, let values)? = value else { return [] }
+        var chunks: [ChunkReference] = []
+        for value in values {
+            guard case .string(let text) = value, let chunk = ChunkReference(text: text) else { return nil }
+            chunks.append(chunk)
+        }
+        return chunks
+    }
+
+    /// The `chunks` field for a list of chunks (none for an empty file).
+    static func field(_ chunks: [ChunkReference]) -> FieldValue? {
+        chunks.isEmpty ? nil : .list(.string, chunks.map { .string($0.text) })
+    }
 }
 
 /// Uniform type identifiers from file name extensions, as the metadata's `kMDItemContentType`.

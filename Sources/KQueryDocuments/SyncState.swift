@@ -60,28 +60,23 @@ final class SyncState: Sendable {
     /// Applies a page of zone changes and its token in one transaction.
     func applyRemote(_ changes: [RecordZoneChangeEntry], token: String) throws(DocumentsError) {
         try write { db in
-            for change in changes {
-                switch change {
-                case .saved(let id, let type, let json):
-                    try db.execute(sql: "INSERT OR REPLACE INTO remote (id, type, json) VALUES (?, ?, ?)", arguments: [id, type, json])
-                case .deleted(let id):
-                    try db.execute(sql: "DELETE FROM remote WHERE id = ?", arguments: [id])
-                }
-            }
+            try Self.apply(changes, db)
             try db.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('token', ?)", arguments: [token])
         }
     }
 
     /// Records what the server answered to this device's own modify.
     func recordRemote(_ changes: [RecordZoneChangeEntry]) throws(DocumentsError) {
-        try write { db in
-            for change in changes {
-                switch change {
-                case .saved(let id, let type, let json):
-                    try db.execute(sql: "INSERT OR REPLACE INTO remote (id, type, json) VALUES (?, ?, ?)", arguments: [id, type, json])
-                case .deleted(let id):
-                    try db.execute(sql: "DELETE FROM remote WHERE id = ?", arguments: [id])
-                }
+        try write { db in try Self.apply(changes, db) }
+    }
+
+    private static func apply(_ changes: [RecordZoneChangeEntry], _ db: Database) throws {
+        for change in changes {
+            switch change {
+            case .saved(let id, let type, let json):
+                try db.execute(sql: "INSERT OR REPLACE INTO remote (id, type, json) VALUES (?, ?, ?)", arguments: [id, type, json])
+            case .deleted(let id):
+                try db.execute(sql: "DELETE FROM remote WHERE id = ?", arguments: [id])
             }
         }
     }

@@ -32,26 +32,16 @@ public struct WebServicesDocumentsTransport: DocumentsTransport {
     }
 
     public func prepare(device: String) async throws(DocumentsError) {
-        let body = JSON.object([("operations", .array([.object([("operationType", .string("create")), ("zone", .object([("zoneID", zoneIDJSON)]))])]))])
-        let zones = try await call("zones/modify", body)
-        if let error = zones["zones"]?[0]?["serverErrorCode"]?.stringValue {
-            throw DocumentsError(.syncFailed, "zones/modify: \(error): \(zones["zones"]?[0]?["reason"]?.stringValue ?? "")")
-        }
+        do { try await client.createZone(zoneID.zoneName) } catch { throw Self.failed(error) }
     }
 
     public func fetchChanges(since token: String?) async throws(DocumentsError) -> DocumentChanges {
-        var zone: [(String, JSON)] = [("zoneID", zoneIDJSON)]
-        if let token { zone.append(("syncToken", .string(token))) }
-        let json = try await call("changes/zone", .object([("zones", .array([.object(zone)]))]))
-        guard let answer = json["zones"]?[0], case .object = answer else { throw DocumentsError(.invalidServerAnswer, "changes/zone: no zone in the answer") }
-        if let code = answer["serverErrorCode"]?.stringValue {
-            throw DocumentsError(code == "CHANGE_TOKEN_EXPIRED" ? .changeTokenExpired : .syncFailed, "changes/zone: \(code): \(answer["reason"]?.stringValue ?? "")")
-        }
-        guard let next = answer["syncToken"]?.stringValue else { throw DocumentsError(.invalidServerAnswer, "changes/zone: no syncToken") }
+        let page: WebServicesClient.ZoneChangesPage
+        do { page = try await client.zoneChanges(zoneID.zoneName, since: token) } catch { throw Self.failed(error) }
         var changes: [RecordZoneChange] = []
-        for entry in answer["records"]?.arrayElements ?? [] {
-            guard let name = entry["recordName"]?.stringValue else { throw DocumentsError(.invalidServerAnswer, "changes/zone: a record without a recordName") }
+        for entry in page.records {
             if entry["deleted"] == .bool(true) {
+                let name = entry["recordName"]?.stringValue ?? ""
                 changes.append(.deleted(RecordID(recordName: name, zoneID: zoneID), recordType: entry["recordType"]?.stringValue ?? ""))
                 continue
             }
@@ -59,7 +49,7 @@ public struct WebServicesDocumentsTransport: DocumentsTransport {
                 throw DocumentsError(.invalidServerAnswer, "changes/zone: \(error.message)")
             }
         }
-        return DocumentChanges(changes: changes, token: next, moreComing: answer["moreComing"] == .bool(true))
+        return DocumentChanges(changes: changes, token: page.syncToken, moreComing: page.moreComing)
     }
 
     public func existing(_ recordNames: [String]) async throws(DocumentsError) -> Set<String> {

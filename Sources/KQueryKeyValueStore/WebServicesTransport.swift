@@ -56,11 +56,7 @@ public struct WebServicesTransport: KeyValueStoreTransport {
     }
 
     public func prepare(device: String) async throws(KeyValueStoreError) {
-        let zone = JSON.object([("operations", .array([.object([("operationType", .string("create")), ("zone", .object([("zoneID", zoneIDJSON)]))])]))])
-        let zones = try await call("zones/modify", zone)
-        if let error = zones["zones"]?[0]?["serverErrorCode"]?.stringValue {
-            throw KeyValueStoreError(.syncFailed, "zones/modify: \(error): \(zones["zones"]?[0]?["reason"]?.stringValue ?? "")")
-        }
+        do { try await client.createZone(storeIdentifier) } catch { throw Self.storeError(error) }
         let subscription = JSON.object([
             ("subscriptionID", .string("kvs-\(storeIdentifier)-\(device)")), ("subscriptionType", .string("zone")), ("zoneID", zoneIDJSON),
             ("notificationInfo", .object([("shouldSendContentAvailable", .bool(true))])),
@@ -70,17 +66,11 @@ public struct WebServicesTransport: KeyValueStoreTransport {
     }
 
     public func fetchChanges(since token: String?) async throws(KeyValueStoreError) -> RemoteKeyChanges {
-        var zone: [(String, JSON)] = [("zoneID", zoneIDJSON)]
-        if let token { zone.append(("syncToken", .string(token))) }
-        let json = try await call("changes/zone", .object([("zones", .array([.object(zone)]))]))
-        guard let answer = json["zones"]?[0], case .object = answer else { throw KeyValueStoreError(.invalidServerAnswer, "changes/zone: no zone in the answer") }
-        if let code = answer["serverErrorCode"]?.stringValue {
-            throw KeyValueStoreError(code == "CHANGE_TOKEN_EXPIRED" ? .changeTokenExpired : .syncFailed, "changes/zone: \(code): \(answer["reason"]?.stringValue ?? "")")
-        }
-        guard let next = answer["syncToken"]?.stringValue else { throw KeyValueStoreError(.invalidServerAnswer, "changes/zone: no syncToken") }
+        let page: WebServicesClient.ZoneChangesPage
+        do { page = try await client.zoneChanges(storeIdentifier, since: token) } catch { throw Self.storeError(error) }
         var changes: [RemoteKeyChange] = []
-        for record in answer["records"]?.arrayElements ?? [] {
-            guard let name = record["recordName"]?.stringValue else { throw KeyValueStoreError(.invalidServerAnswer, "changes/zone: a record without a recordName") }
+        for record in page.records {
+            let name = record["recordName"]?.stringValue ?? ""
             if record["deleted"] == .bool(true) {
                 if let key = KeyValueRecord.key(forRecordName: name) { changes.append(.deleted(key: key)) }
                 continue
@@ -88,13 +78,7 @@ public struct WebServicesTransport: KeyValueStoreTransport {
             guard record["recordType"]?.stringValue == KeyValueRecord.recordType else { continue }
             changes.append(.saved(try await remoteValue(record, name: name)))
         }
-        let more: Bool
-        switch answer["moreComing"] {
-        case .bool(let flag)?: more = flag
-        case nil, .null?: more = false
-        default: throw KeyValueStoreError(.invalidServerAnswer, "changes/zone: moreComing is not a boolean")
-        }
-        return RemoteKeyChanges(changes: changes, token: next, moreComing: more)
+        return RemoteKeyChanges(changes: changes, token: page.syncToken, moreComing: page.moreComing)
     }
 
     private func remoteValue(_ record: JSON, name: String) async throws(KeyValueStoreError) -> RemoteKeyValue {

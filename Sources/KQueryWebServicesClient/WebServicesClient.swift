@@ -114,6 +114,50 @@ public struct WebServicesClient: Sendable {
         return json
     }
 
+    // MARK: Zones
+
+    /// Creates a zone of the private database (`zones/modify`); one that exists already is kept.
+    public func createZone(_ zoneName: String) async throws(WebServicesClientError) {
+        let zoneID = JSON.object([("zoneName", .string(zoneName))])
+        let body = JSON.object([("operations", .array([.object([("operationType", .string("create")), ("zone", .object([("zoneID", zoneID)]))])]))])
+        let zones = try await call("zones/modify", body)
+        if let code = zones["zones"]?[0]?["serverErrorCode"]?.stringValue {
+            throw WebServicesClientError(.server, "zones/modify: \(code): \(zones["zones"]?[0]?["reason"]?.stringValue ?? "")", serverErrorCode: code)
+        }
+    }
+
+    /// One page of `changes/zone`: the records (changed ones whole, deleted ones as
+    /// `{"recordName", "recordType"?, "deleted": true}`), the token after them, and whether more
+    /// are waiting.
+    public struct ZoneChangesPage: Sendable {
+        public var records: [JSON]
+        public var syncToken: String
+        public var moreComing: Bool
+    }
+
+    /// The changes to a zone of the private database after `token` (nil: everything).
+    public func zoneChanges(_ zoneName: String, since token: String?) async throws(WebServicesClientError) -> ZoneChangesPage {
+        var zone: [(String, JSON)] = [("zoneID", .object([("zoneName", .string(zoneName))]))]
+        if let token { zone.append(("syncToken", .string(token))) }
+        let json = try await call("changes/zone", .object([("zones", .array([.object(zone)]))]))
+        guard let answer = json["zones"]?[0], case .object = answer else { throw WebServicesClientError(.invalidAnswer, "changes/zone: no zone in the answer") }
+        if let code = answer["serverErrorCode"]?.stringValue {
+            throw WebServicesClientError(.server, "changes/zone: \(code): \(answer["reason"]?.stringValue ?? "")", serverErrorCode: code)
+        }
+        guard let next = answer["syncToken"]?.stringValue else { throw WebServicesClientError(.invalidAnswer, "changes/zone: no syncToken") }
+        let records = answer["records"]?.arrayElements ?? []
+        for record in records where record["recordName"]?.stringValue == nil {
+            throw WebServicesClientError(.invalidAnswer, "changes/zone: a record without a recordName")
+        }
+        let more: Bool
+        switch answer["moreComing"] {
+        case .bool(let flag)?: more = flag
+        case nil, .null?: more = false
+        default: throw WebServicesClientError(.invalidAnswer, "changes/zone: moreComing is not a boolean")
+        }
+        return ZoneChangesPage(records: records, syncToken: next, moreComing: more)
+    }
+
     // MARK: Assets
 
     /// The three steps of SPEC §12 for one field: a ticket, the bytes to its URL, and the

@@ -99,47 +99,42 @@ struct DriveCommand: ParsableCommand {
     struct Resolve: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Make ID (default: the current version) current, resolve every conflict and remove the other versions.")
-        @OptionGroup var options: DriveOptions
-        @Argument(help: "The item's path relative to DIR.") var path: String
+        @OptionGroup var item: DriveItemOptions
         @Option(help: ArgumentHelp("The version to keep (an id from `drive versions`).", valueName: "ID")) var keep: String = FileVersion.currentIdentifier
 
         func run() throws {
-            let container = try options.open()
-            let (item, kept) = (path, keep)
-            try DriveOptions.perform { () async throws(DocumentsError) in
-                try await container.sync()
-                try await container.resolve(item, keep: kept)
-            }
+            let kept = keep
+            try item.syncThen { container, path throws(DocumentsError) in try await container.resolve(path, keep: kept) }
         }
     }
 
     struct Download: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Download PATH (a placeholder, or a folder's placeholders).")
-        @OptionGroup var options: DriveOptions
-        @Argument(help: "The item's path relative to DIR.") var path: String
+        @OptionGroup var item: DriveItemOptions
 
-        func run() throws {
-            let container = try options.open()
-            let item = path
-            try DriveOptions.perform { () async throws(DocumentsError) in
-                try await container.sync()
-                _ = try await container.download(item)
-            }
-        }
+        func run() throws { try item.syncThen { container, path throws(DocumentsError) in _ = try await container.download(path) } }
     }
 
     struct Evict: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Remove PATH's local bytes; the item stays, as a placeholder.")
-        @OptionGroup var options: DriveOptions
-        @Argument(help: "The item's path relative to DIR.") var path: String
+        @OptionGroup var item: DriveItemOptions
 
-        func run() throws {
-            let container = try options.open()
-            let item = path
-            try DriveOptions.perform { () async throws(DocumentsError) in
-                try await container.sync()
-                try await container.evict(item)
-            }
+        func run() throws { try item.syncThen { container, path throws(DocumentsError) in try await container.evict(path) } }
+    }
+}
+
+/// A folder and an item in it, for the subcommands that act on one item.
+struct DriveItemOptions: ParsableArguments {
+    @OptionGroup var options: DriveOptions
+    @Argument(help: "The item's path relative to DIR.") var path: String
+
+    /// Syncs, then acts on the item.
+    func syncThen(_ body: @escaping @Sendable (UbiquityContainer, String) async throws(DocumentsError) -> Void) throws {
+        let container = try options.open()
+        let item = path
+        try DriveOptions.perform { () async throws(DocumentsError) in
+            try await container.sync()
+            try await body(container, item)
         }
     }
 }
