@@ -73,6 +73,15 @@ public actor UbiquityContainer {
         let base = Self.statePath(for: standardized)
         state = try SyncState(path: base + ".sqlite")
         folder = LocalFolder(root: standardized, staging: base + "-staging")
+        try state.setMeta("deviceName", deviceName)
+    }
+
+    /// The device name the folder last synced with (nil before its first use): a device keeps
+    /// its name, so its conflict versions keep saying who saved them.
+    public static func lastDeviceName(for directory: String) -> String? {
+        let path = statePath(for: URL(fileURLWithPath: directory).standardizedFileURL.path) + ".sqlite"
+        guard FileManager.default.fileExists(atPath: path), let state = try? SyncState(path: path) else { return nil }
+        return try? state.meta("deviceName")
     }
 
     public func setDownloadPolicy(_ policy: DownloadPolicy) { downloadPolicy = policy }

@@ -205,7 +205,8 @@ struct MetadataQueryCommand: ParsableCommand {
 struct DriveOptions: ParsableArguments {
     @Argument(help: "The device's folder (made if missing).") var directory: String
     @OptionGroup var connection: SyncConnectionOptions
-    @Option(name: .customLong("device-name"), help: ArgumentHelp("This device's name (a conflict version's savingComputer).", valueName: "NAME"))
+    @Option(name: .customLong("device-name"),
+            help: ArgumentHelp("This device's name, a conflict version's savingComputer (default: the name DIR last synced with, else the host name).", valueName: "NAME"))
     var deviceName: String?
 
     func validate() throws {
@@ -228,7 +229,7 @@ struct DriveOptions: ParsableArguments {
         } else {
             throw ValidationError("name where to sync: --server or --db")
         }
-        let name = deviceName ?? ProcessInfo.processInfo.hostName
+        let name = deviceName ?? UbiquityContainer.lastDeviceName(for: directory) ?? ProcessInfo.processInfo.hostName
         do { return try UbiquityContainer(directory: directory, transport: transport, deviceName: name, downloadPolicy: policy) } catch {
             Terminal.writeError("drive: \(error.message)")
             throw ExitCode(1)
