@@ -118,6 +118,8 @@ let package = Package(
         .executableTarget(
             name: "KeyValueStoreBenchmarks", dependencies: ["KQuery", "KQueryContainer", "KQueryKeyValueStore", "KQueryServer"],
             path: "Benchmarks/KeyValueStoreBenchmarks"),
+        .executableTarget(
+            name: "DocumentsBenchmarks", dependencies: ["KQuery", "KQueryDocuments", "KQueryServer"], path: "Benchmarks/DocumentsBenchmarks"),
         // Helpers both test targets share (temporary files removed at exit).
         .target(name: "KQueryTestSupport", dependencies: ["KQuery"], path: "Tests/Support"),
         .testTarget(

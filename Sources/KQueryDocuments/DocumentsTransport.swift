@@ -28,10 +28,10 @@ public protocol DocumentsTransport: Sendable {
     func existing(_ recordNames: [String]) async throws(DocumentsError) -> Set<String>
     /// Applies the operations (at most 200, not atomically), one result each, in order.
     func modify(_ operations: [RecordOperation], device: String) async throws(DocumentsError) -> [RecordResult]
-    /// Uploads a chunk's bytes for the `data` field of its record: the field's value to save.
-    func uploadChunk(_ bytes: [UInt8], hash: String) async throws(DocumentsError) -> FieldValue
-    /// The bytes of the chunk with this hash.
-    func downloadChunk(hash: String) async throws(DocumentsError) -> [UInt8]
+    /// Uploads chunks' bytes for the `data` field of their records: each field's value to save, in order.
+    func uploadChunks(_ chunks: [(hash: String, bytes: [UInt8])]) async throws(DocumentsError) -> [FieldValue]
+    /// The bytes of the chunks with these hashes, in order.
+    func downloadChunks(_ hashes: [String]) async throws(DocumentsError) -> [[UInt8]]
 }
 
 /// A container synced through a container in this process (no server): its records are the
@@ -83,28 +83,36 @@ public struct ContainerDocumentsTransport: DocumentsTransport {
         do { return try database.modify(operations, atomic: false, device: device).results } catch { throw Self.failed(error) }
     }
 
-    public func uploadChunk(_ bytes: [UInt8], hash: String) async throws(DocumentsError) -> FieldValue {
+    public func uploadChunks(_ chunks: [(hash: String, bytes: [UInt8])]) async throws(DocumentsError) -> [FieldValue] {
         let database = try database()
-        do {
-            let uploaded = try database.uploadAsset(bytes, recordName: ChunkRecord.recordName(hash), fieldName: ChunkRecord.field,
-                                                    recordType: ChunkRecord.recordType, in: zoneID, contentType: "application/octet-stream")
-            return .assetID(uploaded.webServicesJSON.serialized)
-        } catch { throw Self.failed(error) }
+        var values: [FieldValue] = []
+        for chunk in chunks {
+            do {
+                let uploaded = try database.uploadAsset(chunk.bytes, recordName: ChunkRecord.recordName(chunk.hash), fieldName: ChunkRecord.field,
+                                                        recordType: ChunkRecord.recordType, in: zoneID, contentType: "application/octet-stream")
+                values.append(.assetID(uploaded.webServicesJSON.serialized))
+            } catch { throw Self.failed(error) }
+        }
+        return values
     }
 
-    public func downloadChunk(hash: String) async throws(DocumentsError) -> [UInt8] {
+    public func downloadChunks(_ hashes: [String]) async throws(DocumentsError) -> [[UInt8]] {
         let database = try database()
-        do {
-            guard let asset = try database.asset(RecordID(recordName: ChunkRecord.recordName(hash), zoneID: zoneID), field: ChunkRecord.field) else {
-                throw DocumentsError(.notFound, "chunk \(hash) is not on the server")
+        var chunks: [[UInt8]] = []
+        for hash in hashes {
+            do {
+                guard let asset = try database.asset(RecordID(recordName: ChunkRecord.recordName(hash), zoneID: zoneID), field: ChunkRecord.field) else {
+                    throw DocumentsError(.notFound, "chunk \(hash) is not on the server")
+                }
+                var bytes: [UInt8] = []
+                try container.readAsset(asset.contentHash) { bytes.append(contentsOf: $0) }
+                chunks.append(bytes)
+            } catch let error as DocumentsError {
+                throw error
+            } catch {
+                throw DocumentsError(.syncFailed, "reading chunk \(hash) failed: \(error)")
             }
-            var bytes: [UInt8] = []
-            try container.readAsset(asset.contentHash) { bytes.append(contentsOf: $0) }
-            return bytes
-        } catch let error as DocumentsError {
-            throw error
-        } catch {
-            throw DocumentsError(.syncFailed, "reading chunk \(hash) failed: \(error)")
         }
+        return chunks
     }
 }

@@ -54,6 +54,8 @@ public actor UbiquityContainer {
     let folder: LocalFolder
     /// Metadata queries following the container: each gets every item after each sync.
     private var feeds: [UUID: AsyncStream<[ItemStatus]>.Continuation] = [:]
+    /// Chunks fetched ahead for this sync pass.
+    private var prefetched: [String: [UInt8]] = [:]
 
     /// The sync state's file for a folder: beside it, named after it.
     public static func statePath(for directory: String) -> String {
@@ -244,6 +246,14 @@ public actor UbiquityContainer {
         let occupied = Set(locals.values.filter { !changes[$0.id].isDeleted }.map(\.path))
         var newPaths = disk.keys.filter { !occupied.contains($0) }
 
+        // Small files this pass downloads: their chunks in a few requests.
+        let downloads = remoteItems.values.filter { remote in
+            guard let row = locals[remote.id] else { return downloadPolicy == .all }
+            return row.downloaded && row.tag != remote.changeTag && changes[row.id].isUnchanged
+        }
+        defer { prefetched = [:] }
+        try await prefetch(downloads, statistics: &statistics)
+
         // Known items: server side against this side.
         for row in locals.values.sorted(by: { $0.path.split(separator: "/").count < $1.path.split(separator: "/").count }) {
             let change = changes[row.id] ?? .unchanged
@@ -409,24 +419,61 @@ public actor UbiquityContainer {
                 known[Chunker.sha256(Array(slice))] = slice
             }
         }
+        var missing: [ChunkReference] = []
+        var wanted: Set<String> = []
+        for chunk in remote.chunks where known[chunk.hash] == nil && prefetched[chunk.hash] == nil && wanted.insert(chunk.hash).inserted {
+            missing.append(chunk)
+        }
+        // 64 chunks (at most 16 MB) a request.
+        for start in stride(from: 0, to: missing.count, by: 64) {
+            let slice = Array(missing[start..<min(start + 64, missing.count)])
+            let fetched = try await transport.downloadChunks(slice.map(\.hash))
+            for (chunk, bytes) in zip(slice, fetched) {
+                try Self.verify(bytes, chunk, path: path)
+                statistics.chunksDownloaded += 1
+                statistics.bytesDownloaded += bytes.count
+                known[chunk.hash] = bytes[...]
+            }
+        }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Int(remote.size))
         for chunk in remote.chunks {
-            if let slice = known[chunk.hash] {
-                bytes.append(contentsOf: slice)
-                continue
-            }
-            let fetched = try await transport.downloadChunk(hash: chunk.hash)
-            guard fetched.count == chunk.size, Chunker.sha256(fetched) == chunk.hash else {
-                throw DocumentsError(.invalidServerAnswer, "chunk \(chunk.hash) of '\(path)' does not match its hash")
-            }
-            statistics.chunksDownloaded += 1
-            statistics.bytesDownloaded += fetched.count
-            known[chunk.hash] = fetched[...]
-            bytes.append(contentsOf: fetched)
+            guard let slice = known[chunk.hash] ?? prefetched[chunk.hash]?[...] else { throw DocumentsError(.invalidServerAnswer, "chunk \(chunk.hash) of '\(path)' did not arrive") }
+            bytes.append(contentsOf: slice)
         }
         statistics.itemsDownloaded += 1
         return try folder.write(path, bytes: bytes, modified: remote.contentChangeDate)
+    }
+
+    static func verify(_ bytes: [UInt8], _ chunk: ChunkReference, path: String) throws(DocumentsError) {
+        guard bytes.count == chunk.size, Chunker.sha256(bytes) == chunk.hash else {
+            throw DocumentsError(.invalidServerAnswer, "chunk \(chunk.hash) of '\(path)' does not match its hash")
+        }
+    }
+
+    /// Fetches in a few large requests the chunks of the small files this pass will download,
+    /// rather than file by file (up to 64 MB; larger files fetch their own).
+    private func prefetch(_ items: [ItemRecord], statistics: inout Statistics) async throws(DocumentsError) {
+        var wanted: [ChunkReference] = []
+        var seen: Set<String> = []
+        var total = 0
+        for item in items where item.kind == .file && item.size <= Chunker.maximumSize {
+            for chunk in item.chunks where seen.insert(chunk.hash).inserted {
+                guard total + chunk.size <= 64 << 20 else { break }
+                total += chunk.size
+                wanted.append(chunk)
+            }
+        }
+        for start in stride(from: 0, to: wanted.count, by: 200) {
+            let slice = Array(wanted[start..<min(start + 200, wanted.count)])
+            let fetched = try await transport.downloadChunks(slice.map(\.hash))
+            for (chunk, bytes) in zip(slice, fetched) {
+                try Self.verify(bytes, chunk, path: "a prefetched file")
+                statistics.chunksDownloaded += 1
+                statistics.bytesDownloaded += bytes.count
+                prefetched[chunk.hash] = bytes
+            }
+        }
     }
 
     /// Both sides changed an item (or created one under the same name). Equal content: nothing
@@ -480,14 +527,17 @@ public actor UbiquityContainer {
             present.formUnion(try await transport.existing(names))
         }
         var chunkOperations: [RecordOperation] = []
-        for hash in hashes where !present.contains(ChunkRecord.recordName(hash)) {
-            guard let bytes = batch.chunks[hash] else { continue }
-            let value = try await transport.uploadChunk(Array(bytes), hash: hash)
-            var record = Record(recordType: ChunkRecord.recordType, recordID: RecordID(recordName: ChunkRecord.recordName(hash), zoneID: transport.zoneID))
-            record.fields[ChunkRecord.field] = value
-            chunkOperations.append(RecordOperation(kind: .create, record: record))
-            statistics.chunksUploaded += 1
-            statistics.bytesUploaded += bytes.count
+        let missing = hashes.filter { !present.contains(ChunkRecord.recordName($0)) }
+        for start in stride(from: 0, to: missing.count, by: 200) {
+            let slice = missing[start..<min(start + 200, missing.count)].map { (hash: $0, bytes: Array(batch.chunks[$0] ?? [])) }
+            let values = try await transport.uploadChunks(slice)
+            for (chunk, value) in zip(slice, values) {
+                var record = Record(recordType: ChunkRecord.recordType, recordID: RecordID(recordName: ChunkRecord.recordName(chunk.hash), zoneID: transport.zoneID))
+                record.fields[ChunkRecord.field] = value
+                chunkOperations.append(RecordOperation(kind: .create, record: record))
+                statistics.chunksUploaded += 1
+                statistics.bytesUploaded += chunk.bytes.count
+            }
         }
         for start in stride(from: 0, to: chunkOperations.count, by: 200) {
             let slice = Array(chunkOperations[start..<min(start + 200, chunkOperations.count)])
@@ -584,6 +634,11 @@ struct ModifyBatch {
 extension Optional where Wrapped == UbiquityContainer.LocalChange {
     var isDeleted: Bool {
         if case .deleted? = self { return true }
+        return false
+    }
+
+    var isUnchanged: Bool {
+        if case .unchanged? = self { return true }
         return false
     }
 }

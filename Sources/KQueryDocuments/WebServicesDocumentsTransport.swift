@@ -87,20 +87,34 @@ public struct WebServicesDocumentsTransport: DocumentsTransport {
         return results
     }
 
-    public func uploadChunk(_ bytes: [UInt8], hash: String) async throws(DocumentsError) -> FieldValue {
+    public func uploadChunks(_ chunks: [(hash: String, bytes: [UInt8])]) async throws(DocumentsError) -> [FieldValue] {
         do {
-            let file = try await client.uploadAsset(bytes, zoneName: zoneID.zoneName, recordName: ChunkRecord.recordName(hash),
-                                                    recordType: ChunkRecord.recordType, fieldName: ChunkRecord.field)
-            return .assetID(file.serialized)
+            let files = try await client.uploadAssets(chunks.map { (ChunkRecord.recordName($0.hash), $0.bytes) }, zoneName: zoneID.zoneName,
+                                                      recordType: ChunkRecord.recordType, fieldName: ChunkRecord.field)
+            return files.map { .assetID($0.serialized) }
         } catch { throw Self.failed(error) }
     }
 
-    public func downloadChunk(hash: String) async throws(DocumentsError) -> [UInt8] {
-        let body = JSON.object([("records", .array([.object([("recordName", .string(ChunkRecord.recordName(hash)))])])), ("zoneID", zoneIDJSON)])
-        let json = try await call("records/lookup", body)
-        guard let url = json["records"]?[0]?["fields"]?[ChunkRecord.field]?["value"]?["downloadURL"]?.stringValue else {
-            throw DocumentsError(.notFound, "chunk \(hash) is not on the server")
+    public func downloadChunks(_ hashes: [String]) async throws(DocumentsError) -> [[UInt8]] {
+        var urls: [String] = []
+        for start in stride(from: 0, to: hashes.count, by: 200) {
+            let slice = hashes[start..<min(start + 200, hashes.count)]
+            let records = slice.map { JSON.object([("recordName", .string(ChunkRecord.recordName($0)))]) }
+            let json = try await call("records/lookup", .object([("records", .array(records)), ("zoneID", zoneIDJSON)]))
+            let entries = json["records"]?.arrayElements ?? []
+            for (hash, entry) in zip(slice, entries) {
+                guard let url = entry["fields"]?[ChunkRecord.field]?["value"]?["downloadURL"]?.stringValue else {
+                    throw DocumentsError(.notFound, "chunk \(hash) is not on the server")
+                }
+                urls.append(url)
+            }
+            guard entries.count == slice.count else { throw DocumentsError(.invalidServerAnswer, "records/lookup: \(entries.count) answers for \(slice.count) chunks") }
         }
-        do { return try await client.downloadAsset(url, fileName: "chunk") } catch { throw Self.failed(error) }
+        let client = self.client
+        do {
+            return try await WebServicesClient.concurrently(urls, limit: 8) { url throws(WebServicesClientError) in
+                try await client.downloadAsset(url, fileName: "chunk")
+            }
+        } catch { throw Self.failed(error) }
     }
 }

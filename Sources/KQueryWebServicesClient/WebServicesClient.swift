@@ -165,16 +165,66 @@ public struct WebServicesClient: Sendable {
     public func uploadAsset(_ bytes: [UInt8], zoneName: String, recordName: String, recordType: String, fieldName: String)
         async throws(WebServicesClientError) -> JSON
     {
-        let request = JSON.object([
-            ("zoneID", .object([("zoneName", .string(zoneName))])),
-            ("tokens", .array([.object([("recordName", .string(recordName)), ("recordType", .string(recordType)), ("fieldName", .string(fieldName))])])),
-        ])
-        let tickets = try await call("assets/upload", request)
-        guard let target = tickets["tokens"]?[0]?["url"]?.stringValue else { throw WebServicesClientError(.invalidAnswer, "assets/upload: no upload URL") }
-        let answer = try await send(.POST, target, body: bytes, contentType: "application/octet-stream")
-        let json = try Self.json(answer, "asset upload")
-        guard let file = json["singleFile"], case .object = file else { throw WebServicesClientError(.invalidAnswer, "asset upload: no singleFile") }
+        let files = try await uploadAssets([(recordName, bytes)], zoneName: zoneName, recordType: recordType, fieldName: fieldName)
+        guard let file = files.first else { throw WebServicesClientError(.invalidAnswer, "asset upload: no singleFile") }
         return file
+    }
+
+    /// The same for many records' field: tickets 200 a request, then the bytes, `concurrency` at
+    /// a time. The `singleFile` dictionaries, in order.
+    public func uploadAssets(_ items: [(recordName: String, bytes: [UInt8])], zoneName: String, recordType: String, fieldName: String,
+                             concurrency: Int = 8) async throws(WebServicesClientError) -> [JSON] {
+        var targets: [String] = []
+        for start in stride(from: 0, to: items.count, by: 200) {
+            let tokens = items[start..<min(start + 200, items.count)].map { item in
+                JSON.object([("recordName", .string(item.recordName)), ("recordType", .string(recordType)), ("fieldName", .string(fieldName))])
+            }
+            let tickets = try await call("assets/upload", .object([("zoneID", .object([("zoneName", .string(zoneName))])), ("tokens", .array(tokens))]))
+            let urls = (tickets["tokens"]?.arrayElements ?? []).compactMap { $0["url"]?.stringValue }
+            guard urls.count == tokens.count else { throw WebServicesClientError(.invalidAnswer, "assets/upload: \(urls.count) upload URLs for \(tokens.count) tokens") }
+            targets += urls
+        }
+        let client = self
+        return try await Self.concurrently(Array(zip(targets, items.map(\.bytes))), limit: concurrency) { (target, bytes) throws(WebServicesClientError) -> JSON in
+            let json = try Self.json(try await client.send(.POST, target, body: bytes, contentType: "application/octet-stream"), "asset upload")
+            guard let file = json["singleFile"], case .object = file else { throw WebServicesClientError(.invalidAnswer, "asset upload: no singleFile") }
+            return file
+        }
+    }
+
+    /// Runs `body` over `inputs`, at most `limit` at a time; the results in input order, or the
+    /// first error.
+    public static func concurrently<Input: Sendable, Output: Sendable>(
+        _ inputs: [Input], limit: Int, _ body: @escaping @Sendable (Input) async throws(WebServicesClientError) -> Output
+    ) async throws(WebServicesClientError) -> [Output] {
+        let results = await withTaskGroup(of: (Int, Result<Output, WebServicesClientError>).self) { group in
+            var results: [Result<Output, WebServicesClientError>?] = Array(repeating: nil, count: inputs.count)
+            var next = 0
+            func add() {
+                let index = next
+                let input = inputs[index]
+                group.addTask {
+                    do throws(WebServicesClientError) { return (index, .success(try await body(input))) } catch { return (index, .failure(error)) }
+                }
+                next += 1
+            }
+            while next < min(limit, inputs.count) { add() }
+            for await (index, result) in group {
+                results[index] = result
+                if next < inputs.count { add() }
+            }
+            return results
+        }
+        var outputs: [Output] = []
+        outputs.reserveCapacity(results.count)
+        for result in results {
+            switch result {
+            case .success(let output)?: outputs.append(output)
+            case .failure(let error)?: throw error
+            case nil: throw WebServicesClientError(.transport, "a request did not finish")
+            }
+        }
+        return outputs
     }
 
     /// The bytes behind an asset's `downloadURL` (its `${f}` placeholder filled with `fileName`).
