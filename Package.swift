@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "KQueryServer", targets: ["KQueryServer"]),
         .library(name: "KQueryPostgres", targets: ["KQueryPostgres"]),
         .library(name: "KQueryKeyValueStore", targets: ["KQueryKeyValueStore"]),
+        .library(name: "KQueryDocuments", targets: ["KQueryDocuments"]),
         .executable(name: "kquery", targets: ["kquery"]),
     ],
     dependencies: [
@@ -66,20 +67,34 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+        // The client side of the Web Services HTTP API that the client libraries share.
+        .target(
+            name: "KQueryWebServicesClient",
+            dependencies: [
+                "KQuery", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"), .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // iCloud key-value storage (SPEC §14): a client library over the container's public API and
         // the Web Services HTTP API.
         .target(
             name: "KQueryKeyValueStore",
+            dependencies: ["KQuery", "KQueryContainer", "KQueryWebServicesClient", .product(name: "NIOCore", package: "swift-nio")]
+        ),
+        // iCloud Documents (SPEC §15): a synced folder over the container's public API and the Web
+        // Services HTTP API.
+        .target(
+            name: "KQueryDocuments",
             dependencies: [
-                "KQuery", "KQueryContainer", .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"), .product(name: "Logging", package: "swift-log"),
+                "KQuery", "KQueryContainer", "KQueryWebServicesClient", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .executableTarget(
             name: "kquery",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryPostgres", "KQueryKeyValueStore", "CEditLine", "CKQuerySupport",
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryServer", "KQueryPostgres", "KQueryKeyValueStore", "KQueryDocuments", "CEditLine", "CKQuerySupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -104,12 +119,14 @@ let package = Package(
         .executableTarget(
             name: "KeyValueStoreBenchmarks", dependencies: ["KQuery", "KQueryContainer", "KQueryKeyValueStore", "KQueryServer"],
             path: "Benchmarks/KeyValueStoreBenchmarks"),
+        .executableTarget(
+            name: "DocumentsBenchmarks", dependencies: ["KQuery", "KQueryDocuments", "KQueryServer"], path: "Benchmarks/DocumentsBenchmarks"),
         // Helpers both test targets share (temporary files removed at exit).
         .target(name: "KQueryTestSupport", dependencies: ["KQuery"], path: "Tests/Support"),
         .testTarget(
             name: "KQueryTests",
             dependencies: [
-                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "KQueryPostgres", "KQueryKeyValueStore", "kquery",
+                "KQueryTestSupport", "KQuery", "KQueryStore", "KQueryContainer", "KQueryPostgres", "KQueryKeyValueStore", "KQueryDocuments", "kquery",
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -119,6 +136,7 @@ let package = Package(
             name: "KQueryServerTests",
             dependencies: [
                 "KQueryTestSupport", "KQuery", "KQueryContainer", "KQueryPostgres", "KQueryWebServices", "KQueryServer", "KQueryKeyValueStore",
+                "KQueryDocuments",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

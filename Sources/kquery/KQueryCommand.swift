@@ -17,7 +17,7 @@ struct KQueryCommand: ParsableCommand {
         subcommands: [
             Check.self, Query.self, Import.self, SchemaCommand.self, IndexCommand.self, Simulate.self, Shell.self,
             Zones.self, Modify.self, Changes.self, Subscriptions.self, Notifications.self, AssetCommand.self, Serve.self, Token.self, Users.self, Migrate.self,
-            KeyValueStoreCommand.self,
+            KeyValueStoreCommand.self, DriveCommand.self,
         ],
         defaultSubcommand: Shell.self
     )

@@ -127,55 +127,29 @@ struct KeyValueStoreCommand: ParsableCommand {
 
 /// The flags every `kvs` subcommand takes: where the store syncs, and which device this is.
 struct KeyValueStoreOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("A kquery serve URL to sync with (with --api-token and --web-auth-token).", valueName: "URL"))
-    var server: String?
-    @Option(name: .customLong("api-token"), help: ArgumentHelp("The server's API token (ckAPIToken).", valueName: "T"))
-    var apiToken: String?
-    @Option(name: .customLong("web-auth-token"), help: ArgumentHelp("The user's web auth token (ckWebAuthToken, from kquery token).", valueName: "W"))
-    var webAuthToken: String?
-    @Option(help: ArgumentHelp("A container file to sync with, in process (with --user).", valueName: "CONTAINER_FILE"))
-    var db: String?
-    @Option(help: ArgumentHelp("With --db: the user whose store it is (a user record name).", valueName: "NAME"))
-    var user: String?
-    @Option(help: ArgumentHelp("The container identifier.", valueName: "ID"))
-    var container: String
-    @Option(help: "development or production.")
-    var environment = "development"
+    @OptionGroup var connection: SyncConnectionOptions
     @Option(help: ArgumentHelp("The store identifier (default: the container identifier).", valueName: "ID"))
     var store: String?
     @Option(help: ArgumentHelp("This device's state directory (made if missing).", valueName: "DIR"))
     var device: String
 
     func validate() throws {
-        guard ContainerEnvironment(name: environment) != nil else { throw ValidationError("--environment must be development or production") }
-        switch (server, db) {
-        case (nil, nil): throw ValidationError("name where the store syncs: --server URL (with --api-token, --web-auth-token) or --db CONTAINER_FILE (with --user)")
-        case (.some, .some): throw ValidationError("--server and --db are two ways to sync: give one")
-        case (let server?, nil):
-            guard let url = URL(string: server), url.scheme == "http" || url.scheme == "https", url.host != nil else {
-                throw ValidationError("--server must be an http:// or https:// URL, not '\(server)'")
-            }
-            guard apiToken?.isEmpty == false, webAuthToken?.isEmpty == false else { throw ValidationError("--server needs --api-token and --web-auth-token") }
-            if user != nil { throw ValidationError("--user goes with --db; with --server the web auth token names the user") }
-        case (nil, .some):
-            guard user?.isEmpty == false else { throw ValidationError("--db needs --user NAME (whose store it is)") }
-            if apiToken != nil || webAuthToken != nil { throw ValidationError("--api-token and --web-auth-token go with --server") }
-        }
-        if store?.isEmpty == true || container.isEmpty || device.isEmpty { throw ValidationError("--container, --store and --device must not be empty") }
+        if store?.isEmpty == true || device.isEmpty { throw ValidationError("--store and --device must not be empty") }
     }
 
-    var storeIdentifier: String { store ?? container }
+    var storeIdentifier: String { store ?? connection.container }
 
     /// The store of this device, its background sync off (`watch` starts it).
     func open() throws -> UbiquitousKeyValueStore {
-        let environment = ContainerEnvironment(name: environment) ?? .development
+        let environment = connection.containerEnvironment
         let transport: any KeyValueStoreTransport
-        if let server, let url = URL(string: server), let apiToken, let webAuthToken {
-            transport = WebServicesTransport(server: url, containerIdentifier: container, environment: environment.name, storeIdentifier: storeIdentifier,
-                                             apiToken: apiToken, webAuthToken: webAuthToken)
-        } else if let db, let user {
+        if let url = connection.serverURL, let apiToken = connection.apiToken, let webAuthToken = connection.webAuthToken {
+            transport = WebServicesTransport(server: url, containerIdentifier: connection.container, environment: environment.name,
+                                             storeIdentifier: storeIdentifier, apiToken: apiToken, webAuthToken: webAuthToken)
+        } else if let db = connection.db, let user = connection.user {
             // Opened for each call: another kquery process (another device) may have written since.
-            transport = ContainerFileTransport(path: db, containerIdentifier: container, environment: environment, user: user, storeIdentifier: storeIdentifier)
+            transport = ContainerFileTransport(path: db, containerIdentifier: connection.container, environment: environment, user: user,
+                                               storeIdentifier: storeIdentifier)
         } else {
             throw ValidationError("name where the store syncs: --server or --db")
         }
@@ -204,16 +178,7 @@ struct KeyValueStoreOptions: ParsableArguments {
 
     /// Runs async work from the synchronous command.
     static func wait<T: Sendable>(_ body: @escaping @Sendable () async throws(KeyValueStoreError) -> T) -> Result<T, KeyValueStoreError> {
-        let outcome = Locked<Result<T, KeyValueStoreError>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task {
-            let result: Result<T, KeyValueStoreError>
-            do throws(KeyValueStoreError) { result = .success(try await body()) } catch { result = .failure(error) }
-            outcome.withLock { $0 = result }
-            done.signal()
-        }
-        done.wait()
-        return outcome.withLock { $0 } ?? .failure(KeyValueStoreError(.syncFailed, "the sync did not finish"))
+        SyncConnectionOptions.wait(body) ?? .failure(KeyValueStoreError(.syncFailed, "the sync did not finish"))
     }
 }
 

@@ -9,11 +9,7 @@ import Testing
 /// Key-value storage survives kill -9, of a device in the middle of its writes and uploads, and
 /// of the server: no value whose write was acknowledged is lost.
 @Suite(.serialized) struct ServerKeyValueStoreProcessTests {
-    /// The `kquery` built beside this test binary (whatever the scratch path), else `.build/debug`.
-    static var kquery: URL {
-        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("kquery")
-        return FileManager.default.isExecutableFile(atPath: beside.path) ? beside : ServerProcessTests.kquery
-    }
+    static var kquery: URL { ServerProcessTests.kquery }
 
     static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
         let process = Process()

@@ -8,8 +8,11 @@ import Testing
 /// `kquery serve` as a process: it listens, logs each request, and on SIGTERM ends waiting polls,
 /// finishes, and exits 0.
 @Suite(.serialized) struct ServerProcessTests {
+    /// The `kquery` built beside this test binary (whatever the scratch path), else `.build/debug`.
     static var kquery: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("kquery")
+        if FileManager.default.isExecutableFile(atPath: beside.path) { return beside }
+        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent(".build/debug/kquery")
     }
 

@@ -1,0 +1,167 @@
+import Foundation
+import KQuery
+import KQueryDocuments
+import KQueryServer
+import KQueryTestSupport
+import Testing
+
+/// iCloud Documents against a real `kquery serve` on loopback: devices through the library's Web
+/// Services transport and through `kquery drive`, and kill -9 in the middle of transfers.
+@Suite(.serialized) struct ServerDocumentsTests {
+    static let containerID = "iCloud.com.example.drive"
+
+    /// A running server and what a device needs to reach it.
+    struct Server {
+        let process: Process
+        let port: Int
+        let token: String
+
+        func device(_ name: String, directory: String? = nil, policy: UbiquityContainer.DownloadPolicy = .all) throws -> UbiquityContainer {
+            let transport = WebServicesDocumentsTransport(server: URL(string: "http://127.0.0.1:\(port)")!, containerIdentifier: containerID, apiToken: "t",
+                                                          webAuthToken: token)
+            return try UbiquityContainer(directory: directory ?? TemporaryFiles.path("drive-\(name)"), transport: transport, deviceName: name,
+                                         downloadPolicy: policy)
+        }
+
+        var flags: [String] { ["--server", "http://127.0.0.1:\(port)", "--api-token", "t", "--web-auth-token", token, "--container", containerID] }
+
+        func stop() {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    static func start(_ data: String = TemporaryFiles.path("drive-serve")) throws -> Server {
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        let secret = try ServerSecret(directory: data)
+        let (process, port) = try ServerProcessTests.startServer(directory: data)
+        return Server(process: process, port: port, token: secret.webAuthToken(user: "_d"))
+    }
+
+    static func drive(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
+        let process = Process()
+        process.executableURL = ServerKeyValueStoreProcessTests.kquery
+        process.arguments = ["drive"] + arguments
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        let errors = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self), String(decoding: errors, as: UTF8.self))
+    }
+
+    @Test func threeDevicesConvergeAndShareOneConflict() async throws {
+        let server = try Self.start()
+        defer { server.stop() }
+        let devices = try ["mac", "iphone", "ipad"].map { try server.device($0) }
+        try putFile(devices[0].directory, "Documents/a.txt", "a", modified: 1_000)
+        try putFile(devices[1].directory, "Documents/Folder/b.txt", "b", modified: 1_000)
+        try putFile(devices[2].directory, "Documents/Deck.key/slide1.xml", "<s/>", modified: 1_000)
+        for _ in 0..<2 { for device in devices { try await device.sync() } }
+        let tree = folderTree(devices[0].directory)
+        #expect(tree.count == 6, "\(tree.keys.sorted())")
+        for device in devices { #expect(folderTree(device.directory) == tree) }
+
+        // Offline edits on two devices, then a rename and a delete on the third.
+        try putFile(devices[0].directory, "Documents/a.txt", "a from the mac", modified: 2_000)
+        try putFile(devices[1].directory, "Documents/a.txt", "a from the phone", modified: 2_500)
+        try FileManager.default.moveItem(atPath: devices[2].directory + "/Documents/Folder/b.txt", toPath: devices[2].directory + "/Documents/b.txt")
+        try FileManager.default.removeItem(atPath: devices[2].directory + "/Documents/Deck.key/slide1.xml")
+        for _ in 0..<2 { for device in devices { try await device.sync() } }
+        let after = folderTree(devices[0].directory)
+        for device in devices {
+            #expect(folderTree(device.directory) == after)
+            #expect(try await device.otherVersionsOfItem(at: "Documents/a.txt").map(\.localizedNameOfSavingComputer) == ["mac"])
+        }
+        #expect(after["Documents/a.txt"] == .some(Array("a from the phone".utf8)))
+        #expect(after["Documents/b.txt"] != nil && after["Documents/Folder/b.txt"] == nil && after["Documents/Deck.key/slide1.xml"] == nil)
+
+        try await devices[2].resolve("Documents/a.txt")
+        for device in devices {
+            try await device.sync()
+            #expect(try await device.hasUnresolvedConflicts(at: "Documents/a.txt") == false)
+            #expect(try await device.otherVersionsOfItem(at: "Documents/a.txt").isEmpty)
+        }
+    }
+
+    @Test func driveCommandsSyncReportAndRefuse() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: ServerKeyValueStoreProcessTests.kquery.path), "build kquery first")
+        let server = try Self.start()
+        defer { server.stop() }
+        let a = TemporaryFiles.path("drive-cli-a")
+        let b = TemporaryFiles.path("drive-cli-b")
+        var bytes = documentBytes(count: 20_000_000, seed: 20)
+        try putFile(a, "Documents/big.bin", bytes, modified: 1_000)
+        try putFile(a, "Documents/notes.txt", "hello", modified: 1_000)
+        let first = try Self.drive(["sync", a, "--stats", "--device-name", "mac"] + server.flags)
+        #expect(first.status == 0, "\(first.error)")
+        let firstStats = try JSON.parse(first.output.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(firstStats["itemsUploaded"] == .int(3) && (firstStats["chunksUploaded"]?.int64Value ?? 0) > 100, "\(first.output)")
+
+        // A 1-byte insertion in the middle of 20 MB: at most 2 chunks cross.
+        bytes.insert(1, at: 10_000_000)
+        try putFile(a, "Documents/big.bin", bytes, modified: 2_000)
+        let edit = try Self.drive(["sync", a, "--stats", "--device-name", "mac"] + server.flags)
+        let editStats = try JSON.parse(edit.output.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(editStats["itemsUploaded"] == .int(1) && (1...2).contains(editStats["chunksUploaded"]?.int64Value ?? 0), "\(edit.output)")
+
+        // A second device on demand: placeholders, then a download.
+        #expect(try Self.drive(["sync", b, "--device-name", "phone", "--download", "on-demand"] + server.flags).status == 0)
+        let status = try Self.drive(["status", b, "Documents/big.bin"] + server.flags)
+        let line = try JSON.parse(status.output.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(line["downloadingStatus"] == .string("NSURLUbiquitousItemDownloadingStatusNotDownloaded") && line["size"] == .int(20_000_001))
+        #expect(try Self.drive(["download", b, "Documents/big.bin"] + server.flags).status == 0)
+        #expect(FileManager.default.contents(atPath: b + "/Documents/big.bin").map { [UInt8]($0) } == bytes)
+        #expect(try Self.drive(["evict", b, "Documents/big.bin"] + server.flags).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: b + "/Documents/big.bin"))
+
+        let versions = try Self.drive(["versions", b, "Documents/notes.txt"] + server.flags)
+        #expect(versions.status == 0, "\(versions.error)")
+        let versionsJSON = try JSON.parse(versions.output)
+        #expect(versionsJSON["current"]?["id"] == .string("current"), "\(versions.output)")
+        let refused = try Self.drive(["evict", b, "Documents/missing.txt"] + server.flags)
+        #expect(refused.status == 1 && refused.error.contains("refused"), "\(refused.error)")
+        #expect(try Self.drive(["sync", b, "--download", "sometimes"] + server.flags).status == 2)
+        #expect(try Self.drive(["sync", b, "--container", Self.containerID]).status == 2)
+        #expect(try Self.drive(["resolve", b, "Documents/notes.txt", "--keep", "v-nope"] + server.flags).status == 1)
+    }
+
+    /// `kquery drive sync` killed with SIGKILL at random moments while it uploads (and another
+    /// while it downloads): once a sync finishes, every device holds the same files, once each,
+    /// with no conflict made by the kills.
+    @Test func killedDuringUploadAndDownloadNeitherLosesNorDuplicates() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: ServerKeyValueStoreProcessTests.kquery.path), "build kquery first")
+        let server = try Self.start()
+        defer { server.stop() }
+        let a = TemporaryFiles.path("drive-kill-a")
+        let b = TemporaryFiles.path("drive-kill-b")
+        for index in 0..<8 { try putFile(a, "Documents/file\(index).bin", documentBytes(count: 1_500_000, seed: UInt64(index + 1)), modified: 1_000 + index) }
+        for index in 0..<30 { try putFile(a, "Documents/small/\(index).txt", "small \(index)", modified: 1_000) }
+        var generator = SystemRandomNumberGenerator()
+        for (folder, name) in [(a, "mac"), (b, "phone")] {
+            for _ in 0..<6 {
+                let process = Process()
+                process.executableURL = ServerKeyValueStoreProcessTests.kquery
+                process.arguments = ["drive", "sync", folder, "--device-name", name, "--download", "all"] + server.flags
+                process.standardOutput = FileHandle.nullDevice
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                try await Task.sleep(for: .milliseconds(Int.random(in: 50...400, using: &generator)))
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+            }
+            let done = try Self.drive(["sync", folder, "--device-name", name, "--download", "all"] + server.flags)
+            #expect(done.status == 0, "\(done.error)")
+        }
+        #expect(try Self.drive(["sync", a, "--device-name", "mac"] + server.flags).status == 0)
+        #expect(folderTree(a) == folderTree(b))
+        #expect(folderTree(a).count == 8 + 30 + 2)
+        let status = try Self.drive(["status", a] + server.flags)
+        let lines = status.output.split(separator: "\n")
+        #expect(lines.count == 8 + 30 + 2)
+        #expect(!status.output.contains("\"hasUnresolvedConflicts\":true"))
+    }
+}
