@@ -32,6 +32,8 @@ public final class CloudKitServer: Sendable {
     let boundPort = Locked<Int?>(nil)
     /// The requests being served, for `AdmissionLimit`.
     let requestsInFlight = Locked(0)
+    /// The console's logs of requests, changes and pushes; nil when the console is not served.
+    let console: ConsoleJournals?
 
     /// The database operations: POST unless listed in `getOperations`.
     static let postOperations = [
@@ -58,11 +60,20 @@ public final class CloudKitServer: Sendable {
             signatureTolerance: configuration.signatureTolerance, webAuthTokenLifetime: configuration.webAuthTokenLifetime,
             spentTokens: configuration.singleUseWebAuthTokens ? SpentWebAuthTokens() : nil)
         deviceTokens = DeviceTokens(directory: configuration.dataDirectory)
+        console = configuration.servesConsole ? ConsoleJournals() : nil
         blockingWork = BlockingWork(threads: configuration.blockingThreads)
         courier = WebCourier(acknowledges: configuration.apns == nil ? .all : .webCourier, shared: configuration.sharedStore)
         if let apnsConfiguration = configuration.apns {
+            let pushes = console?.pushes
             apns = APNsDelivery(
-                configuration: apnsConfiguration, containers: containers, deviceTokens: deviceTokens, logsToStandardError: configuration.logsRequests)
+                configuration: apnsConfiguration, containers: containers, deviceTokens: deviceTokens, logsToStandardError: configuration.logsRequests,
+                outcomes: { notification, containerIdentifier, device, outcome in
+                    pushes?.append { _ in
+                        ConsolePush(
+                            time: Date(), channel: "APNs", containerIdentifier: containerIdentifier, owner: notification.owner,
+                            subscriptionID: notification.subscriptionID, device: device.apnsToken, outcome: outcome.consoleText, payload: notification.payload)
+                    }
+                })
         } else {
             apns = nil
         }
@@ -83,7 +94,7 @@ public final class CloudKitServer: Sendable {
 
     public func router() -> Router<ServerContext> {
         let router = Router(context: ServerContext.self)
-        router.middlewares.add(RequestLog(enabled: configuration.logsRequests))
+        router.middlewares.add(RequestLog(enabled: configuration.logsRequests, journal: console?.requests))
         router.middlewares.add(BrowserAccess())
         router.middlewares.add(AdmissionLimit(limit: configuration.maximumRequestsInFlight, inFlight: requestsInFlight, exempting: Self.courierPath))
         router.middlewares.add(WebAuthRotation(secret: secret, spentTokens: authentication.spentTokens))
@@ -102,6 +113,7 @@ public final class CloudKitServer: Sendable {
         router.get(RouterPath(Self.courierPath)) { request, context in await self.courierPoll(request, context) }
         assetRoutes(router)
         router.get(RouterPath(Self.signInPath)) { _, _ in self.signInPage() }
+        if let console { consoleRoutes(router, console) }
         return router
     }
 
@@ -224,6 +236,7 @@ public final class CloudKitServer: Sendable {
                         () throws(ContainerError) in try container.waitUntilDurable()
                     }
                     answer = service.answer(request, result)
+                    self.journal(result, of: request, in: database, containerIdentifier: containerIdentifier, context: context)
                 } catch {
                     throw ServerError(error)
                 }
@@ -288,6 +301,7 @@ public final class CloudKitServer: Sendable {
                 throw ServerError.authenticationFailed("invalid web courier token")
             }
             context.entry.record(user: subscriber.user)
+            context.entry.record(authentication: "web courier token of \(subscriber.user)")
             let container = try self.containers.container(subscriber.containerIdentifier)
             guard let delivery = try await self.nextPush(for: subscriber, device: token, in: container, timeout: self.configuration.courierTimeout) else {
                 return ServiceAnswer(json: .null, status: 204)
@@ -338,6 +352,12 @@ public final class CloudKitServer: Sendable {
         do {
             try await blockingWork.run { () throws(ContainerError) in try container.acknowledge([delivery.id], channel: channels) }
             await courier.delivered(delivery)
+            console?.pushes.append { _ in
+                ConsolePush(
+                    time: Date(), channel: "web courier", containerIdentifier: container.containerIdentifier, owner: delivery.payload["ck"]?["ckuserid"]?.stringValue ?? "",
+                    subscriptionID: ["qry", "fet", "met"].lazy.compactMap { delivery.payload["ck"]?[$0]?["sid"]?.stringValue }.first,
+                    device: nil, outcome: "delivered", payload: delivery.payload)
+            }
         } catch {
             await courier.returned(delivery)
             throw error
@@ -373,7 +393,9 @@ public final class CloudKitServer: Sendable {
             do { buffer = try await request.body.collect(upTo: configuration.maximumBodySize) } catch {
                 throw ServerError.tooLarge(configuration.maximumBodySize)
             }
-            answer = try await operation(Body(bytes: Array(buffer.readableBytesView)))
+            let bytes = Array(buffer.readableBytesView)
+            context.entry.record(requestBody: bytes)
+            answer = try await operation(Body(bytes: bytes))
         } catch {
             var error = error
             // CloudKit's 421 names where to sign in (CloudKit JS opens it); here, this server's page
@@ -384,6 +406,7 @@ public final class CloudKitServer: Sendable {
             answer = ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus)
         }
         context.entry.record(pushes: answer.pushes)
+        context.entry.record(responseBody: answer.serializedBytes)
         return answer
     }
 
@@ -466,8 +489,13 @@ public final class CloudKitServer: Sendable {
             apiToken: query.get("ckAPIToken"), webAuthToken: query.get("ckWebAuthToken"),
             keyID: header("x-apple-cloudkit-request-keyid"), date: header("x-apple-cloudkit-request-iso8601date"),
             signature: header("x-apple-cloudkit-request-signaturev1"), subpath: request.uri.path, body: body)
-        let requester = try authentication.requester(credentials, scope: scope)
+        let requester: Authentication.Requester
+        do throws(ServerError) { requester = try authentication.requester(credentials, scope: scope) } catch {
+            context.entry.record(authentication: "refused: \(error.reason)")
+            throw error
+        }
         context.entry.record(user: requester.user, bySignIn: requester.bySignIn, spentToken: requester.spentToken)
+        context.entry.record(authentication: credentials.decision(requester))
         return requester
     }
 
@@ -483,9 +511,13 @@ public final class CloudKitServer: Sendable {
 /// Requests no route answers get CloudKit's error JSON here too.
 struct RequestLog: RouterMiddleware {
     let enabled: Bool
+    /// The console's request log, when the console is served: every request but the console's own.
+    let journal: ConsoleJournal<ConsoleRequest>?
 
     func handle(_ request: Request, context: ServerContext, next: (Request, ServerContext) async throws -> Response) async throws -> Response {
         let start = ContinuousClock.now
+        let journal = request.uri.path.hasPrefix(CloudKitServer.consolePath) ? nil : journal
+        if journal != nil { context.entry.facts.withLock { $0.capturesBodies = true } }
         var response: Response
         do {
             response = try await next(request, context)
@@ -493,11 +525,18 @@ struct RequestLog: RouterMiddleware {
             let code = error.status == .notFound ? "NOT_FOUND" : error.status == .methodNotAllowed ? "BAD_REQUEST" : "INTERNAL_ERROR"
             let refusal = ServerError(code, "\(request.method) \(request.uri.path): \(error.status.reasonPhrase)", httpStatus: error.status.code)
             response = CloudKitServer.response(ServiceAnswer(json: refusal.webServicesJSON, status: refusal.httpStatus))
+            context.entry.record(responseBody: refusal.webServicesJSON.serializedBytes)
+        }
+        let elapsed = ContinuousClock.now - start
+        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let facts = context.entry.facts.withLock { $0 }
+        journal?.append { _ in
+            ConsoleRequest(
+                time: Date(), method: request.method.rawValue, path: request.uri.path, user: facts.user, authentication: facts.authentication,
+                status: Int(response.status.code), milliseconds: milliseconds, pushes: facts.pushes, requestBody: facts.requestBody,
+                responseBody: facts.responseBody, changes: facts.changes)
         }
         if enabled {
-            let elapsed = ContinuousClock.now - start
-            let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
-            let facts = context.entry.facts.withLock { $0 }
             let line = "\(request.method) \(request.uri.path) user=\(facts.user ?? "-") status=\(response.status.code) "
                 + "\(String(format: "%.1f", milliseconds))ms pushes=\(facts.pushes)\n"
             FileHandle.standardError.write(Data(line.utf8))

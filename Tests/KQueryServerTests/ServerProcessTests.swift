@@ -8,8 +8,12 @@ import Testing
 /// `kquery serve` as a process: it listens, logs each request, and on SIGTERM ends waiting polls,
 /// finishes, and exits 0.
 @Suite(.serialized) struct ServerProcessTests {
+    /// The `kquery` built with these tests (beside the test bundle, whatever the scratch path),
+    /// else `.build/debug/kquery`.
     static var kquery: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let beside = Bundle.main.bundleURL.appendingPathComponent("kquery")
+        if FileManager.default.isExecutableFile(atPath: beside.path) { return beside }
+        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent(".build/debug/kquery")
     }
 

@@ -1,0 +1,360 @@
+import Hummingbird
+import KQuery
+import KQueryContainer
+import KQueryWebServices
+
+import Foundation
+
+/// The console (SPEC §17): `/console` serves its pages (HTML, CSS and JavaScript modules shipped
+/// as the target's resources) and `/console/api/` the JSON they read, behind `ConsoleAccess`.
+/// The pages act through the Web Services endpoints as any client does (a record saved in the
+/// console is a `records/modify`, so its pushes fire); the API adds what no client may ask:
+/// the request, change and push logs, subscription verdicts, queries as any local user.
+extension CloudKitServer {
+    static let consolePath = "/console"
+
+    /// The console's pages: each is `index.html`, which reads its URL and shows that page.
+    static let consolePages = ["records", "requests", "subscriptions", "schema"]
+
+    func consoleRoutes(_ router: Router<ServerContext>, _ journals: ConsoleJournals) {
+        let console = router.group(RouterPath(Self.consolePath)).add(middleware: ConsoleAccess(token: configuration.consoleToken))
+        console.get { _, _ in try ConsoleFiles.response("index.html") }
+        for page in Self.consolePages {
+            console.get(RouterPath(page)) { _, _ in try ConsoleFiles.response("index.html") }
+        }
+        console.get("static/:file") { _, context in try ConsoleFiles.response(context.parameters.get("file") ?? "") }
+        console.get("api/overview") { _, _ in await self.consoleAnswer { () throws(ServerError) in try self.consoleOverview() } }
+        console.post("api/signin") { request, context in
+            await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleSignIn(json) }
+        }
+        console.post("api/query") { request, context in
+            await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleQuery(json, request) }
+        }
+        console.get("api/requests") { request, _ in
+            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.requests, request) { $1.json(number: $0) } }
+        }
+        console.get("api/changes") { request, _ in
+            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.changes, request) { $1.json(number: $0) } }
+        }
+        console.get("api/pushes") { request, _ in
+            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.pushes, request) { $1.json(number: $0) } }
+        }
+        console.post("api/requests/clear") { _, _ in
+            journals.requests.clear()
+            return Self.response(ServiceAnswer(json: .object([])))
+        }
+        console.post("api/pushes/clear") { _, _ in
+            journals.pushes.clear()
+            return Self.response(ServiceAnswer(json: .object([])))
+        }
+        console.get("api/explain") { request, _ in
+            await self.consoleAnswer { () throws(ServerError) in try self.consoleExplain(request, changes: journals.changes) }
+        }
+        console.get("api/subscriptions") { request, _ in
+            await self.consoleAnswer { () throws(ServerError) in try self.consoleSubscriptions(request) }
+        }
+    }
+
+    // MARK: Answers
+
+    /// Runs a console API call and writes its JSON or its error, as the Web Services routes do.
+    func consoleAnswer(_ body: () async throws(ServerError) -> JSON) async -> Response {
+        do throws(ServerError) { return Self.response(ServiceAnswer(json: try await body())) } catch {
+            return Self.response(ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus))
+        }
+    }
+
+    /// A console API call with a JSON object body.
+    func consoleAnswer(_ request: Request, _ body: @escaping (JSON) throws(ServerError) -> JSON) async -> Response {
+        await consoleAnswer { () async throws(ServerError) -> JSON in
+            let buffer: ByteBuffer
+            do { buffer = try await request.body.collect(upTo: configuration.maximumBodySize) } catch {
+                throw ServerError.tooLarge(configuration.maximumBodySize)
+            }
+            let json = try Body(bytes: Array(buffer.readableBytesView)).json()
+            try DatabaseService.requireObject(json)
+            return try body(json)
+        }
+    }
+
+    /// `?after=N`: the log's entries numbered after N (all without it), newest first.
+    static func log<Entry>(_ journal: ConsoleJournal<Entry>, _ request: Request, _ json: (Int, Entry) -> JSON) throws(ServerError) -> JSON {
+        var after = 0
+        if let text = request.uri.queryParameters.get("after") {
+            guard let number = Int(text), number >= 0 else { throw ServerError.badRequest("\"after\" must be a whole number of at least 0, not '\(text)'") }
+            after = number
+        }
+        return .object([("entries", .array(journal.entries(after: after).map { json($0.number, $0.entry) }))])
+    }
+
+    // MARK: Overview and signing in
+
+    /// The containers of the data directory, the local users, and the API token the pages use.
+    func consoleOverview() throws(ServerError) -> JSON {
+        var failures: [String] = []
+        let containers = containers.allContainers(failures: &failures).map(\.containerIdentifier)
+        let users = try UserDirectory.load(directory: configuration.dataDirectory).overlaying(configuration.users).users.map(\.name)
+        return .object([
+            ("containers", .array(containers.map(JSON.string))), ("users", .array(users.map(JSON.string))),
+            ("environments", .array(["development", "production"].map(JSON.string))),
+        ])
+    }
+
+    /// `{"user": "_alice"}`: a web auth token of that user and an API token this server takes, for
+    /// the pages' own Web Services requests as that user (a console credential is all it needs:
+    /// the console acts as any local user, SPEC §17).
+    func consoleSignIn(_ json: JSON) throws(ServerError) -> JSON {
+        let user = try Self.consoleUser(json["user"])
+        guard let user else { throw ServerError.badRequest("signin needs a \"user\" to act as") }
+        return .object([
+            ("user", .string(user)), ("webAuthToken", .string(webAuthToken(user: user))),
+            ("apiToken", .string(configuration.apiTokens.sorted().first ?? "console")),
+        ])
+    }
+
+    /// A user record name from a console request: nil when absent or empty.
+    static func consoleUser(_ value: JSON?) throws(ServerError) -> String? {
+        switch value {
+        case nil, .null?: return nil
+        case .string(let name)? where name.isEmpty: return nil
+        case .string(let name)? where name.utf8.count <= 255 && !name.contains(where: { $0.isNewline || $0 == "/" }): return name
+        case let other?: throw ServerError.badRequest("\"user\" must be a user record name, not \(other.serialized.prefix(40))")
+        }
+    }
+
+    // MARK: Records
+
+    /// The database a console request names (`container`, `environment`, `database`, `user`).
+    /// A private or shared database is a user's: the console opens it only when told whom to
+    /// act as, so no one's private records show unless that user was asked for.
+    func consoleDatabase(_ field: (String) -> String?) throws(ServerError) -> (container: Container, database: ContainerDatabase, user: String?) {
+        let containerIdentifier = field("container") ?? ""
+        guard let environment = ContainerEnvironment(name: field("environment") ?? "development") else {
+            throw ServerError.badRequest("\"environment\" must be development or production")
+        }
+        guard let scope = DatabaseScope(name: field("database") ?? "public") else {
+            throw ServerError.badRequest("\"database\" must be public, private or shared")
+        }
+        let user = try Self.consoleUser(field("user").map(JSON.string))
+        if scope != .public, user == nil {
+            throw ServerError.badRequest("the \(scope.name) database is a user's: name the \"user\" to act as")
+        }
+        let container = try containers.container(containerIdentifier)
+        do throws(ContainerError) {
+            return (container, try container.database(scope, environment: environment, user: user), user)
+        } catch {
+            throw ServerError(error)
+        }
+    }
+
+    /// `{"container", "environment", "database", "user", "zone", "type", "q", "sort", "limit",
+    /// "continuationMarker"}`: the records a predicate in KQuery's language selects, run as the
+    /// Web Services `records/query` it maps to (so the schema's index rules apply as for a client).
+    /// A predicate that does not parse answers 400 with the message and caret `kquery query` prints.
+    func consoleQuery(_ json: JSON, _ request: Request) throws(ServerError) -> JSON {
+        for name in ["container", "environment", "database", "user", "zone", "type", "q", "sort"] {
+            if let value = json[name], value != .null, value.stringValue == nil {
+                throw ServerError.badRequest("\"\(name)\" must be a string, not \(value.serialized.prefix(40))")
+            }
+        }
+        let (container, database, _) = try consoleDatabase { json[$0]?.stringValue }
+        guard let recordType = json["type"]?.stringValue, !recordType.isEmpty else { throw ServerError.badRequest("query needs a record \"type\"") }
+        let text = json["q"]?.stringValue ?? ""
+        let predicate: ValidatedPredicate
+        do throws(InvalidPredicateError) {
+            predicate = try ValidatedPredicate(text.isEmpty ? "TRUEPREDICATE" : text, profile: .cloudkit)
+        } catch {
+            throw ServerError.badRequest(error.rendered(in: text))
+        }
+        let filters: [JSON]
+        do throws(WebServicesMappingError) { filters = try predicate.condition.webServicesFilters(now: Int64(Date().timeIntervalSince1970 * 1000)) } catch {
+            throw ServerError.badRequest("the predicate has no Web Services form: \(error.message)")
+        }
+        var query: [(String, JSON)] = [("recordType", .string(recordType)), ("filterBy", .array(filters))]
+        if let sort = json["sort"]?.stringValue, !sort.isEmpty {
+            let parts = sort.split(separator: ":", maxSplits: 1).map(String.init)
+            guard parts.count == 1 || ["asc", "desc"].contains(parts[1]) else { throw ServerError.badRequest("\"sort\" is FIELD or FIELD:asc or FIELD:desc, not '\(sort)'") }
+            query.append(("sortBy", .array([.object([("fieldName", .string(parts[0])), ("ascending", .bool(parts.count == 1 || parts[1] == "asc"))])])))
+        }
+        var body: [(String, JSON)] = [("query", .object(query)), ("resultsLimit", json["limit"] ?? .int(50))]
+        if let zone = json["zone"]?.stringValue, !zone.isEmpty { body.append(("zoneID", .object([("zoneName", .string(zone))]))) }
+        if let marker = json["continuationMarker"], marker != .null { body.append(("continuationMarker", marker)) }
+        let service = DatabaseService(
+            database: database, schema: configuration.schema, learnedSchema: nil, users: UserDirectory(),
+            assetLinks: assetLinks(request, containerIdentifier: container.containerIdentifier))
+        return try service.run("records/query", .object(body)).json
+    }
+
+    // MARK: Subscriptions
+
+    /// `?container&environment&database&user`: every user's subscriptions of that database (the
+    /// public database's are many users'; a private one's are its user's).
+    func consoleSubscriptions(_ request: Request) throws(ServerError) -> JSON {
+        let query = request.uri.queryParameters
+        let (_, database, _) = try consoleDatabase { query.get($0) }
+        let subscriptions: [Subscription]
+        do throws(ContainerError) { subscriptions = try database.allSubscriptions() } catch { throw ServerError(error) }
+        return .object([("subscriptions", .array(subscriptions.map(\.webServicesJSON)))])
+    }
+
+    /// `?change=N`: the change numbered N in the change journal and, for every subscription of its
+    /// database, the verdict: fired, or the first reason it did not.
+    func consoleExplain(_ request: Request, changes: ConsoleJournal<ConsoleChange>) throws(ServerError) -> JSON {
+        guard let text = request.uri.queryParameters.get("change"), let number = Int(text) else {
+            throw ServerError.badRequest("explain needs ?change=N, the number of a change in /console/api/changes")
+        }
+        guard let entry = changes.entry(number) else {
+            throw ServerError.notFound("change \(number) is not in the console's journal (it keeps the last \(changes.capacity))")
+        }
+        let key = entry.database
+        let container = try containers.container(entry.containerIdentifier)
+        let subscriptions: [Subscription]
+        do throws(ContainerError) {
+            let user = key.userRecordName.isEmpty ? nil : key.userRecordName
+            subscriptions = try container.database(key.scope, environment: key.environment, user: user).allSubscriptions()
+        } catch {
+            throw ServerError(error)
+        }
+        let now = Int64(entry.time.timeIntervalSince1970 * 1000)
+        let verdicts: [JSON] = subscriptions.map { subscription in
+            let verdict = SubscriptionSet.verdict(of: subscription, for: entry.change, now: now, reportsRecordsLeavingResults: false)
+            var members: [(String, JSON)] = [
+                ("subscriptionID", .string(subscription.subscriptionID)), ("owner", .string(subscription.owner)),
+                ("fired", .bool(verdict.isFired)), ("reason", .string(verdict.consoleText)),
+            ]
+            if verdict.isFired, let device = entry.device {
+                members.append(("note", .string("not pushed to device \(device): its own change")))
+            }
+            if case .clauseFalse(let clause) = verdict { members.append(("clause", .string(clause))) }
+            return .object(members)
+        }
+        return .object([("change", entry.json(number: number)), ("verdicts", .array(verdicts))])
+    }
+
+    /// Keeps a committed modify's changes and the pushes it queued in the console's journals, and
+    /// names the changes in the request's log entry.
+    func journal(_ result: ModifyResult, of modify: DatabaseService.PreparedModify, in database: ContainerDatabase, containerIdentifier: String, context: ServerContext) {
+        guard let console else { return }
+        let now = Date()
+        let numbers = result.changes.map { change in
+            console.changes.append { _ in
+                ConsoleChange(time: now, containerIdentifier: containerIdentifier, database: database.key, device: modify.device, change: change)
+            }
+        }
+        context.entry.record(changes: numbers)
+        for notification in result.notifications {
+            console.pushes.append { _ in
+                ConsolePush(
+                    time: now, channel: "queued", containerIdentifier: containerIdentifier, owner: notification.owner,
+                    subscriptionID: notification.subscriptionID, device: notification.excludedDevice.map { "all but \($0)" }, outcome: "queued",
+                    payload: notification.payload)
+            }
+        }
+    }
+}
+
+extension SubscriptionVerdict {
+    var isFired: Bool {
+        if case .fired = self { return true }
+        return false
+    }
+
+    /// The verdict as the console says it.
+    var consoleText: String {
+        switch self {
+        case .fired(let reason): "fired (\(Self.name(of: reason)))"
+        case .wrongRecordType(let expected): "wrong record type: the subscription is for \(expected)"
+        case .wrongZone(let expected): "wrong zone: the subscription is for zone \(expected.zoneName)"
+        case .notFiringOn(let reason): "does not fire on \(Self.name(of: reason)) (firesOn)"
+        case .defaultZone: "a database subscription: changes in the default zone notify nobody"
+        case .predicateFalse: "the predicate was false"
+        case .clauseFalse(let clause): "predicate clause false: \(clause)"
+        }
+    }
+
+    private static func name(of reason: QueryNotificationReason) -> String {
+        switch reason {
+        case .recordCreated: "creation"
+        case .recordUpdated: "update"
+        case .recordDeleted: "deletion"
+        }
+    }
+}
+
+/// Who may use the console: with a console token, whoever presents it (the `X-KQuery-Console-Token`
+/// header, or the cookie `/console?token=T` sets); without one (a loopback address only), whoever
+/// reaches the server by a loopback name, so a web page naming another host that resolves here
+/// (DNS rebinding) is refused. Web Services credentials never count. The API also wants the
+/// `X-KQuery-Console` header, which no page of another origin can send (the server's CORS
+/// answer does not allow it), so other sites cannot drive the console through a visitor's browser.
+struct ConsoleAccess: RouterMiddleware {
+    let token: String?
+
+    static let tokenHeader = HeaderName("X-KQuery-Console-Token")!
+    static let apiHeader = HeaderName("X-KQuery-Console")!
+    static let cookie = "kquery_console"
+
+    func handle(_ request: Request, context: ServerContext, next: (Request, ServerContext) async throws -> Response) async throws -> Response {
+        let isAPI = request.uri.path.hasPrefix(CloudKitServer.consolePath + "/api/")
+        if let token {
+            let query = request.uri.queryParameters.get("token")
+            let presented = request.headers[Self.tokenHeader] ?? request.cookies[Self.cookie]?.value ?? (isAPI ? nil : query)
+            guard let presented, Self.same(presented, token) else {
+                return refusal(isAPI, status: .unauthorized, "AUTHENTICATION_REQUIRED",
+                               "the console needs its token (kquery serve --console-token): open /console?token=TOKEN, or send X-KQuery-Console-Token")
+            }
+            if !isAPI, query != nil {
+                var response = try await next(request, context)
+                response.headers[.setCookie] = "\(Self.cookie)=\(token); Path=\(CloudKitServer.consolePath); HttpOnly; SameSite=Strict"
+                return response
+            }
+        } else {
+            // A request without a Host header comes from no browser, so from no rebinding page.
+            let host = request.head.authority.map(Self.hostName)
+            guard host.map(ServerConfiguration.isLoopback) ?? true else {
+                return refusal(isAPI, status: .forbidden, "ACCESS_DENIED", "the console without a token answers on a loopback address only (reached as '\(host ?? "")')")
+            }
+        }
+        if isAPI, request.headers[Self.apiHeader] == nil {
+            return refusal(true, status: .forbidden, "ACCESS_DENIED", "console API requests carry the X-KQuery-Console header (the console's pages send it)")
+        }
+        return try await next(request, context)
+    }
+
+    /// `host` of `host:port` (and of `[v6]:port`).
+    static func hostName(_ authority: String) -> String {
+        if authority.hasPrefix("["), let end = authority.firstIndex(of: "]") { return String(authority[...end]) }
+        return String(authority.split(separator: ":", maxSplits: 1).first ?? "")
+    }
+
+    /// Compares in time independent of where the texts differ.
+    static func same(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
+    }
+
+    func refusal(_ isAPI: Bool, status: HTTPResponse.Status, _ code: String, _ reason: String) -> Response {
+        if isAPI {
+            let error = ServerError(code, reason, httpStatus: Int(status.code))
+            return CloudKitServer.response(ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus))
+        }
+        let html = "<!doctype html><meta charset=\"utf-8\"><title>kquery console</title><p>\(reason.replacingOccurrences(of: "<", with: "&lt;"))</p>\n"
+        return Response(status: status, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: html)))
+    }
+}
+
+/// The console's pages, as the target's resources (`Console/Pages`).
+enum ConsoleFiles {
+    static let types = ["html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8", "svg": "image/svg+xml"]
+
+    /// The file `name` of the pages directory; 404 for any other name.
+    static func response(_ name: String) throws -> Response {
+        let type = name.split(separator: ".").last.flatMap { types[String($0)] }
+        guard let type, name.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || $0 == 45 || $0 == 46 }), !name.hasPrefix("."),
+              let directory = Bundle.module.url(forResource: "Pages", withExtension: nil),
+              let data = FileManager.default.contents(atPath: directory.appendingPathComponent(name).path)
+        else { throw HTTPError(.notFound) }
+        return Response(status: .ok, headers: [.contentType: type, .cacheControl: "no-cache"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}

@@ -1,0 +1,88 @@
+// Subscriptions and pushes: a database's subscriptions; for a recent record change, every
+// subscription's verdict (fired, or the first reason it did not); the live push log.
+import { api, h, poll, time, setStatus, keyboardRows } from './api.js';
+
+export function subscriptions(main, params) {
+  const context = {
+    container: params.get('container') || '', environment: params.get('environment') || 'development',
+    database: params.get('database') || 'public', user: params.get('user') || '',
+  };
+  const form = h('form', { class: 'bar' },
+    h('label', {}, 'container', h('input', { name: 'container', value: context.container, size: 24 })),
+    h('label', {}, 'environment', h('select', { name: 'environment' }, ['development', 'production'].map((e) => h('option', { selected: e === context.environment }, e)))),
+    h('label', {}, 'database', h('select', { name: 'database' }, ['public', 'private', 'shared'].map((d) => h('option', { selected: d === context.database }, d)))),
+    h('label', {}, 'user', h('input', { name: 'user', value: context.user, size: 10, placeholder: '(none)' })),
+    h('button', { class: 'primary', type: 'submit' }, 'Show subscriptions'));
+  const subscriptionTable = h('table', { id: 'subscriptions' });
+  const changes = h('tbody', { id: 'changes' });
+  keyboardRows(changes);
+  const explanation = h('div', { id: 'explanation', class: 'panel' }, h('div', { class: 'empty' }, 'Pick a change to see why each subscription fired or did not.'));
+  const pushes = h('tbody', { id: 'pushes' });
+  main.append(
+    h('div', { class: 'split' },
+      h('div', {},
+        h('h2', {}, 'Recent record changes'),
+        h('div', { class: 'scroll half' }, h('table', {},
+          h('colgroup', {}, [50, 95, 70, null, 110, 90].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
+          h('thead', {}, h('tr', {}, ['#', 'time', 'change', 'record', 'type', 'database'].map((n) => h('th', {}, n)))), changes)),
+        h('h2', {}, 'Push log'),
+        h('div', { class: 'scroll half' }, h('table', {},
+          h('colgroup', {}, [50, 95, 90, 90, 120, 140, null].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
+          h('thead', {}, h('tr', {}, ['#', 'time', 'channel', 'to', 'subscription', 'outcome', 'payload'].map((n) => h('th', {}, n)))), pushes))),
+      h('div', {}, h('h2', {}, 'Subscription verdicts'), explanation)),
+    h('h2', {}, 'Subscriptions of a database'), form, h('div', { class: 'scroll half' }, subscriptionTable));
+
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    for (const name of Object.keys(context)) context[name] = form.elements[name].value.trim();
+    try {
+      const { subscriptions } = await api(`subscriptions?${new URLSearchParams(Object.entries(context).filter(([, v]) => v))}`);
+      subscriptionTable.replaceChildren(
+        h('thead', {}, h('tr', {}, ['subscriptionID', 'owner', 'type', 'record type', 'firesOn', 'predicate or zone'].map((n) => h('th', {}, n)))),
+        h('tbody', {}, subscriptions.length ? subscriptions.map((s) => h('tr', {},
+          h('td', { class: 'code' }, s.subscriptionID), h('td', {}, s.ownerRecordName), h('td', {}, s.subscriptionType),
+          h('td', {}, s.query?.recordType || ''), h('td', {}, (s.firesOn || []).join(' ')),
+          h('td', { class: 'code', title: s.predicate || s.zoneID?.zoneName || '' }, s.predicate || s.zoneID?.zoneName || '')))
+          : h('tr', {}, h('td', { class: 'empty', colspan: 6 }, 'No subscriptions.'))));
+    } catch (e) { setStatus(e.message); }
+  });
+
+  async function explain(number) {
+    try {
+      const { change, verdicts } = await api(`explain?change=${number}`);
+      history.replaceState(null, '', `/console/subscriptions?change=${number}`);
+      for (const row of changes.querySelectorAll('tr')) row.classList.toggle('selected', row.dataset.number === String(number));
+      explanation.replaceChildren(
+        h('h3', {}, `#${change.number}: ${change.recordType} ${change.recordName} ${change.kind}`),
+        h('div', { class: 'muted' }, `${change.container} · ${change.environment} · ${change.database}${change.user ? ' of ' + change.user : ''} · zone ${change.zoneName}${change.device ? ' · by device ' + change.device : ''}`),
+        h('table', { id: 'verdicts' },
+          h('colgroup', {}, h('col', { style: 'width:120px' }), h('col', { style: 'width:80px' }), h('col')),
+          h('thead', {}, h('tr', {}, ['subscription', 'owner', 'verdict'].map((n) => h('th', {}, n)))),
+          h('tbody', {}, verdicts.length ? verdicts.map((v) => h('tr', {},
+            h('td', { class: 'code', title: v.subscriptionID }, v.subscriptionID), h('td', {}, v.owner),
+            h('td', { class: v.fired ? 'fired' : 'not', title: v.reason + (v.note ? ` (${v.note})` : '') },
+              v.clause ? ['predicate clause false: ', h('span', { class: 'clause' }, v.clause)] : v.reason, v.note ? h('span', { class: 'muted' }, ` · ${v.note}`) : null)))
+            : h('tr', {}, h('td', { class: 'empty', colspan: 3 }, 'No subscription in this database.')))));
+    } catch (e) {
+      explanation.replaceChildren(h('pre', { class: 'error' }, e.message));
+    }
+  }
+
+  const stopChanges = poll('changes', (fresh) => {
+    changes.prepend(...fresh.map((c) => h('tr', { tabindex: 0, 'data-number': c.number, onclick: () => explain(c.number) },
+      h('td', {}, c.number), h('td', {}, time(c.time)), h('td', {}, c.kind), h('td', { class: 'code' }, c.recordName),
+      h('td', {}, c.recordType), h('td', {}, c.database + (c.user ? ` (${c.user})` : '')))));
+    while (changes.children.length > 200) changes.lastElementChild.remove();
+  }, () => true);
+  const stopPushes = poll('pushes', (fresh) => {
+    pushes.prepend(...fresh.map((p) => h('tr', {},
+      h('td', {}, p.number), h('td', {}, time(p.time)), h('td', {}, p.channel), h('td', { title: p.device || '' }, p.owner),
+      h('td', { class: 'code' }, p.subscriptionID || ''), h('td', { title: p.outcome }, p.outcome),
+      h('td', { class: 'code', title: JSON.stringify(p.payload) }, JSON.stringify(p.payload)))));
+    while (pushes.children.length > 500) pushes.lastElementChild.remove();
+  }, () => true);
+
+  if (params.get('change')) explain(Number(params.get('change')));
+  if (context.container) form.requestSubmit();
+  return () => { stopChanges(); stopPushes(); };
+}

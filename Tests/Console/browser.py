@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""The console in a real browser (headless Chromium through Selenium), against a running
+`kquery serve`: a deep-linked query shows its records; a bad predicate shows its caret; a record
+saved in the console shows in the request log and the push log; a change's subscription verdicts
+name the failing clause. Saves a screenshot of each page. Exits non-zero on any failure.
+
+Usage: browser.py BASE_URL SCREENSHOT_DIR   (BASE_URL like http://127.0.0.1:8080)
+"""
+import json
+import os
+import sys
+import urllib.parse
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+BASE, SHOTS = sys.argv[1].rstrip("/"), sys.argv[2]
+CONTAINER = "iCloud.com.example.console"
+DATABASE = f"/database/1/{CONTAINER}/development/public"
+
+
+def call(path, body=None, headers=None):
+    request = urllib.request.Request(BASE + path, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(request) as response:
+        return json.load(response)
+
+
+def as_user(user, operation, body):
+    tokens = call("/console/api/signin", {"user": user}, {"X-KQuery-Console": "1"})
+    query = urllib.parse.urlencode({"ckAPIToken": tokens["apiToken"], "ckWebAuthToken": tokens["webAuthToken"]})
+    return call(f"{DATABASE}/{operation}?{query}", body)
+
+
+def seed():
+    subscriptions = [
+        {"subscriptionID": "cheap-red", "subscriptionType": "query", "query": {"recordType": "Item"},
+         "predicate": "price < 50 AND color == 'red'", "firesOn": ["create"], "notificationInfo": {"alertBody": "cheap and red"}},
+        {"subscriptionID": "all-items", "subscriptionType": "query", "query": {"recordType": "Item"},
+         "firesOn": ["create", "update"], "notificationInfo": {"alertBody": "an item"}},
+    ]
+    as_user("_bob", "subscriptions/modify", {"operations": [{"operationType": "create", "subscription": s} for s in subscriptions]})
+    items = [("lamp", 10, "red"), ("chair", 20, "red"), ("table", 30, "blue"), ("desk", 45, "green")]
+    as_user("_alice", "records/modify", {"operations": [
+        {"operationType": "create", "record": {"recordName": name, "recordType": "Item",
+                                                "fields": {"price": {"value": price}, "color": {"value": color}}}}
+        for name, price, color in items]})
+
+
+def main():
+    os.makedirs(SHOTS, exist_ok=True)
+    seed()
+    options = webdriver.ChromeOptions()
+    for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,800"]:
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    wait = WebDriverWait(driver, 15)
+    try:
+        def rows(selector):
+            return [row.text for row in driver.find_elements(By.CSS_SELECTOR, selector)]
+
+        # 1. A deep-linked query renders its records, in its order.
+        query = urllib.parse.urlencode({"container": CONTAINER, "environment": "development", "database": "public",
+                                        "type": "Item", "q": "price > 15", "sort": "price:desc"})
+        driver.get(f"{BASE}/console/records?{query}")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#records tbody tr td.code")) == 3)
+        names = [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#records tbody tr td.code")]
+        assert names == ["desk", "table", "chair"], names
+        driver.save_screenshot(os.path.join(SHOTS, "records.png"))
+
+        # 2. A bad predicate shows the message and the caret `kquery query` prints.
+        box = driver.find_element(By.NAME, "q")
+        box.clear()
+        box.send_keys("price > ", Keys.ENTER)
+        error = wait.until(EC.visibility_of_element_located((By.ID, "predicate-error")))
+        wait.until(lambda d: "^" in error.text)
+        assert "error: 1:" in error.text and "price >" in error.text, error.text
+        driver.save_screenshot(os.path.join(SHOTS, "records-bad-predicate.png"))
+
+        # 3. A record saved in the console, as _alice, through records/modify.
+        box.clear()
+        box.send_keys("color == 'blue'")
+        user = driver.find_element(By.NAME, "user")
+        user.send_keys("_alice", Keys.ENTER)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#records tbody tr td.code")) == 1)
+        driver.find_element(By.XPATH, "//button[text()='New record']").click()
+        text = driver.find_element(By.ID, "record-json")
+        text.clear()
+        text.send_keys(json.dumps({"recordName": "stool", "recordType": "Item",
+                                   "fields": {"price": {"value": 15}, "color": {"value": "blue"}}}))
+        driver.find_element(By.ID, "save-record").click()
+        wait.until(lambda d: "stool" in [c.text for c in d.find_elements(By.CSS_SELECTOR, "#records tbody tr td.code")])
+        assert "stool" in driver.current_url or "records" in driver.current_url
+        driver.save_screenshot(os.path.join(SHOTS, "records-saved.png"))
+
+        # 4. Its request, with _alice's web auth token, in the request log.
+        driver.find_element(By.CSS_SELECTOR, "nav a[data-page=requests]").click()
+        wait.until(lambda d: any("records/modify" in r and "_alice" in r for r in rows("#request-rows tr")))
+        modify = [r for r in driver.find_elements(By.CSS_SELECTOR, "#request-rows tr") if "records/modify" in r.text][0]
+        assert "200" in modify.text and "web auth token of _alice" in modify.text, modify.text
+        modify.click()
+        wait.until(lambda d: "stool" in d.find_element(By.ID, "response-body").text)
+        operation = driver.find_element(By.ID, "filter-operation")
+        operation.send_keys("subscriptions/modify")
+        wait.until(lambda d: len(rows("#request-rows tr")) == 1 and "subscriptions/modify" in rows("#request-rows tr")[0])
+        operation.send_keys(Keys.CONTROL, "a")
+        operation.send_keys(Keys.BACKSPACE)
+        wait.until(lambda d: len(rows("#request-rows tr")) >= 3)
+        driver.save_screenshot(os.path.join(SHOTS, "requests.png"))
+
+        # 5. Its push in the push log, and the verdicts of its change: cheap-red's failing clause.
+        driver.find_element(By.CSS_SELECTOR, "#request-facts a.explain-link").click()
+        wait.until(lambda d: any("all-items" in r and "queued" in r for r in rows("#pushes tr")))
+        verdicts = wait.until(EC.visibility_of_element_located((By.ID, "verdicts")))
+        wait.until(lambda d: "cheap-red" in verdicts.text)
+        clause = driver.find_element(By.CSS_SELECTOR, "#verdicts .clause").text
+        assert clause == 'color == "red"', clause
+        assert "fired (creation)" in verdicts.text, verdicts.text
+        driver.save_screenshot(os.path.join(SHOTS, "subscriptions.png"))
+
+        severe = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert not severe, severe
+        print("browser: all checks passed")
+    except Exception:
+        driver.save_screenshot(os.path.join(SHOTS, "failure.png"))
+        print("page at failure:", driver.current_url, file=sys.stderr)
+        print("browser log:", driver.get_log("browser"), file=sys.stderr)
+        raise
+    finally:
+        driver.quit()
+
+
+if __name__ == "__main__":
+    main()
