@@ -16,7 +16,6 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 BASE, SHOTS = sys.argv[1].rstrip("/"), sys.argv[2]
@@ -54,6 +53,8 @@ def seed():
 
 def main():
     os.makedirs(SHOTS, exist_ok=True)
+    if os.path.exists(os.path.join(SHOTS, "failure.png")):
+        os.remove(os.path.join(SHOTS, "failure.png"))
     seed()
     options = webdriver.ChromeOptions()
     for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,800"]:
@@ -63,14 +64,21 @@ def main():
     wait = WebDriverWait(driver, 15)
     try:
         def rows(selector):
-            return [row.text for row in driver.find_elements(By.CSS_SELECTOR, selector)]
+            """The text of each element `selector` finds, read in one script (tables re-render as logs stream)."""
+            return driver.execute_script(
+                "return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText)", selector)
+
+        def click_row(selector, text):
+            driver.execute_script(
+                "[...document.querySelectorAll(arguments[0])].find((e) => e.innerText.includes(arguments[1])).click()",
+                selector, text)
 
         # 1. A deep-linked query renders its records, in its order.
         query = urllib.parse.urlencode({"container": CONTAINER, "environment": "development", "database": "public",
                                         "type": "Item", "q": "price > 15", "sort": "price:desc"})
         driver.get(f"{BASE}/console/records?{query}")
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#records tbody tr td.code")) == 3)
-        names = [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#records tbody tr td.code")]
+        wait.until(lambda d: len(rows("#records tbody tr td.code")) == 3)
+        names = rows("#records tbody tr td.code")
         assert names == ["desk", "table", "chair"], names
         driver.save_screenshot(os.path.join(SHOTS, "records.png"))
 
@@ -78,9 +86,10 @@ def main():
         box = driver.find_element(By.NAME, "q")
         box.clear()
         box.send_keys("price > ", Keys.ENTER)
-        error = wait.until(EC.visibility_of_element_located((By.ID, "predicate-error")))
-        wait.until(lambda d: "^" in error.text)
-        assert "error: 1:" in error.text and "price >" in error.text, error.text
+        wait.until(lambda d: "^" in rows("#predicate-error")[0])
+        error = rows("#predicate-error")[0]
+        assert "error: 1:8: expected an expression after '>', found end of input" in error and "price >" in error, error
+        assert rows("#records tbody tr") == [], "an invalid predicate leaves no stale results"
         driver.save_screenshot(os.path.join(SHOTS, "records-bad-predicate.png"))
 
         # 3. A record saved in the console, as _alice, through records/modify.
@@ -88,24 +97,24 @@ def main():
         box.send_keys("color == 'blue'")
         user = driver.find_element(By.NAME, "user")
         user.send_keys("_alice", Keys.ENTER)
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#records tbody tr td.code")) == 1)
+        wait.until(lambda d: rows("#records tbody tr td.code") == ["table"])
         driver.find_element(By.XPATH, "//button[text()='New record']").click()
         text = driver.find_element(By.ID, "record-json")
         text.clear()
         text.send_keys(json.dumps({"recordName": "stool", "recordType": "Item",
                                    "fields": {"price": {"value": 15}, "color": {"value": "blue"}}}))
         driver.find_element(By.ID, "save-record").click()
-        wait.until(lambda d: "stool" in [c.text for c in d.find_elements(By.CSS_SELECTOR, "#records tbody tr td.code")])
+        wait.until(lambda d: "stool" in rows("#records tbody tr td.code"))
         assert "stool" in driver.current_url or "records" in driver.current_url
         driver.save_screenshot(os.path.join(SHOTS, "records-saved.png"))
 
         # 4. Its request, with _alice's web auth token, in the request log.
         driver.find_element(By.CSS_SELECTOR, "nav a[data-page=requests]").click()
         wait.until(lambda d: any("records/modify" in r and "_alice" in r for r in rows("#request-rows tr")))
-        modify = [r for r in driver.find_elements(By.CSS_SELECTOR, "#request-rows tr") if "records/modify" in r.text][0]
-        assert "200" in modify.text and "web auth token of _alice" in modify.text, modify.text
-        modify.click()
-        wait.until(lambda d: "stool" in d.find_element(By.ID, "response-body").text)
+        modify = [r for r in rows("#request-rows tr") if "records/modify" in r][0]
+        assert "200" in modify and "web auth token of _alice" in modify, modify
+        click_row("#request-rows tr", "records/modify")
+        wait.until(lambda d: "stool" in rows("#response-body")[0])
         operation = driver.find_element(By.ID, "filter-operation")
         operation.send_keys("subscriptions/modify")
         wait.until(lambda d: len(rows("#request-rows tr")) == 1 and "subscriptions/modify" in rows("#request-rows tr")[0])
@@ -117,11 +126,11 @@ def main():
         # 5. Its push in the push log, and the verdicts of its change: cheap-red's failing clause.
         driver.find_element(By.CSS_SELECTOR, "#request-facts a.explain-link").click()
         wait.until(lambda d: any("all-items" in r and "queued" in r for r in rows("#pushes tr")))
-        verdicts = wait.until(EC.visibility_of_element_located((By.ID, "verdicts")))
-        wait.until(lambda d: "cheap-red" in verdicts.text)
-        clause = driver.find_element(By.CSS_SELECTOR, "#verdicts .clause").text
-        assert clause == 'color == "red"', clause
-        assert "fired (creation)" in verdicts.text, verdicts.text
+        wait.until(lambda d: any("cheap-red" in r for r in rows("#verdicts tbody tr")))
+        clause = rows("#verdicts .clause")
+        assert clause == ['color == "red"'], clause
+        fired = [r for r in rows("#verdicts tbody tr") if "all-items" in r]
+        assert len(fired) == 1 and "fired (creation)" in fired[0], fired
         driver.save_screenshot(os.path.join(SHOTS, "subscriptions.png"))
 
         severe = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]

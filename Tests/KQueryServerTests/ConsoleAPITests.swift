@@ -24,7 +24,7 @@ import Foundation
     static let endpoints: [(HTTPRequest.Method, String, String?)] = [
         (.get, "/console", nil), (.get, "/console/records", nil), (.get, "/console/static/console.js", nil),
         (.get, "/console/api/overview", nil), (.post, "/console/api/signin", #"{"user": "_alice"}"#),
-        (.post, "/console/api/query", #"{"container": "iCloud.com.example.tests", "type": "Item"}"#),
+        (.post, "/console/api/query", #"{"container": "iCloud.com.example.tests", "type": "Item"}"#), (.post, "/console/api/check", #"{"q": "a > 1"}"#),
         (.get, "/console/api/requests", nil), (.get, "/console/api/changes", nil), (.get, "/console/api/pushes", nil),
         (.post, "/console/api/requests/clear", "{}"), (.post, "/console/api/pushes/clear", "{}"), (.get, "/console/api/explain?change=1", nil),
         (.get, "/console/api/subscriptions?container=iCloud.com.example.tests", nil),
@@ -153,6 +153,11 @@ import Foundation
             #expect(answer.status == 400)
             #expect(answer.json["serverErrorCode"] == .string("BAD_REQUEST"))
             #expect(answer.json["reason"] == .string(expected))
+            // Checked as it is typed: a verdict, 200.
+            let check = try await Self.console(c, .post, "/console/api/check", body: JSON.object([("q", .string(predicate))]).serialized)
+            #expect(check.status == 200)
+            #expect(check.json["valid"] == .bool(false))
+            #expect(check.json["error"] == .string(expected))
         }
     }
 

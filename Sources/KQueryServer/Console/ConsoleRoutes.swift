@@ -27,6 +27,9 @@ extension CloudKitServer {
         console.post("api/signin") { request, context in
             await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleSignIn(json) }
         }
+        console.post("api/check") { request, context in
+            await self.consoleAnswer(request) { json throws(ServerError) in Self.consoleCheck(json) }
+        }
         console.post("api/query") { request, context in
             await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleQuery(json, request) }
         }
@@ -159,13 +162,7 @@ extension CloudKitServer {
         }
         let (container, database, _) = try consoleDatabase { json[$0]?.stringValue }
         guard let recordType = json["type"]?.stringValue, !recordType.isEmpty else { throw ServerError.badRequest("query needs a record \"type\"") }
-        let text = json["q"]?.stringValue ?? ""
-        let predicate: ValidatedPredicate
-        do throws(InvalidPredicateError) {
-            predicate = try ValidatedPredicate(text.isEmpty ? "TRUEPREDICATE" : text, profile: .cloudkit)
-        } catch {
-            throw ServerError.badRequest(error.rendered(in: text))
-        }
+        let predicate = try Self.consolePredicate(json["q"]?.stringValue ?? "")
         let filters: [JSON]
         do throws(WebServicesMappingError) { filters = try predicate.condition.webServicesFilters(now: Int64(Date().timeIntervalSince1970 * 1000)) } catch {
             throw ServerError.badRequest("the predicate has no Web Services form: \(error.message)")
@@ -183,6 +180,28 @@ extension CloudKitServer {
             database: database, schema: configuration.schema, learnedSchema: nil, users: UserDirectory(),
             assetLinks: assetLinks(request, containerIdentifier: container.containerIdentifier))
         return try service.run("records/query", .object(body)).json
+    }
+
+    /// A predicate of a console request (empty: every record), validated in the cloudkit profile
+    /// as `kquery query` validates it; refused with the message and caret `kquery query` prints.
+    static func consolePredicate(_ text: String) throws(ServerError) -> ValidatedPredicate {
+        do throws(InvalidPredicateError) {
+            return try ValidatedPredicate(text.isEmpty ? "TRUEPREDICATE" : text, profile: .cloudkit)
+        } catch {
+            throw ServerError.badRequest(error.rendered(in: text))
+        }
+    }
+
+    /// `{"q": PREDICATE}`: whether it is valid (the pages check as you type): `{"valid": true,
+    /// "predicate": its normal form}` or `{"valid": false, "error": message and caret}`. A
+    /// verdict, not a refusal, so it answers 200 either way.
+    static func consoleCheck(_ json: JSON) -> JSON {
+        do throws(ServerError) {
+            let predicate = try consolePredicate(json["q"]?.stringValue ?? "")
+            return .object([("valid", .bool(true)), ("predicate", .string(predicate.condition.description))])
+        } catch {
+            return .object([("valid", .bool(false)), ("error", .string(error.reason))])
+        }
     }
 
     // MARK: Subscriptions

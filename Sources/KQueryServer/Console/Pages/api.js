@@ -57,7 +57,7 @@ export function h(tag, attributes = {}, ...children) {
     else if (name === 'value') element.value = value;
     else element.setAttribute(name, value === true ? '' : value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     element.append(child instanceof Node ? child : String(child));
   }

@@ -11,6 +11,7 @@ function show() {
   const page = pages[name] || records;
   for (const link of document.querySelectorAll('nav a')) link.classList.toggle('current', link.dataset.page === name);
   leave();
+  document.getElementById('status').textContent = '';
   const main = document.getElementById('page');
   main.replaceChildren();
   leave = page(main, new URLSearchParams(location.search)) || (() => {});

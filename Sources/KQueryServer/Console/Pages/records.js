@@ -13,16 +13,16 @@ export function records(main, params) {
 
   const input = (name, attributes = {}) => h('input', { name, value: context[name], ...attributes });
   const form = h('form', { class: 'bar', id: 'query-form' },
-    h('label', {}, 'container', input('container', { list: 'containers', size: 24, required: true })),
+    h('label', {}, 'container', input('container', { list: 'containers', size: 20, required: true })),
     h('label', {}, 'environment', h('select', { name: 'environment' },
       ['development', 'production'].map((e) => h('option', { selected: e === context.environment }, e)))),
     h('label', {}, 'database', h('select', { name: 'database' },
       ['public', 'private', 'shared'].map((d) => h('option', { selected: d === context.database }, d)))),
     h('label', {}, 'act as user', input('user', { list: 'users', size: 10, placeholder: '(none)' })),
     h('label', {}, 'zone', input('zone', { size: 10, placeholder: '_defaultZone' })),
-    h('label', {}, 'record type', input('type', { size: 12, required: true })),
-    h('label', {}, 'predicate', input('q', { class: 'code wide', placeholder: 'TRUEPREDICATE', spellcheck: 'false', autocomplete: 'off' })),
-    h('label', {}, 'sort', input('sort', { size: 12, placeholder: 'field[:desc]' })),
+    h('label', {}, 'record type', input('type', { size: 10, required: true })),
+    h('label', { class: 'grow' }, 'predicate', input('q', { class: 'code', placeholder: 'TRUEPREDICATE', spellcheck: 'false', autocomplete: 'off' })),
+    h('label', {}, 'sort', input('sort', { size: 10, placeholder: 'field[:desc]' })),
     h('button', { class: 'primary', type: 'submit', title: 'Enter' }, 'Run'),
     h('button', { type: 'button', onclick: () => edit(null) }, 'New record'),
     h('datalist', { id: 'containers' }), h('datalist', { id: 'users' }));
@@ -38,14 +38,32 @@ export function records(main, params) {
     if (!context.container && overview.containers.length) form.elements.container.value = overview.containers[0];
   }).catch((e) => setStatus(e.message));
 
-  form.addEventListener('submit', (event) => {
+  form.addEventListener('submit', async (event) => {
     event.preventDefault();
     for (const name of fields) context[name] = form.elements[name].value.trim();
     const query = new URLSearchParams(Object.entries(context).filter(([, v]) => v));
     history.replaceState(null, '', `/console/records?${query}`);
     markers = [];
-    run(null);
+    if (await check()) run(null);
   });
+
+  // The predicate is checked as it is typed: the caret shows before the query runs.
+  let typing;
+  form.elements.q.addEventListener('input', () => {
+    clearTimeout(typing);
+    typing = setTimeout(check, 300);
+  });
+  async function check() {
+    try {
+      const verdict = await api('check', { q: form.elements.q.value.trim() });
+      error.textContent = verdict.valid ? '' : verdict.error;
+      if (!verdict.valid) { table.replaceChildren(); pager.replaceChildren(); setStatus('invalid predicate'); }
+      return verdict.valid;
+    } catch (e) {
+      error.textContent = e.message;
+      return false;
+    }
+  }
 
   async function run(marker) {
     error.textContent = '';
@@ -56,9 +74,9 @@ export function records(main, params) {
       const answer = await api('query', body);
       show(answer.records || []);
       setStatus(`${answer.records.length} records in ${Math.round(performance.now() - started)} ms`);
-      pager.replaceChildren(
+      pager.replaceChildren(...[
         markers.length ? h('button', { type: 'button', onclick: () => { markers.pop(); run(markers.at(-1) || null); } }, '← Previous') : null,
-        answer.continuationMarker ? h('button', { type: 'button', id: 'next-page', onclick: () => { markers.push(answer.continuationMarker); run(answer.continuationMarker); } }, 'Next page →') : null);
+        answer.continuationMarker ? h('button', { type: 'button', id: 'next-page', onclick: () => { markers.push(answer.continuationMarker); run(answer.continuationMarker); } }, 'Next page →') : null].filter(Boolean));
     } catch (e) {
       error.textContent = e.message;
       table.replaceChildren();
@@ -144,5 +162,5 @@ export function records(main, params) {
     }
   }
 
-  if (context.container && context.type) run(null);
+  if (context.container && context.type) check().then((valid) => valid && run(null));
 }

@@ -19,15 +19,15 @@ export function subscriptions(main, params) {
   const explanation = h('div', { id: 'explanation', class: 'panel' }, h('div', { class: 'empty' }, 'Pick a change to see why each subscription fired or did not.'));
   const pushes = h('tbody', { id: 'pushes' });
   main.append(
-    h('div', { class: 'split' },
+    h('div', { class: 'split even' },
       h('div', {},
         h('h2', {}, 'Recent record changes'),
         h('div', { class: 'scroll half' }, h('table', {},
-          h('colgroup', {}, [50, 95, 70, null, 110, 90].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
+          h('colgroup', {}, [50, 105, 70, null, 110, 90].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
           h('thead', {}, h('tr', {}, ['#', 'time', 'change', 'record', 'type', 'database'].map((n) => h('th', {}, n)))), changes)),
         h('h2', {}, 'Push log'),
         h('div', { class: 'scroll half' }, h('table', {},
-          h('colgroup', {}, [50, 95, 90, 90, 120, 140, null].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
+          h('colgroup', {}, [50, 105, 90, 90, 120, 140, null].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
           h('thead', {}, h('tr', {}, ['#', 'time', 'channel', 'to', 'subscription', 'outcome', 'payload'].map((n) => h('th', {}, n)))), pushes))),
       h('div', {}, h('h2', {}, 'Subscription verdicts'), explanation)),
     h('h2', {}, 'Subscriptions of a database'), form, h('div', { class: 'scroll half' }, subscriptionTable));
@@ -83,6 +83,10 @@ export function subscriptions(main, params) {
   }, () => true);
 
   if (params.get('change')) explain(Number(params.get('change')));
+  if (!context.container) {
+    api('overview').then((overview) => { if (!form.elements.container.value) form.elements.container.value = overview.containers[0] || ''; })
+      .catch((e) => setStatus(e.message));
+  }
   if (context.container) form.requestSubmit();
   return () => { stopChanges(); stopPushes(); };
 }
