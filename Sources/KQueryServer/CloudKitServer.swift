@@ -68,11 +68,10 @@ public final class CloudKitServer: Sendable {
             apns = APNsDelivery(
                 configuration: apnsConfiguration, containers: containers, deviceTokens: deviceTokens, logsToStandardError: configuration.logsRequests,
                 outcomes: { notification, containerIdentifier, device, outcome in
-                    pushes?.append { _ in
+                    pushes?.append(
                         ConsolePush(
-                            time: Date(), channel: "APNs", containerIdentifier: containerIdentifier, owner: notification.owner,
-                            subscriptionID: notification.subscriptionID, device: device.apnsToken, outcome: outcome.consoleText, payload: notification.payload)
-                    }
+                            channel: "APNs", containerIdentifier: containerIdentifier, owner: notification.owner,
+                            subscriptionID: notification.subscriptionID, device: device.apnsToken, outcome: outcome.consoleText, payload: notification.payload))
                 })
         } else {
             apns = nil
@@ -352,12 +351,11 @@ public final class CloudKitServer: Sendable {
         do {
             try await blockingWork.run { () throws(ContainerError) in try container.acknowledge([delivery.id], channel: channels) }
             await courier.delivered(delivery)
-            console?.pushes.append { _ in
+            console?.pushes.append(
                 ConsolePush(
-                    time: Date(), channel: "web courier", containerIdentifier: container.containerIdentifier, owner: delivery.payload["ck"]?["ckuserid"]?.stringValue ?? "",
+                    channel: "web courier", containerIdentifier: container.containerIdentifier, owner: delivery.payload["ck"]?["ckuserid"]?.stringValue ?? "",
                     subscriptionID: ["qry", "fet", "met"].lazy.compactMap { delivery.payload["ck"]?[$0]?["sid"]?.stringValue }.first,
-                    device: nil, outcome: "delivered", payload: delivery.payload)
-            }
+                    device: nil, outcome: "delivered", payload: delivery.payload))
         } catch {
             await courier.returned(delivery)
             throw error
@@ -530,12 +528,11 @@ struct RequestLog: RouterMiddleware {
         let elapsed = ContinuousClock.now - start
         let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
         let facts = context.entry.facts.withLock { $0 }
-        journal?.append { _ in
+        journal?.append(
             ConsoleRequest(
-                time: Date(), method: request.method.rawValue, path: request.uri.path, user: facts.user, authentication: facts.authentication,
+                method: request.method.rawValue, path: request.uri.path, user: facts.user, authentication: facts.authentication,
                 status: Int(response.status.code), milliseconds: milliseconds, pushes: facts.pushes, requestBody: facts.requestBody,
-                responseBody: facts.responseBody, changes: facts.changes)
-        }
+                responseBody: facts.responseBody, changes: facts.changes))
         if enabled {
             let line = "\(request.method) \(request.uri.path) user=\(facts.user ?? "-") status=\(response.status.code) "
                 + "\(String(format: "%.1f", milliseconds))ms pushes=\(facts.pushes)\n"

@@ -3,12 +3,25 @@ import KQueryContainer
 
 import Foundation
 
-/// A bounded log the console reads: the newest `capacity` entries, each numbered in arrival order,
-/// so a page polling with the last number it saw gets only what is new. Memory stays bounded
-/// however long the server runs (each entry's bodies are cut at `ConsoleRequest.bodyLimit`).
+/// A bounded log the console reads: the newest `capacity` entries, each numbered in arrival order
+/// and stamped with its time, so a page polling with the last number it saw gets only what is new.
+/// Memory stays bounded however long the server runs (request bodies are cut at
+/// `ConsoleRequest.bodyLimit`).
 final class ConsoleJournal<Entry: Sendable>: Sendable {
+    /// An entry with its number and the time it was kept.
+    struct Stamped: Sendable {
+        var number: Int
+        var time: Date
+        var entry: Entry
+
+        /// `{"number", "time" (milliseconds since 1970), ...members}`.
+        func json(_ members: [(String, JSON)]) -> JSON {
+            .object([("number", .int(Int64(number))), ("time", .int(Int64(time.timeIntervalSince1970 * 1000)))] + members)
+        }
+    }
+
     private struct State {
-        var entries: [(number: Int, entry: Entry)] = []
+        var entries: [Stamped] = []
         /// Where the oldest entry is, once the ring is full.
         var head = 0
         var next = 1
@@ -19,25 +32,25 @@ final class ConsoleJournal<Entry: Sendable>: Sendable {
 
     init(capacity: Int) { self.capacity = max(1, capacity) }
 
-    /// Appends the entry `make` builds from its number; returns the number.
+    /// Keeps `entry`, stamped now; returns its number.
     @discardableResult
-    func append(_ make: (Int) -> Entry) -> Int {
-        state.withLock { state in
-            let number = state.next
+    func append(_ entry: Entry) -> Int {
+        let time = Date()
+        return state.withLock { state in
+            let stamped = Stamped(number: state.next, time: time, entry: entry)
             state.next += 1
-            let element = (number, make(number))
             if state.entries.count < capacity {
-                state.entries.append(element)
+                state.entries.append(stamped)
             } else {
-                state.entries[state.head] = element
+                state.entries[state.head] = stamped
                 state.head = (state.head + 1) % capacity
             }
-            return number
+            return stamped.number
         }
     }
 
     /// The entries numbered after `number`, newest first.
-    func entries(after number: Int) -> [(number: Int, entry: Entry)] {
+    func entries(after number: Int) -> [Stamped] {
         state.withLock { state in
             let ordered = state.entries[state.head...] + state.entries[..<state.head]
             return ordered.reversed().filter { $0.number > number }
@@ -45,8 +58,8 @@ final class ConsoleJournal<Entry: Sendable>: Sendable {
     }
 
     /// The entry numbered `number`, while it is kept.
-    func entry(_ number: Int) -> Entry? {
-        state.withLock { state in state.entries.first { $0.number == number }?.entry }
+    func entry(_ number: Int) -> Stamped? {
+        state.withLock { state in state.entries.first { $0.number == number } }
     }
 
     /// Forgets every entry (numbers go on from where they were).
@@ -69,7 +82,6 @@ struct ConsoleRequest: Sendable {
         return String(decoding: bytes.prefix(bodyLimit), as: UTF8.self) + "\n… (\(bytes.count - bodyLimit) more bytes not kept)"
     }
 
-    var time: Date
     var method: String
     var path: String
     var user: String?
@@ -92,22 +104,20 @@ struct ConsoleRequest: Sendable {
         return path
     }
 
-    func json(number: Int) -> JSON {
-        .object([
-            ("number", .int(Int64(number))), ("time", .int(Int64(time.timeIntervalSince1970 * 1000))),
+    var jsonMembers: [(String, JSON)] {
+        [
             ("method", .string(method)), ("path", .string(path)), ("operation", .string(operation)),
             ("user", user.map(JSON.string) ?? .null), ("authentication", authentication.map(JSON.string) ?? .null),
             ("status", .int(Int64(status))), ("milliseconds", .double((milliseconds * 10).rounded() / 10)),
             ("pushes", .int(Int64(pushes))), ("requestBody", .string(requestBody)), ("responseBody", .string(responseBody)),
             ("changes", .array(changes.map { .int(Int64($0)) })),
-        ])
+        ]
     }
 }
 
 /// One record change a modify committed, kept so the console can explain every subscription's
 /// verdict on it.
 struct ConsoleChange: Sendable {
-    var time: Date
     var containerIdentifier: String
     var database: DatabaseKey
     /// The device that made it (the modify's `apnsToken`): CloudKit pushes it to every device but that one.
@@ -122,22 +132,20 @@ struct ConsoleChange: Sendable {
         }
     }
 
-    func json(number: Int) -> JSON {
-        .object([
-            ("number", .int(Int64(number))), ("time", .int(Int64(time.timeIntervalSince1970 * 1000))),
+    var jsonMembers: [(String, JSON)] {
+        [
             ("container", .string(containerIdentifier)), ("environment", .string(database.environment.name)),
             ("database", .string(database.scope.name)), ("user", database.userRecordName.isEmpty ? .null : .string(database.userRecordName)),
             ("device", device.map(JSON.string) ?? .null), ("kind", .string(kind)),
             ("recordName", .string(change.recordID.recordName)), ("zoneName", .string(change.recordID.zoneID.zoneName)),
             ("recordType", .string(change.record.recordType)), ("record", change.record.json(desiredKeys: nil)),
-        ])
+        ]
     }
 }
 
 /// One push as the console's push log shows it: queued by a modify, handed to a web courier
 /// client, or sent to APNs (with APNs' answer).
 struct ConsolePush: Sendable {
-    var time: Date
     /// `queued`, `web courier` or `APNs`.
     var channel: String
     var containerIdentifier: String
@@ -148,13 +156,12 @@ struct ConsolePush: Sendable {
     var outcome: String
     var payload: JSON
 
-    func json(number: Int) -> JSON {
-        .object([
-            ("number", .int(Int64(number))), ("time", .int(Int64(time.timeIntervalSince1970 * 1000))),
+    var jsonMembers: [(String, JSON)] {
+        [
             ("channel", .string(channel)), ("container", .string(containerIdentifier)), ("owner", .string(owner)),
             ("subscriptionID", subscriptionID.map(JSON.string) ?? .null), ("device", device.map(JSON.string) ?? .null),
             ("outcome", .string(outcome)), ("payload", payload),
-        ])
+        ]
     }
 }
 

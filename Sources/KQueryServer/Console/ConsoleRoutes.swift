@@ -34,13 +34,13 @@ extension CloudKitServer {
             await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleQuery(json, request) }
         }
         console.get("api/requests") { request, _ in
-            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.requests, request) { $1.json(number: $0) } }
+            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.requests, request) { $0.json($0.entry.jsonMembers) } }
         }
         console.get("api/changes") { request, _ in
-            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.changes, request) { $1.json(number: $0) } }
+            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.changes, request) { $0.json($0.entry.jsonMembers) } }
         }
         console.get("api/pushes") { request, _ in
-            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.pushes, request) { $1.json(number: $0) } }
+            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.pushes, request) { $0.json($0.entry.jsonMembers) } }
         }
         console.post("api/requests/clear") { _, _ in
             journals.requests.clear()
@@ -81,13 +81,13 @@ extension CloudKitServer {
     }
 
     /// `?after=N`: the log's entries numbered after N (all without it), newest first.
-    static func log<Entry>(_ journal: ConsoleJournal<Entry>, _ request: Request, _ json: (Int, Entry) -> JSON) throws(ServerError) -> JSON {
+    static func log<Entry>(_ journal: ConsoleJournal<Entry>, _ request: Request, _ json: (ConsoleJournal<Entry>.Stamped) -> JSON) throws(ServerError) -> JSON {
         var after = 0
         if let text = request.uri.queryParameters.get("after") {
             guard let number = Int(text), number >= 0 else { throw ServerError.badRequest("\"after\" must be a whole number of at least 0, not '\(text)'") }
             after = number
         }
-        return .object([("entries", .array(journal.entries(after: after).map { json($0.number, $0.entry) }))])
+        return .object([("entries", .array(journal.entries(after: after).map(json)))])
     }
 
     // MARK: Overview and signing in
@@ -222,10 +222,10 @@ extension CloudKitServer {
         guard let text = request.uri.queryParameters.get("change"), let number = Int(text) else {
             throw ServerError.badRequest("explain needs ?change=N, the number of a change in /console/api/changes")
         }
-        guard let entry = changes.entry(number) else {
+        guard let stamped = changes.entry(number) else {
             throw ServerError.notFound("change \(number) is not in the console's journal (it keeps the last \(changes.capacity))")
         }
-        let key = entry.database
+        let entry = stamped.entry, key = entry.database
         let container = try containers.container(entry.containerIdentifier)
         let subscriptions: [Subscription]
         do throws(ContainerError) {
@@ -234,7 +234,7 @@ extension CloudKitServer {
         } catch {
             throw ServerError(error)
         }
-        let now = Int64(entry.time.timeIntervalSince1970 * 1000)
+        let now = Int64(stamped.time.timeIntervalSince1970 * 1000)
         let verdicts: [JSON] = subscriptions.map { subscription in
             let verdict = SubscriptionSet.verdict(of: subscription, for: entry.change, now: now, reportsRecordsLeavingResults: false)
             var members: [(String, JSON)] = [
@@ -247,27 +247,23 @@ extension CloudKitServer {
             if case .clauseFalse(let clause) = verdict { members.append(("clause", .string(clause))) }
             return .object(members)
         }
-        return .object([("change", entry.json(number: number)), ("verdicts", .array(verdicts))])
+        return .object([("change", stamped.json(entry.jsonMembers)), ("verdicts", .array(verdicts))])
     }
 
     /// Keeps a committed modify's changes and the pushes it queued in the console's journals, and
     /// names the changes in the request's log entry.
     func journal(_ result: ModifyResult, of modify: DatabaseService.PreparedModify, in database: ContainerDatabase, containerIdentifier: String, context: ServerContext) {
         guard let console else { return }
-        let now = Date()
         let numbers = result.changes.map { change in
-            console.changes.append { _ in
-                ConsoleChange(time: now, containerIdentifier: containerIdentifier, database: database.key, device: modify.device, change: change)
-            }
+            console.changes.append(ConsoleChange(containerIdentifier: containerIdentifier, database: database.key, device: modify.device, change: change))
         }
         context.entry.record(changes: numbers)
         for notification in result.notifications {
-            console.pushes.append { _ in
+            console.pushes.append(
                 ConsolePush(
-                    time: now, channel: "queued", containerIdentifier: containerIdentifier, owner: notification.owner,
+                    channel: "queued", containerIdentifier: containerIdentifier, owner: notification.owner,
                     subscriptionID: notification.subscriptionID, device: notification.excludedDevice.map { "all but \($0)" }, outcome: "queued",
-                    payload: notification.payload)
-            }
+                    payload: notification.payload))
         }
     }
 }
