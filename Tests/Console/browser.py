@@ -2,7 +2,7 @@
 """The console in a real browser (headless Chromium through Selenium), against a running
 `kquery serve`: a deep-linked query shows its records; a bad predicate shows its caret; a record
 saved in the console shows in the request log and the push log; a change's subscription verdicts
-name the failing clause. Saves a screenshot of each page. Exits non-zero on any failure.
+name the failing clause; the zones page shows the learned schema. Saves a screenshot of each page. Exits non-zero on any failure.
 
 Usage: browser.py BASE_URL SCREENSHOT_DIR   (BASE_URL like http://127.0.0.1:8080)
 """
@@ -132,6 +132,12 @@ def main():
         fired = [r for r in rows("#verdicts tbody tr") if "all-items" in r]
         assert len(fired) == 1 and "fired (creation)" in fired[0], fired
         driver.save_screenshot(os.path.join(SHOTS, "subscriptions.png"))
+
+        # 6. The schema the saves taught the container, and the public database's one zone.
+        driver.get(f"{BASE}/console/zones?" + urllib.parse.urlencode({"container": CONTAINER, "database": "public"}))
+        wait.until(lambda d: "Item" in rows("#schema-text")[0])
+        assert rows("#zone-rows tr")[0].startswith("_defaultZone"), rows("#zone-rows tr")
+        driver.save_screenshot(os.path.join(SHOTS, "zones.png"))
 
         severe = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
         assert not severe, severe

@@ -27,7 +27,10 @@ import Foundation
         (.post, "/console/api/query", #"{"container": "iCloud.com.example.tests", "type": "Item"}"#), (.post, "/console/api/check", #"{"q": "a > 1"}"#),
         (.get, "/console/api/requests", nil), (.get, "/console/api/changes", nil), (.get, "/console/api/pushes", nil),
         (.post, "/console/api/requests/clear", "{}"), (.post, "/console/api/pushes/clear", "{}"), (.get, "/console/api/explain?change=1", nil),
-        (.get, "/console/api/subscriptions?container=iCloud.com.example.tests", nil),
+        (.get, "/console/api/subscriptions?container=iCloud.com.example.tests", nil), (.get, "/console/zones", nil),
+        (.get, "/console/api/schema?container=iCloud.com.example.tests", nil),
+        (.get, "/console/api/zones?container=iCloud.com.example.tests&database=private&user=_alice", nil),
+        (.post, "/console/api/zones/changes", #"{"container": "iCloud.com.example.tests", "database": "private", "user": "_alice", "zone": "Z"}"#),
     ]
 
     @Test(arguments: endpoints.indices)
@@ -265,6 +268,43 @@ import Foundation
             #expect(pushes.map { $0["subscriptionID"] } == [.string("cheap")])
             #expect(pushes.first?["channel"] == .string("queued"))
             #expect(pushes.first?["owner"] == .string("_alice"))
+        }
+    }
+
+    /// A zone's current change token, and its changes replayed since a token.
+    @Test func zonesShowTheirTokenAndReplayChangesSinceOne() async throws {
+        try await ServerHarness().run { c in
+            let zone = try await c.post("private", "zones/modify", #"{"operations": [{"operationType": "create", "zone": {"zoneID": {"zoneName": "Notes"}}}]}"#, user: "_alice")
+            #expect(zone.status == 200)
+            let create = { (name: String) in
+                try await c.post("private", "records/modify", """
+                    {"zoneID": {"zoneName": "Notes"}, "operations": [{"operationType": "create", "record": {"recordName": "\(name)", "recordType": "Note", "fields": {"title": {"value": "t"}}}}]}
+                    """, user: "_alice")
+            }
+            #expect(try await create("n1").status == 200)
+            let zones = try await Self.console(c, .get, "/console/api/zones?container=\(c.container)&database=private&user=_alice")
+            #expect(zones.status == 200)
+            let notes = try #require(zones.json["zones"]?.elements.first { $0["zoneName"] == .string("Notes") })
+            #expect(notes["records"] == .int(1))
+            let token = try #require(notes["syncToken"]?.stringValue)
+            #expect(try await create("n2").status == 200)
+            let replay = { (token: String) in
+                try await Self.console(c, .post, "/console/api/zones/changes", body: """
+                    {"container": "\(c.container)", "database": "private", "user": "_alice", "zone": "Notes", "syncToken": "\(token)"}
+                    """)
+            }
+            let since = try await replay(token)
+            #expect(since.json["records"]?.elements.map { $0["recordName"] } == [.string("n2")])
+            let all = try await replay("")
+            #expect(all.json["records"]?.elements.map { $0["recordName"] } == [.string("n1"), .string("n2")])
+            let forged = try await replay("not-a-token")
+            #expect(forged.status == 400)
+            // Another user's zones are theirs: _bob has no Notes zone.
+            let bob = try await Self.console(c, .get, "/console/api/zones?container=\(c.container)&database=private&user=_bob")
+            #expect(bob.json["zones"]?.elements.contains { $0["zoneName"] == .string("Notes") } == false)
+            // The schema learned from the saves.
+            let schema = try await Self.console(c, .get, "/console/api/schema?container=\(c.container)")
+            #expect(schema.json["text"]?.stringValue?.contains("Note") == true)
         }
     }
 }

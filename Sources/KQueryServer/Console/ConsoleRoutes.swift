@@ -14,7 +14,7 @@ extension CloudKitServer {
     static let consolePath = "/console"
 
     /// The console's pages: each is `index.html`, which reads its URL and shows that page.
-    static let consolePages = ["records", "requests", "subscriptions", "schema"]
+    static let consolePages = ["records", "requests", "subscriptions", "zones"]
 
     func consoleRoutes(_ router: Router<ServerContext>, _ journals: ConsoleJournals) {
         let console = router.group(RouterPath(Self.consolePath)).add(middleware: ConsoleAccess(token: configuration.consoleToken))
@@ -52,6 +52,15 @@ extension CloudKitServer {
         }
         console.get("api/explain") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try self.consoleExplain(request, changes: journals.changes) }
+        }
+        console.get("api/schema") { request, _ in
+            await self.consoleAnswer { () throws(ServerError) in try self.consoleSchema(request) }
+        }
+        console.get("api/zones") { request, _ in
+            await self.consoleAnswer { () throws(ServerError) in try self.consoleZones(request) }
+        }
+        console.post("api/zones/changes") { request, context in
+            await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleZoneChanges(json) }
         }
         console.get("api/subscriptions") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try self.consoleSubscriptions(request) }
@@ -201,6 +210,62 @@ extension CloudKitServer {
             return .object([("valid", .bool(true)), ("predicate", .string(predicate.condition.description))])
         } catch {
             return .object([("valid", .bool(false)), ("error", .string(error.reason))])
+        }
+    }
+
+    // MARK: Schema and zones
+
+    /// `?container=C`: the schema records must fit, as `.ckdb` text: the one the server enforces
+    /// (`--schema`), or the one the container learned from its saves.
+    func consoleSchema(_ request: Request) throws(ServerError) -> JSON {
+        let containerIdentifier = request.uri.queryParameters.get("container") ?? ""
+        if let schema = configuration.schema {
+            return .object([("source", .string("enforced (--schema)")), ("text", .string(schema.text))])
+        }
+        let learned = try containers.learnedSchema(containerIdentifier)
+        return .object([("source", .string("learned from the container's saves")), ("text", .string(learned.current.text))])
+    }
+
+    /// `?container&environment&database&user`: the database's zones, each with its current change
+    /// token (what a client that fetched every change holds). The public database has only its
+    /// default zone, which tracks no changes.
+    func consoleZones(_ request: Request) throws(ServerError) -> JSON {
+        let query = request.uri.queryParameters
+        let (_, database, _) = try consoleDatabase { query.get($0) }
+        guard database.scope != .public else {
+            return .object([("zones", .array([.object([("zoneName", .string(ZoneID.default.zoneName)), ("syncToken", .null)])]))])
+        }
+        do throws(ContainerError) {
+            let zones: [JSON] = try database.zones().map { zoneID throws(ContainerError) in
+                guard !zoneID.isDefaultZone else { return .object([("zoneName", .string(zoneID.zoneName)), ("syncToken", .null)]) }
+                // The token after the last page: the zone's current one.
+                var page = try database.zoneChanges(zoneID, since: nil)
+                var records = page.changes.count
+                while page.moreComing {
+                    page = try database.zoneChanges(zoneID, since: page.syncToken)
+                    records += page.changes.count
+                }
+                return .object([
+                    ("zoneName", .string(zoneID.zoneName)), ("ownerName", .string(zoneID.ownerName)), ("records", .int(Int64(records))),
+                    ("syncToken", .string(page.syncToken.text)),
+                ])
+            }
+            return .object([("zones", .array(zones))])
+        } catch {
+            throw ServerError(error)
+        }
+    }
+
+    /// `{"container", "environment", "database", "user", "zone", "syncToken"}`: the zone's changes
+    /// since the token (from the beginning without one), one page, as `changes/zone` answers them.
+    func consoleZoneChanges(_ json: JSON) throws(ServerError) -> JSON {
+        let (_, database, _) = try consoleDatabase { json[$0]?.stringValue }
+        guard let zone = json["zone"]?.stringValue, !zone.isEmpty else { throw ServerError.badRequest("zone changes need a \"zone\"") }
+        let token = json["syncToken"]?.stringValue.flatMap { $0.isEmpty ? nil : SyncToken(text: $0) }
+        do throws(ContainerError) {
+            return try database.zoneChanges(ZoneID(zoneName: zone), since: token).webServicesJSON()
+        } catch {
+            throw ServerError(error)
         }
     }
 

@@ -2,8 +2,9 @@
 import { records } from './records.js';
 import { requests } from './requests.js';
 import { subscriptions } from './subscriptions.js';
+import { zones } from './zones.js';
 
-const pages = { records, requests, subscriptions };
+const pages = { records, requests, subscriptions, zones };
 let leave = () => {};
 
 function show() {
