@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The console in a real browser (headless Chromium through Selenium), against a running
 `kquery serve`: a deep-linked query shows its records; a bad predicate shows its caret; a record
-saved in the console shows in the request log and the push log; a change's subscription verdicts
+saved in the console shows in the request log and the push log, and so does a test push; a change's subscription verdicts
 name the failing clause; the zones page shows the learned schema. Saves a screenshot of each page. Exits non-zero on any failure.
 
 Usage: browser.py BASE_URL SCREENSHOT_DIR   (BASE_URL like http://127.0.0.1:8080)
@@ -131,6 +131,9 @@ def main():
         assert clause == ['color == "red"'], clause
         fired = [r for r in rows("#verdicts tbody tr") if "all-items" in r]
         assert len(fired) == 1 and "fired (creation)" in fired[0], fired
+        # The test push button: queued for _alice, in the push log.
+        driver.find_element(By.CSS_SELECTOR, "#test-push input[name=user]").send_keys("_alice", Keys.ENTER)
+        wait.until(lambda d: any("kquery-console-test" in r and "_alice" in r for r in rows("#pushes tr")))
         driver.save_screenshot(os.path.join(SHOTS, "subscriptions.png"))
 
         # 6. The schema the saves taught the container, and the public database's one zone.

@@ -31,6 +31,7 @@ import Foundation
         (.get, "/console/api/schema?container=iCloud.com.example.tests", nil),
         (.get, "/console/api/zones?container=iCloud.com.example.tests&database=private&user=_alice", nil),
         (.post, "/console/api/zones/changes", #"{"container": "iCloud.com.example.tests", "database": "private", "user": "_alice", "zone": "Z"}"#),
+        (.post, "/console/api/testpush", #"{"container": "iCloud.com.example.tests", "user": "_alice"}"#),
     ]
 
     @Test(arguments: endpoints.indices)
@@ -305,6 +306,30 @@ import Foundation
             // The schema learned from the saves.
             let schema = try await Self.console(c, .get, "/console/api/schema?container=\(c.container)")
             #expect(schema.json["text"]?.stringValue?.contains("Note") == true)
+        }
+    }
+
+    /// The test push reaches the user's web courier client, and the push log shows it queued and
+    /// delivered.
+    @Test func aTestPushIsDeliveredAndLogged() async throws {
+        try await ServerHarness().run { c in
+            let tokens = try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: #"{"apnsEnvironment": "development"}"#, user: "_dave")
+            let poll = try ServerCourierTests.pathAndQuery(try #require(tokens.json["webcourierURL"]?.stringValue))
+            let sent = try await Self.console(c, .post, "/console/api/testpush", body: #"{"container": "\#(c.container)", "user": "_dave"}"#)
+            #expect(sent.status == 200)
+            #expect(sent.json["queued"]?["owner"] == .string("_dave"))
+            let push = try await c.send(.get, poll, apiToken: nil)
+            #expect(push.status == 200)
+            #expect(push.json["aps"]?["alert"]?["body"] == .string("Test push from the kquery console"))
+            #expect(push.json["ck"]?["met"]?["sid"] == .string("kquery-console-test"))
+            let log = try await Self.console(c, .get, "/console/api/pushes")
+            let entries = log.json["entries"]?.elements ?? []
+            #expect(entries.map { $0["channel"]?.stringValue ?? "" } == ["web courier", "queued"])
+            #expect(entries.first?["outcome"] == .string("delivered"))
+            #expect(entries.first?["subscriptionID"] == .string("kquery-console-test"))
+            // No user: a clear refusal.
+            let nobody = try await Self.console(c, .post, "/console/api/testpush", body: #"{"container": "\#(c.container)"}"#)
+            #expect(nobody.status == 400)
         }
     }
 }

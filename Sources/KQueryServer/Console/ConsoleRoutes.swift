@@ -53,6 +53,9 @@ extension CloudKitServer {
         console.get("api/explain") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try self.consoleExplain(request, changes: journals.changes) }
         }
+        console.post("api/testpush") { request, context in
+            await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleTestPush(json) }
+        }
         console.get("api/schema") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try self.consoleSchema(request) }
         }
@@ -213,6 +216,25 @@ extension CloudKitServer {
         }
     }
 
+    /// `{"container", "environment", "user"}`: queues a push to the user, as a database
+    /// subscription's (`met`) with an alert, for the web courier and APNs to deliver as any other.
+    func consoleTestPush(_ json: JSON) throws(ServerError) -> JSON {
+        let (container, database, user) = try consoleDatabase { name in name == "database" ? "private" : json[name]?.stringValue }
+        guard let user else { throw ServerError.badRequest("a test push goes to a \"user\"") }
+        let subscriptionID = "kquery-console-test"
+        let context = PushContext(containerIdentifier: container.containerIdentifier, environment: database.environment, database: .private, userRecordName: user)
+        let payload = PushPayload.database(
+            subscriptionID: subscriptionID, zoneID: nil, notificationInfo: NotificationInfo(alertBody: "Test push from the kquery console"), context: context)
+        let queued: OutboxNotification
+        do throws(ContainerError) { queued = try container.enqueue(payload, to: user, database: database.key, subscriptionID: subscriptionID) } catch {
+            throw ServerError(error)
+        }
+        journal(queued: [queued], containerIdentifier: container.containerIdentifier)
+        Task { await courier.pushesQueued() }
+        apns?.pushesQueued()
+        return .object([("queued", queued.webServicesJSON)])
+    }
+
     // MARK: Schema and zones
 
     /// `?container=C`: the schema records must fit, as `.ckdb` text: the one the server enforces
@@ -323,7 +345,13 @@ extension CloudKitServer {
             console.changes.append(ConsoleChange(containerIdentifier: containerIdentifier, database: database.key, device: modify.device, change: change))
         }
         context.entry.record(changes: numbers)
-        for notification in result.notifications {
+        journal(queued: result.notifications, containerIdentifier: containerIdentifier)
+    }
+
+    /// Keeps pushes just queued in the console's push log.
+    func journal(queued notifications: [OutboxNotification], containerIdentifier: String) {
+        guard let console else { return }
+        for notification in notifications {
             console.pushes.append(
                 ConsolePush(
                     channel: "queued", containerIdentifier: containerIdentifier, owner: notification.owner,

@@ -25,7 +25,10 @@ export function subscriptions(main, params) {
         h('div', { class: 'scroll half' }, h('table', {},
           h('colgroup', {}, [50, 105, 70, null, 110, 90].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
           h('thead', {}, h('tr', {}, ['#', 'time', 'change', 'record', 'type', 'database'].map((n) => h('th', {}, n)))), changes)),
-        h('h2', {}, 'Push log'),
+        h('div', { class: 'bar' }, h('h2', {}, 'Push log'),
+          h('form', { class: 'bar', id: 'test-push', onsubmit: testPush },
+            h('input', { name: 'user', size: 10, placeholder: '_alice', 'aria-label': 'user to push to' }),
+            h('button', { type: 'submit' }, 'Send a test push'))),
         h('div', { class: 'scroll half' }, h('table', {},
           h('colgroup', {}, [50, 105, 90, 90, 120, 140, null].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
           h('thead', {}, h('tr', {}, ['#', 'time', 'channel', 'to', 'subscription', 'outcome', 'payload'].map((n) => h('th', {}, n)))), pushes))),
@@ -46,6 +49,17 @@ export function subscriptions(main, params) {
           : h('tr', {}, h('td', { class: 'empty', colspan: 6 }, 'No subscriptions.'))));
     } catch (e) { setStatus(e.message); }
   });
+
+  // A push to the user, through the outbox, the web courier and APNs as any other.
+  async function testPush(event) {
+    event.preventDefault();
+    const user = event.target.elements.user.value.trim();
+    const container = form.elements.container.value.trim();
+    try {
+      await api('testpush', { container, environment: form.elements.environment.value, user });
+      setStatus(`test push queued for ${user}`);
+    } catch (e) { setStatus(e.message); }
+  }
 
   async function explain(number) {
     try {
