@@ -132,14 +132,17 @@ struct ConsoleChange: Sendable {
         }
     }
 
-    var jsonMembers: [(String, JSON)] {
-        [
+    /// The change's members; the record's fields only when the change is public or the console
+    /// acts as its user (another user's private records stay theirs).
+    func jsonMembers(actingAs user: String?) -> [(String, JSON)] {
+        let reveals = database.scope == .public || database.userRecordName == user
+        return [
             ("container", .string(containerIdentifier)), ("environment", .string(database.environment.name)),
             ("database", .string(database.scope.name)), ("user", database.userRecordName.isEmpty ? .null : .string(database.userRecordName)),
             ("device", device.map(JSON.string) ?? .null), ("kind", .string(kind)),
             ("recordName", .string(change.recordID.recordName)), ("zoneName", .string(change.recordID.zoneID.zoneName)),
-            ("recordType", .string(change.record.recordType)), ("record", change.record.json(desiredKeys: nil)),
-        ]
+            ("recordType", .string(change.record.recordType)),
+        ] + (reveals ? [("record", change.record.json(desiredKeys: nil))] : [])
     }
 }
 

@@ -37,7 +37,7 @@ extension CloudKitServer {
             await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.requests, request) { $0.json($0.entry.jsonMembers) } }
         }
         console.get("api/changes") { request, _ in
-            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.changes, request) { $0.json($0.entry.jsonMembers) } }
+            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.changes, request) { $0.json($0.entry.jsonMembers(actingAs: request.uri.queryParameters.get("user"))) } }
         }
         console.get("api/pushes") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.pushes, request) { $0.json($0.entry.jsonMembers) } }
@@ -303,8 +303,9 @@ extension CloudKitServer {
         return .object([("subscriptions", .array(subscriptions.map(\.webServicesJSON)))])
     }
 
-    /// `?change=N`: the change numbered N in the change journal and, for every subscription of its
-    /// database, the verdict: fired, or the first reason it did not.
+    /// `?change=N[&user=U]`: the change numbered N in the change journal (its record's fields when
+    /// public or acting as its user) and, for every subscription of its database, the verdict:
+    /// fired, or the first reason it did not.
     func consoleExplain(_ request: Request, changes: ConsoleJournal<ConsoleChange>) throws(ServerError) -> JSON {
         guard let text = request.uri.queryParameters.get("change"), let number = Int(text) else {
             throw ServerError.badRequest("explain needs ?change=N, the number of a change in /console/api/changes")
@@ -334,7 +335,7 @@ extension CloudKitServer {
             if case .clauseFalse(let clause) = verdict { members.append(("clause", .string(clause))) }
             return .object(members)
         }
-        return .object([("change", stamped.json(entry.jsonMembers)), ("verdicts", .array(verdicts))])
+        return .object([("change", stamped.json(entry.jsonMembers(actingAs: request.uri.queryParameters.get("user")))), ("verdicts", .array(verdicts))])
     }
 
     /// Keeps a committed modify's changes and the pushes it queued in the console's journals, and
