@@ -2,7 +2,8 @@
 """The console in a real browser (headless Chromium through Selenium), against a running
 `kquery serve`: a deep-linked query shows its records; a bad predicate shows its caret; a record
 saved in the console shows in the request log and the push log, and so does a test push; a change's subscription verdicts
-name the failing clause; the zones page shows the learned schema. Saves a screenshot of each page. Exits non-zero on any failure.
+name the failing clause; the zones page shows the learned schema, and a container exported and imported
+under a new name has the same records. Saves a screenshot of each page. Exits non-zero on any failure.
 
 Usage: browser.py BASE_URL SCREENSHOT_DIR   (BASE_URL like http://127.0.0.1:8080)
 """
@@ -140,7 +141,20 @@ def main():
         driver.get(f"{BASE}/console/zones?" + urllib.parse.urlencode({"container": CONTAINER, "database": "public"}))
         wait.until(lambda d: "Item" in rows("#schema-text")[0])
         assert rows("#zone-rows tr")[0].startswith("_defaultZone"), rows("#zone-rows tr")
+        # 7. Export, and import a container file as a new container.
+        driver.find_element(By.ID, "export").click()
+        wait.until(lambda d: rows("#data-message") == [f"exported {CONTAINER}"])
+        exported = os.path.join(SHOTS, "export.container")
+        request = urllib.request.Request(f"{BASE}/console/api/export?container={CONTAINER}", headers={"X-KQuery-Console": "1"})
+        with urllib.request.urlopen(request) as response, open(exported, "wb") as file:
+            file.write(response.read())
+        driver.find_element(By.ID, "import-name").send_keys("iCloud.com.example.imported")
+        driver.find_element(By.ID, "import-file").send_keys(exported)
+        wait.until(lambda d: rows("#data-message") == ["imported into iCloud.com.example.imported"])
+        os.remove(exported)
         driver.save_screenshot(os.path.join(SHOTS, "zones.png"))
+        driver.get(f"{BASE}/console/records?" + urllib.parse.urlencode({"container": "iCloud.com.example.imported", "type": "Item"}))
+        wait.until(lambda d: len(rows("#records tbody tr td.code")) == 5)
 
         severe = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
         assert not severe, severe

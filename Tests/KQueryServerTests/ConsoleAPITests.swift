@@ -1,4 +1,5 @@
 import Hummingbird
+import HummingbirdTesting
 import KQuery
 import KQueryServer
 import Testing
@@ -32,6 +33,7 @@ import Foundation
         (.get, "/console/api/zones?container=iCloud.com.example.tests&database=private&user=_alice", nil),
         (.post, "/console/api/zones/changes", #"{"container": "iCloud.com.example.tests", "database": "private", "user": "_alice", "zone": "Z"}"#),
         (.post, "/console/api/testpush", #"{"container": "iCloud.com.example.tests", "user": "_alice"}"#),
+        (.get, "/console/api/export?container=iCloud.com.example.tests", nil),
     ]
 
     @Test(arguments: endpoints.indices)
@@ -340,6 +342,41 @@ import Foundation
             // No user: a clear refusal.
             let nobody = try await Self.console(c, .post, "/console/api/testpush", body: #"{"container": "\#(c.container)"}"#)
             #expect(nobody.status == 400)
+        }
+    }
+
+    /// A console request with bytes in and out (container files).
+    static func bytes(_ c: ServerClient, _ method: HTTPRequest.Method, _ path: String, body: ByteBuffer? = nil) async throws -> (status: Int, body: ByteBuffer) {
+        let client = TestClient(host: c.host, port: c.port, configuration: .init(timeout: .seconds(20)))
+        client.connect()
+        do {
+            let response = try await client.execute(.init(path, method: method, headers: [HTTPFields.Element.Name("X-KQuery-Console")!: "1"], body: body))
+            try await client.shutdown()
+            return (Int(response.status.code), response.body ?? ByteBuffer())
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+    }
+
+    /// A container exported to a file and imported back under a new identifier holds the same records.
+    @Test func exportThenImportMakesTheSameContainer() async throws {
+        try await ServerHarness().run { c in
+            let saved = try await c.post("public", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "r1", "recordType": "Item", "fields": {"price": {"value": 5}}}}]}"#, user: "_alice")
+            #expect(saved.status == 200)
+            let exported = try await Self.bytes(c, .get, "/console/api/export?container=\(c.container)")
+            #expect(exported.status == 200)
+            #expect(exported.body.readableBytes > 0)
+            let imported = try await Self.bytes(c, .post, "/console/api/import?container=iCloud.com.example.copy", body: exported.body)
+            #expect(imported.status == 200, "\(String(buffer: imported.body))")
+            let query = try await Self.console(c, .post, "/console/api/query", body: #"{"container": "iCloud.com.example.copy", "type": "Item"}"#)
+            #expect(query.json["records"]?.elements.map { $0["recordName"] } == [.string("r1")])
+            // Not over a container that exists, and not from a file that is no container.
+            let again = try await Self.bytes(c, .post, "/console/api/import?container=iCloud.com.example.copy", body: exported.body)
+            #expect(again.status == 409)
+            let junk = try await Self.bytes(c, .post, "/console/api/import?container=iCloud.com.example.junk", body: ByteBuffer(string: "not a container"))
+            #expect(junk.status == 400)
+            #expect(String(buffer: junk.body).contains("not a container file"))
         }
     }
 }

@@ -56,6 +56,10 @@ extension CloudKitServer {
         console.post("api/testpush") { request, context in
             await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleTestPush(json) }
         }
+        console.get("api/export") { request, _ in await self.consoleExport(request) }
+        console.post("api/import") { request, _ in
+            await self.consoleAnswer { () async throws(ServerError) -> JSON in try await self.consoleImport(request) }
+        }
         console.get("api/schema") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try self.consoleSchema(request) }
         }
@@ -233,6 +237,53 @@ extension CloudKitServer {
         Task { await courier.pushesQueued() }
         apns?.pushesQueued()
         return .object([("queued", queued.webServicesJSON)])
+    }
+
+    // MARK: Data
+
+    /// The largest container file the console imports.
+    static let importLimit = 256 * 1024 * 1024
+
+    /// `?container=C`: the container as a container file (every database, zone, record, change
+    /// history, subscription and pending push; not yet its assets), to download.
+    func consoleExport(_ request: Request) async -> Response {
+        let identifier = request.uri.queryParameters.get("container") ?? ""
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-export-\(UUIDText.random()).container").path
+        defer { Self.removeContainerFile(file) }
+        do throws(ServerError) {
+            let container = try containers.container(identifier)
+            try await blockingWork.run { () throws(ServerError) in
+                do throws(ContainerError) { _ = try ContainerCopy.export(container, toFile: file) } catch { throw ServerError(error) }
+            }
+            guard let data = FileManager.default.contents(atPath: file) else {
+                throw ServerError("INTERNAL_ERROR", "cannot read the exported file", httpStatus: 500)
+            }
+            return Response(
+                status: .ok,
+                headers: [.contentType: "application/vnd.sqlite3", .contentDisposition: "attachment; filename=\"\(identifier).container\""],
+                body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        } catch {
+            return Self.response(ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus))
+        }
+    }
+
+    /// `?container=C` with a container file as the body: makes the new container C from it.
+    func consoleImport(_ request: Request) async throws(ServerError) -> JSON {
+        let identifier = request.uri.queryParameters.get("container") ?? ""
+        let buffer: ByteBuffer
+        do { buffer = try await request.body.collect(upTo: Self.importLimit) } catch { throw ServerError.tooLarge(Self.importLimit) }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-import-\(UUIDText.random()).container").path
+        defer { Self.removeContainerFile(file) }
+        guard FileManager.default.createFile(atPath: file, contents: Data(buffer.readableBytesView)) else {
+            throw ServerError("INTERNAL_ERROR", "cannot write the upload to \(file)", httpStatus: 500)
+        }
+        try await blockingWork.run { () throws(ServerError) in try self.containers.importContainer(identifier, from: file) }
+        return .object([("container", .string(identifier))])
+    }
+
+    /// Removes a container file and its SQLite companions.
+    static func removeContainerFile(_ path: String) {
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
     }
 
     // MARK: Schema and zones

@@ -1,6 +1,6 @@
-// Schema & zones: the schema records must fit (enforced or learned) with the queries refused for
-// want of an index; a database's zones with their current change tokens, and a replay of a
-// zone's changes since a pasted token.
+// Schema, zones and data: the schema records must fit (enforced or learned) with the queries
+// refused for want of an index; a database's zones with their current change tokens, and a replay
+// of a zone's changes since a pasted token; export of a container to a file, import of one.
 import { api, h, setStatus } from './api.js';
 
 const refusedForIndex = /QUERYABLE|SORTABLE|SEARCHABLE|index/i;
@@ -25,6 +25,8 @@ export function zones(main, params) {
   const replayError = h('pre', { class: 'error' });
   const replayRows = h('tbody', { id: 'replay-rows' });
   const replayNext = h('div', { class: 'muted code', id: 'replay-next' });
+  const importName = h('input', { id: 'import-name', size: 20, placeholder: 'iCloud.com.example.copy' });
+  const dataMessage = h('div', { class: 'muted', id: 'data-message' });
   main.append(form,
     h('div', { class: 'split even' },
       h('div', {},
@@ -39,6 +41,12 @@ export function zones(main, params) {
           h('thead', {}, h('tr', {}, ['record', 'type', 'change', 'changeTag'].map((n) => h('th', {}, n)))), replayRows)),
         replayNext),
       h('div', {},
+        h('h2', {}, 'Data'),
+        h('div', { class: 'bar' },
+          h('button', { type: 'button', id: 'export', onclick: exportContainer }, 'Export container'),
+          h('label', { class: 'inline' }, 'Import as new container ', importName),
+          h('input', { type: 'file', id: 'import-file', 'aria-label': 'container file', onchange: importContainer })),
+        dataMessage,
         h('h2', {}, 'Schema ', schemaSource), schema,
         h('h2', {}, 'Queries refused for want of an index'),
         h('div', { class: 'scroll half' }, h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'request'), h('th', {}, 'reason'))), refused)))));
@@ -65,6 +73,29 @@ export function zones(main, params) {
       setStatus(`${zones.length} zones`);
     } catch (e) { setStatus(e.message); }
   });
+
+  // The console API wants its header, which a plain link cannot send: fetched, then saved.
+  async function exportContainer() {
+    const container = form.elements.container.value.trim();
+    const response = await fetch(`/console/api/export?container=${encodeURIComponent(container)}`, { headers: { 'X-KQuery-Console': '1' } });
+    if (!response.ok) { dataMessage.textContent = (await response.json()).reason; return; }
+    const link = h('a', { href: URL.createObjectURL(await response.blob()), download: `${container}.container` });
+    link.click();
+    URL.revokeObjectURL(link.href);
+    dataMessage.textContent = `exported ${container}`;
+  }
+
+  async function importContainer(event) {
+    const file = event.target.files[0];
+    const name = importName.value.trim();
+    if (!file || !name) { dataMessage.textContent = 'name the new container, then choose a container file'; return; }
+    const response = await fetch(`/console/api/import?container=${encodeURIComponent(name)}`, {
+      method: 'POST', headers: { 'X-KQuery-Console': '1' }, body: file,
+    });
+    const answer = await response.json();
+    dataMessage.textContent = response.ok ? `imported into ${answer.container}` : answer.reason;
+    event.target.value = '';
+  }
 
   async function replay(event) {
     event.preventDefault();
