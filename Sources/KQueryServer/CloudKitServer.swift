@@ -308,8 +308,9 @@ public final class CloudKitServer: Sendable {
             taken = (delivery, container)
             return ServiceAnswer(json: delivery.payload)
         }
-        guard let (delivery, container) = taken else { return Self.response(polled) }
+        guard let (delivery, container) = taken else { return Self.response(polled, loggingIn: context.entry) }
         let bytes = Self.jsonBytes(polled.json)
+        context.entry.record(responseBody: Array(bytes.readableBytesView))
         // When the client is gone before the answer is written, the server drops the response
         // without running its body: the guard gives the push back then.
         let guarded = UnsettledDelivery(delivery, courier: courier)
@@ -380,7 +381,7 @@ public final class CloudKitServer: Sendable {
 
     /// Reads the body (refused past the size limit), runs `body`, and writes its answer or its error.
     func respond(_ request: Request, _ context: ServerContext, _ operation: (Body) async throws(ServerError) -> ServiceAnswer) async -> Response {
-        Self.response(await answer(request, context, operation))
+        Self.response(await answer(request, context, operation), loggingIn: context.entry)
     }
 
     /// Reads the body (refused past the size limit) and runs `operation`: its answer, or its error's.
@@ -404,7 +405,6 @@ public final class CloudKitServer: Sendable {
             answer = ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus)
         }
         context.entry.record(pushes: answer.pushes)
-        context.entry.record(responseBody: answer.serializedBytes)
         return answer
     }
 
@@ -437,9 +437,13 @@ public final class CloudKitServer: Sendable {
         return Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: html)))
     }
 
-    static func response(_ answer: ServiceAnswer) -> Response {
+    /// The answer as a response; `entry` keeps its body for the console's request log (the bytes
+    /// serialized once for both).
+    static func response(_ answer: ServiceAnswer, loggingIn entry: RequestLogEntry? = nil) -> Response {
         if answer.status == 204 { return Response(status: .noContent) }
-        return Response(status: .init(code: answer.status), headers: jsonHeaders, body: .init(byteBuffer: body(answer.serializedBytes)))
+        let bytes = answer.serializedBytes
+        entry?.record(responseBody: bytes)
+        return Response(status: .init(code: answer.status), headers: jsonHeaders, body: .init(byteBuffer: body(bytes)))
     }
 
     static let jsonHeaders: HTTPFields = [.contentType: "application/json; charset=utf-8"]
@@ -522,8 +526,7 @@ struct RequestLog: RouterMiddleware {
         } catch let error as any HTTPResponseError {
             let code = error.status == .notFound ? "NOT_FOUND" : error.status == .methodNotAllowed ? "BAD_REQUEST" : "INTERNAL_ERROR"
             let refusal = ServerError(code, "\(request.method) \(request.uri.path): \(error.status.reasonPhrase)", httpStatus: error.status.code)
-            response = CloudKitServer.response(ServiceAnswer(json: refusal.webServicesJSON, status: refusal.httpStatus))
-            context.entry.record(responseBody: refusal.webServicesJSON.serializedBytes)
+            response = CloudKitServer.response(ServiceAnswer(json: refusal.webServicesJSON, status: refusal.httpStatus), loggingIn: context.entry)
         }
         let elapsed = ContinuousClock.now - start
         let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15

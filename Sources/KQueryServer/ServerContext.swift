@@ -49,7 +49,7 @@ final class RequestLogEntry: Sendable {
     func record(requestBody: [UInt8]) {
         facts.withLock { if $0.capturesBodies { $0.requestBody = ConsoleRequest.text(requestBody) } }
     }
-    func record(responseBody: @autoclosure () -> [UInt8]) {
-        facts.withLock { if $0.capturesBodies { $0.responseBody = ConsoleRequest.text(responseBody()) } }
+    func record(responseBody: [UInt8]) {
+        facts.withLock { if $0.capturesBodies { $0.responseBody = ConsoleRequest.text(responseBody) } }
     }
 }
