@@ -156,6 +156,16 @@ def main():
         driver.get(f"{BASE}/console/records?" + urllib.parse.urlencode({"container": "iCloud.com.example.imported", "type": "Item"}))
         wait.until(lambda d: len(rows("#records tbody tr td.code")) == 5)
 
+        # 8. Dark mode follows the system: the page's colours change with prefers-color-scheme.
+        light = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        driver.get(f"{BASE}/console/requests")
+        wait.until(lambda d: len(rows("#request-rows tr")) >= 3)
+        dark = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+        assert light != dark, (light, dark)
+        click_row("#request-rows tr", "records/modify")
+        driver.save_screenshot(os.path.join(SHOTS, "requests-dark.png"))
+
         severe = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
         assert not severe, severe
         print("browser: all checks passed")

@@ -27,7 +27,7 @@ export function requests(main, params) {
       h('label', { class: 'inline', title: 'p' }, paused, 'Pause'),
       h('button', { type: 'button', onclick: clear }, 'Clear'), count),
     h('div', { class: 'scroll half' }, h('table', {},
-      h('colgroup', {}, [55, 105, 62, 170, 55, 90, null, 60, 45].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
+      h('colgroup', {}, [55, 105, 72, 170, 55, 90, null, 60, 45].map((w) => h('col', { style: w ? `width:${w}px` : '' }))),
       h('thead', {}, h('tr', {}, ['#', 'time', 'method', 'operation', 'status', 'user', 'authentication', 'ms', 'push'].map((n) => h('th', {}, n)))),
       tbody)),
     facts,
