@@ -1,3 +1,4 @@
+import Crypto
 import Hummingbird
 import HummingbirdTesting
 import KQuery
@@ -377,6 +378,25 @@ import Foundation
             let junk = try await Self.bytes(c, .post, "/console/api/import?container=iCloud.com.example.junk", body: ByteBuffer(string: "not a container"))
             #expect(junk.status == 400)
             #expect(String(buffer: junk.body).contains("not a container file"))
+        }
+    }
+
+    /// APNs' answers in the push log: a 200 delivered, then a 410 Unregistered with its reason.
+    @Test func thePushLogShowsAPNsStatusAndReason() async throws {
+        let apns = try await FakeAPNs.start()
+        defer { Task { try await apns.stop() } }
+        let logs = Locked<[String]>([])
+        try await APNsDeliveryTests.harness(apns, key: P256.Signing.PrivateKey(), logs: logs).run { c in
+            try await APNsDeliveryTests.queuePush(c)
+            try await APNsDeliveryTests.waitForAcknowledgement(c)
+            apns.script([(410, #"{"reason":"Unregistered","timestamp":1700000000000}"#)])
+            try await APNsDeliveryTests.queuePush(c, record: "n2", subscribe: false)
+            try await APNsDeliveryTests.waitForAcknowledgement(c)
+            let entries = try await Self.console(c, .get, "/console/api/pushes").json["entries"]?.elements ?? []
+            let sent = entries.filter { $0["channel"] == .string("APNs") }
+            #expect(sent.map { $0["outcome"]?.stringValue ?? "" } == ["410 Unregistered: device forgotten", "200 delivered"])
+            #expect(sent.allSatisfy { $0["device"] == .string(APNsDeliveryTests.device) && $0["subscriptionID"] == .string("notes") })
+            #expect(sent.first?["payload"]?["aps"]?["alert"] != nil)
         }
     }
 }
