@@ -24,20 +24,21 @@ extension CloudKitServer {
         }
         console.get("static/:file") { _, context in try ConsoleFiles.response(context.parameters.get("file") ?? "") }
         console.get("api/overview") { _, _ in await self.consoleAnswer { () throws(ServerError) in try self.consoleOverview() } }
-        console.post("api/signin") { request, context in
+        console.post("api/signin") { request, _ in
             await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleSignIn(json) }
         }
-        console.post("api/check") { request, context in
+        console.post("api/check") { request, _ in
             await self.consoleAnswer(request) { json throws(ServerError) in Self.consoleCheck(json) }
         }
-        console.post("api/query") { request, context in
+        console.post("api/query") { request, _ in
             await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleQuery(json, request) }
         }
         console.get("api/requests") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.requests, request) { $0.json($0.entry.jsonMembers) } }
         }
         console.get("api/changes") { request, _ in
-            await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.changes, request) { $0.json($0.entry.jsonMembers(actingAs: request.uri.queryParameters.get("user"))) } }
+            let user = request.uri.queryParameters.get("user")
+            return await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.changes, request) { $0.json($0.entry.jsonMembers(actingAs: user)) } }
         }
         console.get("api/pushes") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try Self.log(journals.pushes, request) { $0.json($0.entry.jsonMembers) } }
@@ -53,7 +54,7 @@ extension CloudKitServer {
         console.get("api/explain") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try self.consoleExplain(request, changes: journals.changes) }
         }
-        console.post("api/testpush") { request, context in
+        console.post("api/testpush") { request, _ in
             await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleTestPush(json) }
         }
         console.get("api/export") { request, _ in await self.consoleExport(request) }
@@ -66,7 +67,7 @@ extension CloudKitServer {
         console.get("api/zones") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try self.consoleZones(request) }
         }
-        console.post("api/zones/changes") { request, context in
+        console.post("api/zones/changes") { request, _ in
             await self.consoleAnswer(request) { json throws(ServerError) in try self.consoleZoneChanges(json) }
         }
         console.get("api/subscriptions") { request, _ in

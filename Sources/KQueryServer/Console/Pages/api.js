@@ -105,3 +105,21 @@ export function poll(path, onEntries, active) {
   tick();
   return () => { stopped = true; };
 }
+
+/** The database a page shows, from its URL: container, environment, database and the user acted as. */
+export function databaseContext(params, database) {
+  return {
+    container: params.get('container') || '', environment: params.get('environment') || 'development',
+    database: params.get('database') || database, user: params.get('user') || '',
+  };
+}
+
+/** The form choosing a page's database (its `context`'s fields), submitted by `label`. */
+export function databaseForm(context, label, attributes = {}) {
+  return h('form', { class: 'bar', ...attributes },
+    h('label', {}, 'container', h('input', { name: 'container', value: context.container, size: 22, required: true })),
+    h('label', {}, 'environment', h('select', { name: 'environment' }, ['development', 'production'].map((e) => h('option', { selected: e === context.environment }, e)))),
+    h('label', {}, 'database', h('select', { name: 'database' }, ['public', 'private', 'shared'].map((d) => h('option', { selected: d === context.database }, d)))),
+    h('label', {}, 'act as user', h('input', { name: 'user', value: context.user, size: 10, placeholder: '(none)' })),
+    h('button', { class: 'primary', type: 'submit' }, label));
+}

@@ -1,18 +1,10 @@
 // Subscriptions and pushes: a database's subscriptions; for a recent record change, every
 // subscription's verdict (fired, or the first reason it did not); the live push log.
-import { api, h, poll, time, setStatus, keyboardRows } from './api.js';
+import { api, h, poll, time, setStatus, keyboardRows, databaseContext, databaseForm } from './api.js';
 
 export function subscriptions(main, params) {
-  const context = {
-    container: params.get('container') || '', environment: params.get('environment') || 'development',
-    database: params.get('database') || 'public', user: params.get('user') || '',
-  };
-  const form = h('form', { class: 'bar' },
-    h('label', {}, 'container', h('input', { name: 'container', value: context.container, size: 24 })),
-    h('label', {}, 'environment', h('select', { name: 'environment' }, ['development', 'production'].map((e) => h('option', { selected: e === context.environment }, e)))),
-    h('label', {}, 'database', h('select', { name: 'database' }, ['public', 'private', 'shared'].map((d) => h('option', { selected: d === context.database }, d)))),
-    h('label', {}, 'user', h('input', { name: 'user', value: context.user, size: 10, placeholder: '(none)' })),
-    h('button', { class: 'primary', type: 'submit' }, 'Show subscriptions'));
+  const context = databaseContext(params, 'public');
+  const form = databaseForm(context, 'Show subscriptions');
   const subscriptionTable = h('table', { id: 'subscriptions' });
   const changes = h('tbody', { id: 'changes' });
   keyboardRows(changes);

@@ -1,21 +1,13 @@
 // Schema, zones and data: the schema records must fit (enforced or learned) with the queries
 // refused for want of an index; a database's zones with their current change tokens, and a replay
 // of a zone's changes since a pasted token; export of a container to a file, import of one.
-import { api, h, setStatus } from './api.js';
+import { api, h, setStatus, databaseContext, databaseForm } from './api.js';
 
 const refusedForIndex = /QUERYABLE|SORTABLE|SEARCHABLE|index/i;
 
 export function zones(main, params) {
-  const context = {
-    container: params.get('container') || '', environment: params.get('environment') || 'development',
-    database: params.get('database') || 'private', user: params.get('user') || '',
-  };
-  const form = h('form', { class: 'bar', id: 'zones-form' },
-    h('label', {}, 'container', h('input', { name: 'container', value: context.container, size: 22, required: true })),
-    h('label', {}, 'environment', h('select', { name: 'environment' }, ['development', 'production'].map((e) => h('option', { selected: e === context.environment }, e)))),
-    h('label', {}, 'database', h('select', { name: 'database' }, ['public', 'private', 'shared'].map((d) => h('option', { selected: d === context.database }, d)))),
-    h('label', {}, 'act as user', h('input', { name: 'user', value: context.user, size: 10, placeholder: '(none)' })),
-    h('button', { class: 'primary', type: 'submit' }, 'Show'));
+  const context = databaseContext(params, 'private');
+  const form = databaseForm(context, 'Show', { id: 'zones-form' });
   const schema = h('pre', { id: 'schema-text' });
   const schemaSource = h('span', { class: 'muted' });
   const refused = h('tbody', { id: 'refused-queries' });
