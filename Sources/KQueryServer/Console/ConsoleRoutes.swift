@@ -509,11 +509,22 @@ struct ConsoleAccess: RouterMiddleware {
 enum ConsoleFiles {
     static let types = ["html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8", "svg": "image/svg+xml"]
 
+    /// Where the pages are: the resource bundle beside the executable (as SwiftPM builds it), else
+    /// the package's sources (a binary built from a clone). Found without `Bundle.module`, which
+    /// stops the process when the bundle is missing (a binary copied on its own): then the
+    /// console's pages answer 404 and the server goes on.
+    static let directory: URL? = {
+        let candidates = [
+            Bundle.main.bundleURL.appendingPathComponent("KQuery_KQueryServer.resources/Pages"),
+            URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Pages"),
+        ]
+        return candidates.first { FileManager.default.fileExists(atPath: $0.appendingPathComponent("index.html").path) }
+    }()
+
     /// The file `name` of the pages directory; 404 for any other name.
     static func response(_ name: String) throws -> Response {
         let type = name.split(separator: ".").last.flatMap { types[String($0)] }
-        guard let type, name.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || $0 == 45 || $0 == 46 }), !name.hasPrefix("."),
-              let directory = Bundle.module.url(forResource: "Pages", withExtension: nil),
+        guard let type, name.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || $0 == 45 || $0 == 46 }), !name.hasPrefix("."), let directory,
               let data = FileManager.default.contents(atPath: directory.appendingPathComponent(name).path)
         else { throw HTTPError(.notFound) }
         return Response(status: .ok, headers: [.contentType: type, .cacheControl: "no-cache"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
