@@ -85,6 +85,8 @@ def main():
 
         # 2. A bad predicate shows the message and the caret `kquery query` prints.
         box = driver.find_element(By.NAME, "q")
+        driver.find_element(By.TAG_NAME, "body").send_keys("/")
+        assert driver.switch_to.active_element == box, "/ goes to the predicate"
         box.clear()
         box.send_keys("price > ", Keys.ENTER)
         wait.until(lambda d: "^" in rows("#predicate-error")[0])

@@ -26,4 +26,13 @@ document.addEventListener('click', (event) => {
   show();
 });
 window.addEventListener('popstate', show);
+// "/" goes to the page's main box (the predicate, the request filter); Escape leaves a box.
+document.addEventListener('keydown', (event) => {
+  const typing = ['INPUT', 'TEXTAREA', 'SELECT'].includes(document.activeElement.tagName);
+  if (event.key === '/' && !typing) {
+    const box = document.querySelector('[data-focus]');
+    if (box) { event.preventDefault(); box.focus(); box.select?.(); }
+  }
+  if (event.key === 'Escape' && typing) document.activeElement.blur();
+});
 show();

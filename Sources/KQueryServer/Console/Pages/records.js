@@ -21,7 +21,7 @@ export function records(main, params) {
     h('label', {}, 'act as user', input('user', { list: 'users', size: 10, placeholder: '(none)' })),
     h('label', {}, 'zone', input('zone', { size: 10, placeholder: '_defaultZone' })),
     h('label', {}, 'record type', input('type', { size: 10, required: true })),
-    h('label', { class: 'grow' }, 'predicate', input('q', { class: 'code', placeholder: 'TRUEPREDICATE', spellcheck: 'false', autocomplete: 'off' })),
+    h('label', { class: 'grow' }, 'predicate', input('q', { class: 'code', 'data-focus': true, placeholder: 'TRUEPREDICATE  (press / to come here)', spellcheck: 'false', autocomplete: 'off' })),
     h('label', {}, 'sort', input('sort', { size: 10, placeholder: 'field[:desc]' })),
     h('button', { class: 'primary', type: 'submit', title: 'Enter' }, 'Run'),
     h('button', { type: 'button', onclick: () => edit(null) }, 'New record'),

@@ -11,7 +11,7 @@ export function requests(main, params) {
     status: h('select', { id: 'filter-status' }, ['all', '2xx', '4xx', '5xx', 'refused'].map((s) => h('option', {}, s))),
     operation: h('input', { id: 'filter-operation', size: 16, placeholder: 'records/modify', value: params.get('operation') || '' }),
     user: h('input', { id: 'filter-user', size: 10, placeholder: '_alice', value: params.get('user') || '' }),
-    text: h('input', { id: 'filter-text', size: 22, placeholder: 'in paths and bodies' }),
+    text: h('input', { id: 'filter-text', size: 22, placeholder: 'in paths and bodies  (/)', 'data-focus': true }),
   };
   const paused = h('input', { type: 'checkbox', id: 'pause' });
   const count = h('span', { class: 'muted' });
