@@ -65,7 +65,9 @@ let package = Package(
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
-            ]
+            ],
+            // The console's pages (SPEC §17): plain HTML, CSS and JavaScript modules, no build step.
+            resources: [.copy("Console/Pages")]
         ),
         // The client side of the Web Services HTTP API that the client libraries share.
         .target(

@@ -204,6 +204,15 @@ public final class Container: Sendable {
         try write { _, tx throws(ContainerError) in try tx.acknowledge(ids, on: channel) }
     }
 
+    /// Queues a push for `owner` that no change made (the console's test push): delivered, and
+    /// acknowledged, as any other. Returns it as queued, numbered.
+    public func enqueue(_ payload: PushPayload, to owner: String, database: DatabaseKey, subscriptionID: String) throws(ContainerError) -> OutboxNotification {
+        let notification = OutboxNotification(database: database, subscriptionID: subscriptionID, owner: owner, payload: payload, created: clock())
+        let queued = try write { _, tx throws(ContainerError) in try tx.enqueue([notification]) }
+        guard let first = queued.first else { throw ContainerError(.internalError, "the outbox did not queue the push") }
+        return first
+    }
+
     // MARK: Writing
 
     /// Runs `body` in a write transaction, holding the writer lock. What `body` changes in

@@ -28,6 +28,11 @@ package enum ContainerCopy {
         try SQLiteContainerStorage(path: path)
     }
 
+    /// Copies an open container into a new container file at `path` (the console's export).
+    package static func export(_ container: Container, toFile path: String) throws(ContainerError) -> Counts {
+        try copy(from: container.storage, to: fileStorage(path: path))
+    }
+
     package static func copy(
         from source: any ContainerStorage, to destination: any ContainerStorage, pageSize: Int = 1000, progress: (Counts) -> Void = { _ in }
     ) throws(ContainerError) -> Counts {

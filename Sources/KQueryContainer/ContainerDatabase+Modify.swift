@@ -179,7 +179,7 @@ extension ContainerDatabase {
             }
             if results.count > requested.count { results.removeLast(results.count - requested.count) }
             let shared = sharedWith.isEmpty ? [] : try participantNotifications(changes, sharedWith: sharedWith, state: &state, tx: tx, now: now, device: device)
-            return (ModifyResult(results: results, notifications: try tx.enqueue(shared.isEmpty ? notifications : notifications + shared)),
+            return (ModifyResult(results: results, notifications: try tx.enqueue(shared.isEmpty ? notifications : notifications + shared), changes: changes),
                     Container.QueryStoreUpdate(store: queryStore, changes: changes, sequences: (firstSequence - 1, firstSequence + Int64(changes.count) - 1)))
         }
     }

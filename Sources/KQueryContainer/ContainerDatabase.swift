@@ -230,6 +230,14 @@ public struct ContainerDatabase: Sendable {
         }
     }
 
+    /// Every user's subscriptions in this database (the public database holds many users'), in
+    /// the order they were saved: those a change here is matched against.
+    public func allSubscriptions() throws(ContainerError) -> [Subscription] {
+        try container.storage.read { tx throws(ContainerError) in
+            try tx.database(key).map { database throws(ContainerError) in try tx.subscriptions(in: database) } ?? []
+        }
+    }
+
     /// Deletes one of the acting user's subscriptions; NOT_FOUND when there is none with this ID.
     public func deleteSubscription(_ subscriptionID: String) throws(ContainerError) {
         let owner = actingUser

@@ -23,7 +23,7 @@ struct AdmissionLimit: RouterMiddleware {
         guard admitted else {
             let refusal = ServerError.tryAgainLater(
                 "the server is busy (\(limit) requests in flight); retry after \(Self.retryAfterSeconds) s", retryAfter: Self.retryAfterSeconds)
-            var response = CloudKitServer.response(ServiceAnswer(json: refusal.webServicesJSON, status: refusal.httpStatus))
+            var response = CloudKitServer.response(ServiceAnswer(json: refusal.webServicesJSON, status: refusal.httpStatus), loggingIn: context.entry)
             response.headers[HeaderName("Retry-After")!] = String(Self.retryAfterSeconds)
             return response
         }

@@ -122,9 +122,9 @@ extension CloudKitServer {
             }
             let active = try await begin(rawType)
             let uploaded = try await run { () throws(ContainerError) in try active.finish() }
-            return Self.response(ServiceAnswer(json: .object([("singleFile", uploaded.webServicesJSON)])))
+            return Self.response(ServiceAnswer(json: .object([("singleFile", uploaded.webServicesJSON)])), loggingIn: context.entry)
         } catch {
-            return Self.response(ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus))
+            return Self.response(ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus), loggingIn: context.entry)
         }
     }
 
@@ -172,7 +172,7 @@ extension CloudKitServer {
                     try await writer.finish(nil)
                 })
         } catch {
-            return Self.response(ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus))
+            return Self.response(ServiceAnswer(json: error.webServicesJSON, status: error.httpStatus), loggingIn: context.entry)
         }
     }
 

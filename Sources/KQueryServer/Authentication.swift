@@ -27,6 +27,15 @@ struct Authentication: Sendable {
         var signature: String?
         var subpath: String
         var body: [UInt8]
+
+        /// What admitted the request, as the console's request log says it (a token shown by its
+        /// first characters only).
+        func decision(_ requester: Requester) -> String {
+            if let keyID { return "server-to-server key \(keyID) as \(requester.user ?? "-")" }
+            let app = "API token " + (apiToken.map { $0.count > 12 ? $0.prefix(12) + "…" : $0 } ?? "-")
+            guard let user = requester.user else { return app + ", anonymous" }
+            return app + ", web auth token of \(user)"
+        }
     }
 
     /// Who a request acts as.

@@ -32,6 +32,8 @@ public final class CloudKitServer: Sendable {
     let boundPort = Locked<Int?>(nil)
     /// The requests being served, for `AdmissionLimit`.
     let requestsInFlight = Locked(0)
+    /// The console's logs of requests, changes and pushes; nil when the console is not served.
+    let console: ConsoleJournals?
 
     /// The database operations: POST unless listed in `getOperations`.
     static let postOperations = [
@@ -58,11 +60,19 @@ public final class CloudKitServer: Sendable {
             signatureTolerance: configuration.signatureTolerance, webAuthTokenLifetime: configuration.webAuthTokenLifetime,
             spentTokens: configuration.singleUseWebAuthTokens ? SpentWebAuthTokens() : nil)
         deviceTokens = DeviceTokens(directory: configuration.dataDirectory, shared: configuration.sharedStore)
+        console = configuration.servesConsole ? ConsoleJournals() : nil
         blockingWork = BlockingWork(threads: configuration.blockingThreads)
         courier = WebCourier(acknowledges: configuration.apns == nil ? .all : .webCourier, shared: configuration.sharedStore)
         if let apnsConfiguration = configuration.apns {
+            let pushes = console?.pushes
             apns = APNsDelivery(
-                configuration: apnsConfiguration, containers: containers, deviceTokens: deviceTokens, logsToStandardError: configuration.logsRequests)
+                configuration: apnsConfiguration, containers: containers, deviceTokens: deviceTokens, logsToStandardError: configuration.logsRequests,
+                outcomes: { notification, containerIdentifier, device, outcome in
+                    pushes?.append(
+                        ConsolePush(
+                            channel: "APNs", containerIdentifier: containerIdentifier, owner: notification.owner,
+                            subscriptionID: notification.subscriptionID, device: device.apnsToken, outcome: outcome.consoleText, payload: notification.payload))
+                })
         } else {
             apns = nil
         }
@@ -83,7 +93,7 @@ public final class CloudKitServer: Sendable {
 
     public func router() -> Router<ServerContext> {
         let router = Router(context: ServerContext.self)
-        router.middlewares.add(RequestLog(enabled: configuration.logsRequests))
+        router.middlewares.add(RequestLog(enabled: configuration.logsRequests, journal: console?.requests))
         router.middlewares.add(BrowserAccess())
         router.middlewares.add(AdmissionLimit(limit: configuration.maximumRequestsInFlight, inFlight: requestsInFlight, exempting: Self.courierPath))
         router.middlewares.add(WebAuthRotation(secret: secret, spentTokens: authentication.spentTokens))
@@ -102,6 +112,7 @@ public final class CloudKitServer: Sendable {
         router.get(RouterPath(Self.courierPath)) { request, context in await self.courierPoll(request, context) }
         assetRoutes(router)
         router.get(RouterPath(Self.signInPath)) { _, _ in self.signInPage() }
+        if let console { consoleRoutes(router, console) }
         return router
     }
 
@@ -237,6 +248,7 @@ public final class CloudKitServer: Sendable {
                         () throws(ContainerError) in try container.waitUntilDurable()
                     }
                     answer = service.answer(request, result)
+                    self.journal(result, of: request, in: database, containerIdentifier: containerIdentifier, context: context)
                 } catch {
                     throw ServerError(error)
                 }
@@ -301,6 +313,7 @@ public final class CloudKitServer: Sendable {
                 throw ServerError.authenticationFailed("invalid web courier token")
             }
             context.entry.record(user: subscriber.user)
+            context.entry.record(authentication: "web courier token of \(subscriber.user)")
             let container = try self.containers.container(subscriber.containerIdentifier)
             guard let delivery = try await self.nextPush(for: subscriber, device: token, in: container, timeout: self.configuration.courierTimeout) else {
                 return ServiceAnswer(json: .null, status: 204)
@@ -308,8 +321,9 @@ public final class CloudKitServer: Sendable {
             taken = (delivery, container)
             return ServiceAnswer(json: delivery.payload)
         }
-        guard let (delivery, container) = taken else { return Self.response(polled) }
+        guard let (delivery, container) = taken else { return Self.response(polled, loggingIn: context.entry) }
         let bytes = Self.jsonBytes(polled.json)
+        context.entry.record(responseBody: Array(bytes.readableBytesView))
         // When the client is gone before the answer is written, the server drops the response
         // without running its body: the guard gives the push back then.
         let guarded = UnsettledDelivery(delivery, courier: courier)
@@ -351,6 +365,11 @@ public final class CloudKitServer: Sendable {
         do {
             try await blockingWork.run { () throws(ContainerError) in try container.acknowledge([delivery.id], channel: channels) }
             await courier.delivered(delivery)
+            console?.pushes.append(
+                ConsolePush(
+                    channel: "web courier", containerIdentifier: container.containerIdentifier, owner: delivery.payload["ck"]?["ckuserid"]?.stringValue ?? "",
+                    subscriptionID: ["qry", "fet", "met"].lazy.compactMap { delivery.payload["ck"]?[$0]?["sid"]?.stringValue }.first,
+                    device: nil, outcome: "delivered", payload: delivery.payload))
         } catch {
             await courier.returned(delivery)
             throw error
@@ -375,7 +394,7 @@ public final class CloudKitServer: Sendable {
 
     /// Reads the body (refused past the size limit), runs `body`, and writes its answer or its error.
     func respond(_ request: Request, _ context: ServerContext, _ operation: (Body) async throws(ServerError) -> ServiceAnswer) async -> Response {
-        Self.response(await answer(request, context, operation))
+        Self.response(await answer(request, context, operation), loggingIn: context.entry)
     }
 
     /// Reads the body (refused past the size limit) and runs `operation`: its answer, or its error's.
@@ -386,7 +405,9 @@ public final class CloudKitServer: Sendable {
             do { buffer = try await request.body.collect(upTo: configuration.maximumBodySize) } catch {
                 throw ServerError.tooLarge(configuration.maximumBodySize)
             }
-            answer = try await operation(Body(bytes: Array(buffer.readableBytesView)))
+            let bytes = Array(buffer.readableBytesView)
+            context.entry.record(requestBody: bytes)
+            answer = try await operation(Body(bytes: bytes))
         } catch {
             var error = error
             // CloudKit's 421 names where to sign in (CloudKit JS opens it); here, this server's page
@@ -429,9 +450,13 @@ public final class CloudKitServer: Sendable {
         return Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"], body: .init(byteBuffer: ByteBuffer(string: html)))
     }
 
-    static func response(_ answer: ServiceAnswer) -> Response {
+    /// The answer as a response; `entry` keeps its body for the console's request log (the bytes
+    /// serialized once for both).
+    static func response(_ answer: ServiceAnswer, loggingIn entry: RequestLogEntry? = nil) -> Response {
         if answer.status == 204 { return Response(status: .noContent) }
-        return Response(status: .init(code: answer.status), headers: jsonHeaders, body: .init(byteBuffer: body(answer.serializedBytes)))
+        let bytes = answer.serializedBytes
+        entry?.record(responseBody: bytes)
+        return Response(status: .init(code: answer.status), headers: jsonHeaders, body: .init(byteBuffer: body(bytes)))
     }
 
     static let jsonHeaders: HTTPFields = [.contentType: "application/json; charset=utf-8"]
@@ -479,8 +504,13 @@ public final class CloudKitServer: Sendable {
             apiToken: query.get("ckAPIToken"), webAuthToken: query.get("ckWebAuthToken"),
             keyID: header("x-apple-cloudkit-request-keyid"), date: header("x-apple-cloudkit-request-iso8601date"),
             signature: header("x-apple-cloudkit-request-signaturev1"), subpath: request.uri.path, body: body)
-        let requester = try authentication.requester(credentials, scope: scope)
+        let requester: Authentication.Requester
+        do throws(ServerError) { requester = try authentication.requester(credentials, scope: scope) } catch {
+            context.entry.record(authentication: "refused: \(error.reason)")
+            throw error
+        }
         context.entry.record(user: requester.user, bySignIn: requester.bySignIn, spentToken: requester.spentToken)
+        context.entry.record(authentication: credentials.decision(requester))
         return requester
     }
 
@@ -496,21 +526,30 @@ public final class CloudKitServer: Sendable {
 /// Requests no route answers get CloudKit's error JSON here too.
 struct RequestLog: RouterMiddleware {
     let enabled: Bool
+    /// The console's request log, when the console is served: every request but the console's own.
+    let journal: ConsoleJournal<ConsoleRequest>?
 
     func handle(_ request: Request, context: ServerContext, next: (Request, ServerContext) async throws -> Response) async throws -> Response {
         let start = ContinuousClock.now
+        let journal = request.uri.path.hasPrefix(CloudKitServer.consolePath) ? nil : journal
+        if journal != nil { context.entry.facts.withLock { $0.capturesBodies = true } }
         var response: Response
         do {
             response = try await next(request, context)
         } catch let error as any HTTPResponseError {
             let code = error.status == .notFound ? "NOT_FOUND" : error.status == .methodNotAllowed ? "BAD_REQUEST" : "INTERNAL_ERROR"
             let refusal = ServerError(code, "\(request.method) \(request.uri.path): \(error.status.reasonPhrase)", httpStatus: error.status.code)
-            response = CloudKitServer.response(ServiceAnswer(json: refusal.webServicesJSON, status: refusal.httpStatus))
+            response = CloudKitServer.response(ServiceAnswer(json: refusal.webServicesJSON, status: refusal.httpStatus), loggingIn: context.entry)
         }
+        let elapsed = ContinuousClock.now - start
+        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let facts = context.entry.facts.withLock { $0 }
+        journal?.append(
+            ConsoleRequest(
+                method: request.method.rawValue, path: request.uri.path, user: facts.user, authentication: facts.authentication,
+                status: Int(response.status.code), milliseconds: milliseconds, pushes: facts.pushes, requestBody: facts.requestBody,
+                responseBody: facts.responseBody, changes: facts.changes))
         if enabled {
-            let elapsed = ContinuousClock.now - start
-            let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
-            let facts = context.entry.facts.withLock { $0 }
             let line = "\(request.method) \(request.uri.path) user=\(facts.user ?? "-") status=\(response.status.code) "
                 + "\(String(format: "%.1f", milliseconds))ms pushes=\(facts.pushes)\n"
             FileHandle.standardError.write(Data(line.utf8))

@@ -81,6 +81,26 @@ public final class ContainerDirectory: Sendable {
         return try container(identifier)
     }
 
+    /// Makes container `identifier` from the container file at `source` (the console's import):
+    /// only a new identifier (no file, not open), and only for containers kept in files.
+    func importContainer(_ identifier: String, from source: String) throws(ServerError) {
+        guard Self.isValidIdentifier(identifier) else { throw ServerError.badRequest("invalid container identifier '\(identifier)'") }
+        guard shared == nil else { throw ServerError.badRequest("import makes container files: this server keeps its containers in PostgreSQL") }
+        guard Container.isContainerFile(atPath: source) else { throw ServerError.badRequest("the upload is not a container file (export one from the console)") }
+        try opened.withLock { containers throws(ServerError) in
+            let file = (path as NSString).appendingPathComponent("\(identifier).\(Self.fileExtension)")
+            guard containers[identifier] == nil, !FileManager.default.fileExists(atPath: file) else {
+                throw ServerError("EXISTS", "container '\(identifier)' exists: import into a new identifier", httpStatus: 409)
+            }
+            do throws(ContainerError) {
+                _ = try ContainerCopy.copy(from: ContainerCopy.fileStorage(path: source), to: ContainerCopy.fileStorage(path: file))
+            } catch {
+                try? FileManager.default.removeItem(atPath: file)
+                throw ServerError(error)
+            }
+        }
+    }
+
     /// The schema container `identifier` learned from its saves (kept in `DIR/<identifier>.container.ckdb`),
     /// for a server without `--schema`.
     func learnedSchema(_ identifier: String) throws(ServerError) -> LearnedSchema {

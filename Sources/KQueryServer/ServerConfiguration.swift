@@ -58,6 +58,18 @@ public struct ServerConfiguration: Sendable {
     /// node of many (nil: container files and the secret in `dataDirectory`, SPEC §16).
     public var sharedStore: (any SharedContainerStore)?
 
+    /// The console's credential (`--console-token`): with one, `/console` asks for it; without,
+    /// the console is served on a loopback address only.
+    public var consoleToken: String?
+
+    /// Whether `/console` is served: on loopback always, elsewhere only behind a console token.
+    public var servesConsole: Bool { consoleToken != nil || Self.isLoopback(host) }
+
+    /// Whether `host` is reachable from this machine only.
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
+
     public init(dataDirectory: String) {
         self.dataDirectory = dataDirectory
     }

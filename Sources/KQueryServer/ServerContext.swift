@@ -21,6 +21,15 @@ final class RequestLogEntry: Sendable {
         /// The single-use web auth token the request spent, if it did.
         var spentToken: String?
         var pushes = 0
+        /// Which credential admitted the request, or why it was refused (the console shows it).
+        var authentication: String?
+        /// Whether the console's request log keeps the bodies (the request log sets it).
+        var capturesBodies = false
+        /// The request's and answer's bodies, as the console shows them.
+        var requestBody = ""
+        var responseBody = ""
+        /// The numbers of the record changes the request committed, in the console's change journal.
+        var changes: [Int] = []
     }
 
     let facts = Locked(Facts())
@@ -33,4 +42,14 @@ final class RequestLogEntry: Sendable {
         }
     }
     func record(pushes: Int) { facts.withLock { $0.pushes = pushes } }
+    func record(authentication: String) { facts.withLock { $0.authentication = authentication } }
+    func record(changes: [Int]) { facts.withLock { $0.changes += changes } }
+
+    /// Keeps a body as the console shows it (`ConsoleRequest.text`), when the console logs requests.
+    func record(requestBody: [UInt8]) {
+        facts.withLock { if $0.capturesBodies { $0.requestBody = ConsoleRequest.text(requestBody) } }
+    }
+    func record(responseBody: [UInt8]) {
+        facts.withLock { if $0.capturesBodies { $0.responseBody = ConsoleRequest.text(responseBody) } }
+    }
 }

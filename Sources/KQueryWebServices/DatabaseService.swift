@@ -162,7 +162,8 @@ package struct DatabaseService: Sendable {
     package struct PreparedModify: Sendable {
         var operations: [RecordOperation]
         var atomic: Bool
-        var device: String?
+        /// The device making the change (the modify's `apnsToken`), which its pushes skip.
+        package var device: String?
         var desiredKeys: [String]?
     }
 

@@ -83,12 +83,20 @@ struct Serve: ParsableCommand {
     @Flag(help: "Accept each web auth token once, as CloudKit documents (each answer carries the next in X-Apple-CloudKit-Web-Auth-Token).")
     var singleUseWebAuthTokens = false
 
+    @Option(name: .customLong("console-token"), help: ArgumentHelp(
+        "Serve the web console at /console behind this token (open /console?token=TOKEN). Without it the console is served on a loopback --host only.",
+        valueName: "TOKEN"))
+    var consoleToken: String?
+
     func validate() throws {
         if data == nil && postgres == nil { throw ValidationError("give --data DIR, --postgres URL, or both") }
         if let postgres, PostgresLocation(url: postgres) == nil { throw ValidationError("--postgres: not a postgresql://user@host[:port]/database URL") }
         if reset && postgres != nil { throw ValidationError("--reset deletes container files: it does not apply to --postgres") }
         if let webAuthTokenLifetime, webAuthTokenLifetime <= 0 { throw ValidationError("--web-auth-token-lifetime must be a positive number of seconds") }
         if maxRequestsInFlight < 1 { throw ValidationError("--max-requests-in-flight must be at least 1") }
+        if let consoleToken, consoleToken.count < 8 || consoleToken.contains(where: { $0.isWhitespace || $0 == ";" || $0 == "," }) {
+            throw ValidationError("--console-token must be at least 8 characters, without spaces, ';' or ','")
+        }
     }
 
     func run() throws {
@@ -111,6 +119,7 @@ struct Serve: ParsableCommand {
         configuration.courierTimeout = .seconds(courierTimeout)
         configuration.maximumRequestsInFlight = maxRequestsInFlight
         configuration.logsRequests = !quiet
+        configuration.consoleToken = consoleToken
         if let config {
             let text = try ContainerFiles.read(config)
             // A relative path in the file (apns.privateKeyPath) is read beside the file.
@@ -153,6 +162,12 @@ struct Serve: ParsableCommand {
                 try await server.run { port in
                     let place = postgres.flatMap(PostgresLocation.init(url:)).map { "containers in \($0)" } ?? "data in \(server.configuration.dataDirectory)"
                     Terminal.writeError("kquery serve: listening on http://\(server.configuration.host):\(port), \(place)")
+                    if server.configuration.servesConsole {
+                        let address = "http://\(server.configuration.host):\(port)/console"
+                        Terminal.writeError("kquery serve: console at \(address)\(server.configuration.consoleToken == nil ? "" : "?token=TOKEN (--console-token)")")
+                    } else {
+                        Terminal.writeError("kquery serve: console off (--host is not loopback: give --console-token TOKEN to serve it)")
+                    }
                 }
             } catch { outcome.withLock { $0 = error } }
             done.signal()

@@ -468,22 +468,30 @@ public struct SubscriptionSet: Sendable {
     /// The same answer by evaluating every subscription in turn, compiling its predicate afresh:
     /// the reference for the index and its packed predicates.
     public func naiveFirings(for change: RecordChange, now: Int64) -> [SubscriptionFiring] {
-        var firings: [SubscriptionFiring] = []
-        let before: Record? = if case .updated(let old, _) = change { old } else { nil }
-        for subscription in subscriptions {
-            let reason: QueryNotificationReason?
-            if case .query(let recordType, let condition, _) = subscription.kind {
-                let compiled = CompiledPredicate(condition)
-                reason = queryReason(
-                    subscription, change,
-                    matchesNew: { change.record.recordType == recordType && compiled.matches(change.record, now: now) },
-                    matchedOld: { before.map { $0.recordType == recordType && compiled.matches($0, now: now) } ?? false })
-            } else {
-                reason = Self.otherFires(subscription.kind, change.record) ? Self.reason(change) : nil
-            }
-            if let reason { firings.append(SubscriptionFiring(subscription: subscription, reason: reason, record: change.record)) }
+        subscriptions.compactMap { subscription in
+            guard case .fired(let reason) = Self.verdict(of: subscription, for: change, now: now, reportsRecordsLeavingResults: reportsRecordsLeavingResults)
+            else { return nil }
+            return SubscriptionFiring(subscription: subscription, reason: reason, record: change.record)
         }
-        return firings
+    }
+
+    /// One subscription's verdict on a change: fired, or the first reason it did not (the
+    /// console's "why did this push go out, or not"). SPEC §4's rules, as `naiveFirings(for:now:)`
+    /// applies them; predicates compiled afresh.
+    public static func verdict(of subscription: Subscription, for change: RecordChange, now: Int64, reportsRecordsLeavingResults: Bool) -> SubscriptionVerdict {
+        guard case .query(let recordType, let condition, _) = subscription.kind else { return otherVerdict(subscription.kind, change) }
+        let before: Record? = if case .updated(let old, _) = change { old } else { nil }
+        let compiled = CompiledPredicate(condition)
+        let verdict = queryVerdict(
+            subscription, change, reportsRecordsLeavingResults: reportsRecordsLeavingResults,
+            matchesNew: { change.record.recordType == recordType && compiled.matches(change.record, now: now) },
+            matchedOld: { before.map { $0.recordType == recordType && compiled.matches($0, now: now) } ?? false })
+        guard case .predicateFalse = verdict else { return verdict }
+        // Which part was false: the type, or the first clause of the condition's conjunction.
+        guard change.record.recordType == recordType else { return .wrongRecordType(expected: recordType) }
+        let clauses: [Condition] = if case .and(let parts) = condition { parts } else { [condition] }
+        let failing = clauses.first { !CompiledPredicate($0).matches(change.record, now: now) } ?? condition
+        return .clauseFalse(failing.description)
     }
 
     /// `apply(_:now:)` for each change of `changes`, in order. They are reached in place (`inout`,
@@ -511,23 +519,24 @@ public struct SubscriptionSet: Sendable {
 
     /// SPEC §4's firing rules for a query subscription: create when the new record matches, update
     /// when the record matches after the change (or, with the extension, matched before it), delete
-    /// when it matched before. The verdicts are asked for lazily.
-    private func queryReason(
-        _ subscription: Subscription, _ change: RecordChange, matchesNew: () -> Bool, matchedOld: () -> Bool
-    ) -> QueryNotificationReason? {
-        guard case .query(_, _, let zoneID) = subscription.kind else { return nil }
-        let options = subscription.options
-        switch change {
-        case .created(let record):
-            guard zoneID.map({ $0 == record.recordID.zoneID }) ?? true, options.contains(.firesOnRecordCreation), matchesNew() else { return nil }
-            return .recordCreated
-        case .updated(_, let record):
-            guard zoneID.map({ $0 == record.recordID.zoneID }) ?? true, options.contains(.firesOnRecordUpdate) else { return nil }
-            return matchesNew() || (reportsRecordsLeavingResults && matchedOld()) ? .recordUpdated : nil
-        case .deleted(let record):
-            guard zoneID.map({ $0 == record.recordID.zoneID }) ?? true, options.contains(.firesOnRecordDeletion), matchesNew() else { return nil }
-            return .recordDeleted
+    /// when it matched before. The verdicts are asked for lazily; a refusal says which rule refused:
+    /// the zone, the firesOn option, or the predicate (`.predicateFalse`, which
+    /// `verdict(of:for:now:reportsRecordsLeavingResults:)` narrows down).
+    private static func queryVerdict(
+        _ subscription: Subscription, _ change: RecordChange, reportsRecordsLeavingResults: Bool, matchesNew: () -> Bool, matchedOld: () -> Bool
+    ) -> SubscriptionVerdict {
+        guard case .query(_, _, let zoneID) = subscription.kind else { return otherVerdict(subscription.kind, change) }
+        if let zoneID, zoneID != change.record.recordID.zoneID { return .wrongZone(expected: zoneID) }
+        let (option, reason): (SubscriptionOptions, QueryNotificationReason) = switch change {
+        case .created: (.firesOnRecordCreation, .recordCreated)
+        case .updated: (.firesOnRecordUpdate, .recordUpdated)
+        case .deleted: (.firesOnRecordDeletion, .recordDeleted)
         }
+        guard subscription.options.contains(option) else { return .notFiringOn(reason) }
+        if case .updated = change {
+            return matchesNew() || (reportsRecordsLeavingResults && matchedOld()) ? .fired(reason) : .predicateFalse
+        }
+        return matchesNew() ? .fired(reason) : .predicateFalse
     }
 
     /// Asks the CPU to start loading the element at `address`: every cache line it spans. An
@@ -553,6 +562,17 @@ public struct SubscriptionSet: Sendable {
             return record.recordID.zoneID == zoneID && (recordType.map { $0 == record.recordType } ?? true)
         case .database(let recordType):
             return !record.recordID.zoneID.isDefaultZone && (recordType.map { $0 == record.recordType } ?? true)
+        }
+    }
+
+    /// `otherFires` as a verdict: fired, or the rule that refused.
+    private static func otherVerdict(_ kind: Subscription.Kind, _ change: RecordChange) -> SubscriptionVerdict {
+        if otherFires(kind, change.record) { return .fired(reason(change)) }
+        let record = change.record
+        switch kind {
+        case .recordZone(let zoneID, _) where record.recordID.zoneID != zoneID: return .wrongZone(expected: zoneID)
+        case .recordZone(_, let recordType?), .database(let recordType?) where recordType != record.recordType: return .wrongRecordType(expected: recordType)
+        default: return .defaultZone
         }
     }
 
@@ -622,4 +642,21 @@ extension Array where Element: Equatable {
         }
         removeLast(count - kept)
     }
+}
+
+/// Whether a subscription fires for a record change, and if not, the first rule that refused it.
+public enum SubscriptionVerdict: Hashable, Sendable {
+    case fired(QueryNotificationReason)
+    /// The subscription is for another record type.
+    case wrongRecordType(expected: String)
+    /// The subscription is for another zone.
+    case wrongZone(expected: ZoneID)
+    /// The subscription does not fire on this kind of change (its firesOn options lack it).
+    case notFiringOn(QueryNotificationReason)
+    /// A database subscription: changes in the default zone notify nobody.
+    case defaultZone
+    /// The predicate was false (before the clause is known).
+    case predicateFalse
+    /// The first clause of the predicate that was false, as text.
+    case clauseFalse(String)
 }

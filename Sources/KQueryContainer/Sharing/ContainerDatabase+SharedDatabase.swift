@@ -232,7 +232,7 @@ extension ContainerDatabase {
         guard let owner = owners.first, !allowed.isEmpty else { return ModifyResult(results: results, notifications: []) }
         let applied = try ownerDatabase(owner).modify(allowed.map { operations[$0] }, atomic: atomic, device: device, durably: durably)
         for (position, index) in allowed.enumerated() { results[index] = applied.results[position] }
-        return ModifyResult(results: results, notifications: applied.notifications)
+        return ModifyResult(results: results, notifications: applied.notifications, changes: applied.changes)
     }
 }
 

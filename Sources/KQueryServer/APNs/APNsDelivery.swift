@@ -24,14 +24,20 @@ public final class APNsDelivery: Service, Sendable {
     let deviceTokens: DeviceTokens
     let providerToken: APNsProviderToken
     private let log: @Sendable (String) -> Void
+    /// Told each push's final outcome for each device (the console's push log).
+    private let outcomes: @Sendable (OutboxNotification, String, DeviceTokens.Registration, APNsOutcome) -> Void
     private let wakeups: AsyncStream<Void>
     private let wake: AsyncStream<Void>.Continuation
 
     /// How many pending pushes of a container one pass reads at a time.
     static let batchSize = 100
 
-    init(configuration: APNsConfiguration, containers: ContainerDirectory, deviceTokens: DeviceTokens, logsToStandardError: Bool) {
+    init(
+        configuration: APNsConfiguration, containers: ContainerDirectory, deviceTokens: DeviceTokens, logsToStandardError: Bool,
+        outcomes: @escaping @Sendable (OutboxNotification, String, DeviceTokens.Registration, APNsOutcome) -> Void = { _, _, _, _ in }
+    ) {
         self.configuration = configuration
+        self.outcomes = outcomes
         self.containers = containers
         self.deviceTokens = deviceTokens
         providerToken = APNsProviderToken(
@@ -135,6 +141,7 @@ public final class APNsDelivery: Service, Sendable {
                 continue
             }
             let outcome = await send(notification, to: device, with: client)
+            outcomes(notification, containerIdentifier, device, outcome)
             switch outcome {
             case .delivered:
                 break

@@ -36,4 +36,15 @@ enum APNsOutcome: Equatable, Sendable {
         case .delivered, .unregistered, .refused: true
         }
     }
+
+    /// The outcome as the console's push log shows it.
+    var consoleText: String {
+        switch self {
+        case .delivered: "200 delivered"
+        case .unregistered(let reason): "410 \(reason): device forgotten"
+        case .refused(let status, let reason): "\(status) \(reason): dropped"
+        case .throttled(let reason): "\(reason): left pending"
+        case .serviceFailed(let reason): "\(reason): left pending"
+        }
+    }
 }
