@@ -122,7 +122,7 @@ let package = Package(
             name: "KeyValueStoreBenchmarks", dependencies: ["KQuery", "KQueryContainer", "KQueryKeyValueStore", "KQueryServer"],
             path: "Benchmarks/KeyValueStoreBenchmarks"),
         .executableTarget(
-            name: "DocumentsBenchmarks", dependencies: ["KQuery", "KQueryDocuments", "KQueryServer"], path: "Benchmarks/DocumentsBenchmarks"),
+            name: "DocumentsBenchmarks", dependencies: ["KQuery", "KQueryDocuments", "KQueryServer", "KQueryTestSupport"], path: "Benchmarks/DocumentsBenchmarks"),
         // Helpers both test targets share (temporary files removed at exit).
         .target(name: "KQueryTestSupport", dependencies: ["KQuery"], path: "Tests/Support"),
         .testTarget(

@@ -2,6 +2,7 @@ import Foundation
 import KQuery
 import KQueryDocuments
 import KQueryServer
+import KQueryTestSupport
 
 // iCloud Documents benchmarks (issue #37's aims), release build:
 //   swift run -c release DocumentsBenchmarks
@@ -24,29 +25,13 @@ func temporaryDirectory(_ name: String) -> String {
     return path
 }
 
-func randomBytes(_ count: Int, seed: UInt64) -> [UInt8] {
-    var state = seed | 1
-    var bytes = [UInt8](repeating: 0, count: count)
-    bytes.withUnsafeMutableBytes { buffer in
-        var index = 0
-        while index + 8 <= buffer.count {
-            state ^= state << 13
-            state ^= state >> 7
-            state ^= state << 17
-            buffer.storeBytes(of: state, toByteOffset: index, as: UInt64.self)
-            index += 8
-        }
-    }
-    return bytes
-}
-
 @inline(never) func sink<T>(_ value: T) { withExtendedLifetime(value) {} }
 
 // MARK: 1. Chunking
 
 do {
     let size = environmentInt("BENCH_DOCS_CHUNK_MB", 256) << 20
-    let bytes = randomBytes(size, seed: 1)
+    let bytes = documentBytes(count: size, seed: 1)
     var best = 0.0
     var bestCPU = 0.0
     var chunks = 0
@@ -94,7 +79,7 @@ do {
     for index in 0..<files {
         let folder = first.directory + "/Documents/folder\(index / 500)"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        let bytes = randomBytes(1024 + (index * 7919) % 9216, seed: UInt64(index + 1))
+        let bytes = documentBytes(count: 1024 + (index * 7919) % 9216, seed: UInt64(index + 1))
         try Data(bytes).write(to: URL(fileURLWithPath: folder + "/file\(index).txt"))
     }
     var start = now()

@@ -27,7 +27,14 @@ final class SyncState: Sendable {
 
     init(path: String) throws(DocumentsError) {
         do {
-            queue = try DatabaseQueue(path: path)
+            // WAL with NORMAL syncs: a committed change survives kill -9 (the kernel has it) without
+            // a disk sync per item, which made a first sync of many files wait on the disk.
+            var configuration = Configuration()
+            configuration.prepareDatabase { db in
+                try db.execute(sql: "PRAGMA journal_mode = WAL")
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            }
+            queue = try DatabaseQueue(path: path, configuration: configuration)
             try queue.write { db in
                 try db.execute(sql: """
                     CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -75,6 +75,8 @@ public actor UbiquityContainer {
         let base = Self.statePath(for: standardized)
         state = try SyncState(path: base + ".sqlite")
         folder = LocalFolder(root: standardized, staging: base + "-staging")
+        // Downloads a killed process left half written.
+        try? FileManager.default.removeItem(atPath: base + "-staging")
         try state.setMeta("deviceName", deviceName)
     }
 

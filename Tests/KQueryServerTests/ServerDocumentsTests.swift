@@ -163,5 +163,10 @@ import Testing
         let lines = status.output.split(separator: "\n")
         #expect(lines.count == 8 + 30 + 2)
         #expect(!status.output.contains("\"hasUnresolvedConflicts\":true"))
+        // No half-written download is left beside either folder.
+        for folder in [a, b] {
+            let staging = UbiquityContainer.statePath(for: folder) + "-staging"
+            #expect(((try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? []).isEmpty)
+        }
     }
 }
