@@ -36,9 +36,9 @@ import Testing
         return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    static func clients(_ url: String, users: [String], ports: [Int]) throws -> [ServerClient] {
+    static func clients(_ url: String, users: [String], ports: [Int]) async throws -> [ServerClient] {
         var tokens: [String: String] = [:]
-        for user in users { tokens[user] = try token(url, user: user) }
+        for user in users { tokens[user] = try await offThePool { try token(url, user: user) } }
         let issued = tokens
         return ports.map { port in ServerClient(webAuthToken: { issued[$0] ?? "" }, host: "127.0.0.1", port: port) }
     }
@@ -56,14 +56,14 @@ import Testing
         func stop() { PostgresNodesTests.kill9(nodeA); PostgresNodesTests.kill9(nodeB) }
     }
 
-    static func twoNodes(_ arguments: [String] = []) throws -> Nodes {
+    static func twoNodes(_ arguments: [String] = []) async throws -> Nodes {
         try #require(FileManager.default.isExecutableFile(atPath: kquery.path), "build kquery first")
         let url = try PostgresCluster.start().createDatabase()
         let (nodeA, portA) = try startNode(url, arguments)
         let nodeB: Process, portB: Int
         do { (nodeB, portB) = try startNode(url, arguments) } catch { kill9(nodeA); throw error }
         do {
-            let clients = try Self.clients(url, users: ["_k"], ports: [portA, portB])
+            let clients = try await Self.clients(url, users: ["_k"], ports: [portA, portB])
             return Nodes(nodeA: nodeA, nodeB: nodeB, a: clients[0], b: clients[1])
         } catch {
             kill9(nodeA); kill9(nodeB); throw error
@@ -71,7 +71,7 @@ import Testing
     }
 
     @Test func anyNodeAnswersAndTokensCrossNodes() async throws {
-        let nodes = try Self.twoNodes()
+        let nodes = try await Self.twoNodes()
         defer { nodes.stop() }
         let (a, b) = (nodes.a, nodes.b)
 
@@ -122,7 +122,7 @@ import Testing
     /// A subscription saved through A fires for a modify through B, and the push B queued reaches a
     /// courier poll held on A (LISTEN/NOTIFY wakes it), once.
     @Test func aSubscriptionThroughOneNodeFiresForAModifyThroughAnother() async throws {
-        let nodes = try Self.twoNodes(["--courier-timeout", "5"])
+        let nodes = try await Self.twoNodes(["--courier-timeout", "5"])
         defer { nodes.stop() }
         let (a, b) = (nodes.a, nodes.b)
 
@@ -153,7 +153,7 @@ import Testing
 
     /// Two polls for one user, one held on each node, and one push: exactly one poll gets it.
     @Test func twoPollsOnTwoNodesDeliverOnePushOnce() async throws {
-        let nodes = try Self.twoNodes(["--courier-timeout", "4"])
+        let nodes = try await Self.twoNodes(["--courier-timeout", "4"])
         defer { nodes.stop() }
         let (a, b) = (nodes.a, nodes.b)
         _ = try await a.post("private", "subscriptions/modify", """
@@ -177,7 +177,7 @@ import Testing
     /// SIGKILL of a node under a load of modifies: every acknowledged modify is read through the
     /// other node, once.
     @Test func killingANodeLosesNothingAcknowledged() async throws {
-        let nodes = try Self.twoNodes()
+        let nodes = try await Self.twoNodes()
         defer { nodes.stop() }
         let (a, b) = (nodes.a, nodes.b)
 
@@ -210,7 +210,7 @@ import Testing
         defer { Self.kill9(delivering) }
         let (other, otherPort) = try Self.startNode(url)
         defer { Self.kill9(other) }
-        let clients = try Self.clients(url, users: ["_dave"], ports: [deliveringPort, otherPort])
+        let clients = try await Self.clients(url, users: ["_dave"], ports: [deliveringPort, otherPort])
         try await APNsDeliveryTests.queuePush(clients[1])
         try await apns.wait { $0.requests.count >= 1 }
         #expect(apns.requests.first?.path == "/3/device/\(APNsDeliveryTests.device)")

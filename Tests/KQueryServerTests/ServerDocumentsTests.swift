@@ -38,7 +38,12 @@ import Testing
         return Server(process: process, port: port, token: secret.webAuthToken(user: "_d"))
     }
 
-    static func drive(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
+    /// `kquery drive ARGUMENTS` to its end, waited for off the concurrency pool.
+    static func drive(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {
+        try await offThePool { try driveNow(arguments) }
+    }
+
+    private static func driveNow(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
         let process = Process()
         process.executableURL = ServerKeyValueStoreProcessTests.kquery
         process.arguments = ["drive"] + arguments
@@ -96,7 +101,7 @@ import Testing
         var bytes = documentBytes(count: 20_000_000, seed: 20)
         try putFile(a, "Documents/big.bin", bytes, modified: 1_000)
         try putFile(a, "Documents/notes.txt", "hello", modified: 1_000)
-        let first = try Self.drive(["sync", a, "--stats", "--device-name", "mac"] + server.flags)
+        let first = try await Self.drive(["sync", a, "--stats", "--device-name", "mac"] + server.flags)
         #expect(first.status == 0, "\(first.error)")
         let firstStats = try JSON.parse(first.output.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(firstStats["itemsUploaded"] == .int(3) && (firstStats["chunksUploaded"]?.int64Value ?? 0) > 100, "\(first.output)")
@@ -104,29 +109,29 @@ import Testing
         // A 1-byte insertion in the middle of 20 MB: at most 2 chunks cross.
         bytes.insert(1, at: 10_000_000)
         try putFile(a, "Documents/big.bin", bytes, modified: 2_000)
-        let edit = try Self.drive(["sync", a, "--stats", "--device-name", "mac"] + server.flags)
+        let edit = try await Self.drive(["sync", a, "--stats", "--device-name", "mac"] + server.flags)
         let editStats = try JSON.parse(edit.output.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(editStats["itemsUploaded"] == .int(1) && (1...2).contains(editStats["chunksUploaded"]?.int64Value ?? 0), "\(edit.output)")
 
         // A second device on demand: placeholders, then a download.
-        #expect(try Self.drive(["sync", b, "--device-name", "phone", "--download", "on-demand"] + server.flags).status == 0)
-        let status = try Self.drive(["status", b, "Documents/big.bin"] + server.flags)
+        #expect(try await Self.drive(["sync", b, "--device-name", "phone", "--download", "on-demand"] + server.flags).status == 0)
+        let status = try await Self.drive(["status", b, "Documents/big.bin"] + server.flags)
         let line = try JSON.parse(status.output.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(line["downloadingStatus"] == .string("NSURLUbiquitousItemDownloadingStatusNotDownloaded") && line["size"] == .int(20_000_001))
-        #expect(try Self.drive(["download", b, "Documents/big.bin"] + server.flags).status == 0)
+        #expect(try await Self.drive(["download", b, "Documents/big.bin"] + server.flags).status == 0)
         #expect(FileManager.default.contents(atPath: b + "/Documents/big.bin").map { [UInt8]($0) } == bytes)
-        #expect(try Self.drive(["evict", b, "Documents/big.bin"] + server.flags).status == 0)
+        #expect(try await Self.drive(["evict", b, "Documents/big.bin"] + server.flags).status == 0)
         #expect(!FileManager.default.fileExists(atPath: b + "/Documents/big.bin"))
 
-        let versions = try Self.drive(["versions", b, "Documents/notes.txt"] + server.flags)
+        let versions = try await Self.drive(["versions", b, "Documents/notes.txt"] + server.flags)
         #expect(versions.status == 0, "\(versions.error)")
         let versionsJSON = try JSON.parse(versions.output)
         #expect(versionsJSON["current"]?["id"] == .string("current"), "\(versions.output)")
-        let refused = try Self.drive(["evict", b, "Documents/missing.txt"] + server.flags)
+        let refused = try await Self.drive(["evict", b, "Documents/missing.txt"] + server.flags)
         #expect(refused.status == 1 && refused.error.contains("refused"), "\(refused.error)")
-        #expect(try Self.drive(["sync", b, "--download", "sometimes"] + server.flags).status == 2)
-        #expect(try Self.drive(["sync", b, "--container", Self.containerID]).status == 2)
-        #expect(try Self.drive(["resolve", b, "Documents/notes.txt", "--keep", "v-nope"] + server.flags).status == 1)
+        #expect(try await Self.drive(["sync", b, "--download", "sometimes"] + server.flags).status == 2)
+        #expect(try await Self.drive(["sync", b, "--container", Self.containerID]).status == 2)
+        #expect(try await Self.drive(["resolve", b, "Documents/notes.txt", "--keep", "v-nope"] + server.flags).status == 1)
     }
 
     /// `kquery drive sync` killed with SIGKILL at random moments while it uploads (and another
@@ -151,15 +156,15 @@ import Testing
                 try process.run()
                 try await Task.sleep(for: .milliseconds(Int.random(in: 50...400, using: &generator)))
                 kill(process.processIdentifier, SIGKILL)
-                process.waitUntilExit()
+                try await offThePool { process.waitUntilExit() }
             }
-            let done = try Self.drive(["sync", folder, "--device-name", name, "--download", "all"] + server.flags)
+            let done = try await Self.drive(["sync", folder, "--device-name", name, "--download", "all"] + server.flags)
             #expect(done.status == 0, "\(done.error)")
         }
-        #expect(try Self.drive(["sync", a, "--device-name", "mac"] + server.flags).status == 0)
+        #expect(try await Self.drive(["sync", a, "--device-name", "mac"] + server.flags).status == 0)
         #expect(folderTree(a) == folderTree(b))
         #expect(folderTree(a).count == 8 + 30 + 2)
-        let status = try Self.drive(["status", a] + server.flags)
+        let status = try await Self.drive(["status", a] + server.flags)
         let lines = status.output.split(separator: "\n")
         #expect(lines.count == 8 + 30 + 2)
         #expect(!status.output.contains("\"hasUnresolvedConflicts\":true"))
