@@ -312,19 +312,28 @@ public actor UbiquityContainer {
             try await apply(remote, path: path, row: nil, locals: &locals, statistics: &statistics)
         }
 
-        // Items new here: renames of deleted files with the same content, or creations.
+        // Items new here: renames of deleted files with the same content, or creations. Looked up
+        // by path and by content hash (a scan of every item for each new one made a first sync of
+        // many files quadratic).
+        var idsByPath: [String: String] = [:]
+        var deletedFilesByHash: [String: [LocalItem]] = [:]
+        for row in locals.values {
+            idsByPath[row.path] = row.id
+            if changes[row.id].isDeleted, row.kind == .file, let hash = row.contentHash { deletedFilesByHash[hash, default: []].append(row) }
+        }
         for path in newPaths.sorted(by: { $0.split(separator: "/").count < $1.split(separator: "/").count }) {
             guard let entry = disk[path] else { continue }
             let content = entry.kind == .file ? try readContent(path, entry: entry) : nil
-            if let content, let moved = locals.values.first(where: { changes[$0.id].isDeleted && $0.kind == .file && $0.contentHash == content.hash }),
-               let remote = remoteItems[moved.id], remote.changeTag == moved.tag {
+            if let content, let index = deletedFilesByHash[content.hash]?.firstIndex(where: { remoteItems[$0.id]?.changeTag == $0.tag }),
+               let moved = deletedFilesByHash[content.hash]?.remove(at: index), let remote = remoteItems[moved.id] {
                 changes[moved.id] = .modified(content)
                 batch.remove(item: moved.id)
                 var renamed = moved
                 renamed.path = path
                 try state.put(renamed)
                 locals[moved.id] = renamed
-                try upload(moved.id, path: path, kind: .file, content: content, base: remote, locals: locals, batch: &batch)
+                idsByPath[path] = moved.id
+                try upload(moved.id, path: path, kind: .file, content: content, base: remote, locals: locals, idsByPath: idsByPath, batch: &batch)
                 continue
             }
             let id = UUID().uuidString.lowercased()
@@ -332,7 +341,8 @@ public actor UbiquityContainer {
             let pending = LocalItem(id: id, path: path, kind: entry.kind, contentHash: nil, tag: nil, size: entry.size, mtime: entry.mtime, downloaded: true)
             try state.put(pending)
             locals[id] = pending
-            try upload(id, path: path, kind: entry.kind, content: content, base: nil, locals: locals, batch: &batch)
+            idsByPath[path] = id
+            try upload(id, path: path, kind: entry.kind, content: content, base: nil, locals: locals, idsByPath: idsByPath, batch: &batch)
         }
 
         again = try await send(&batch, locals: &locals, statistics: &statistics)
@@ -347,19 +357,21 @@ public actor UbiquityContainer {
     }
 
     /// The identifier of the item at a path's parent folder (nil at the top of the container).
-    private func parentID(of path: String, locals: [String: LocalItem]) -> String? {
+    private func parentID(of path: String, locals: [String: LocalItem], idsByPath: [String: String]?) -> String? {
         let parent = (path as NSString).deletingLastPathComponent
         guard !parent.isEmpty else { return nil }
+        if let idsByPath { return idsByPath[parent] }
         return locals.values.first { $0.path == parent }?.id
     }
 
     /// Queues an item's record (and its chunks) for upload.
+    /// `idsByPath`, when given, finds the parent folder's item without scanning `locals`.
     private func upload(_ id: String, path: String, kind: ItemKind, content: Content?, base: ItemRecord?, locals: [String: LocalItem],
-                        batch: inout ModifyBatch) throws(DocumentsError) {
+                        idsByPath: [String: String]? = nil, batch: inout ModifyBatch) throws(DocumentsError) {
         let name = (path as NSString).lastPathComponent
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let date = content.map { $0.entry.mtime / 1_000_000 } ?? base?.contentChangeDate ?? now
-        var item = ItemRecord(id: id, name: name, parent: parentID(of: path, locals: locals), kind: kind, size: Int64(content?.bytes.count ?? 0),
+        var item = ItemRecord(id: id, name: name, parent: parentID(of: path, locals: locals, idsByPath: idsByPath), kind: kind, size: Int64(content?.bytes.count ?? 0),
                               contentType: ContentType.uti(forName: name, kind: kind), creationDate: base?.creationDate ?? date,
                               contentChangeDate: date, contentHash: content?.hash ?? "", chunks: content?.chunks ?? [], savingComputer: deviceName)
         item.changeTag = base?.changeTag
