@@ -348,7 +348,7 @@ import Foundation
 
     /// A console request with bytes in and out (container files).
     static func bytes(_ c: ServerClient, _ method: HTTPRequest.Method, _ path: String, body: ByteBuffer? = nil) async throws -> (status: Int, body: ByteBuffer) {
-        let client = TestClient(host: c.host, port: c.port, configuration: .init(timeout: .seconds(20)))
+        let client = TestClient(host: c.host, port: c.port, configuration: .init(timeout: .seconds(60)))
         client.connect()
         do {
             let response = try await client.execute(.init(path, method: method, headers: [HTTPFields.Element.Name("X-KQuery-Console")!: "1"], body: body))

@@ -90,7 +90,7 @@ struct ServerClient: Sendable {
         if let apiToken { items.append("ckAPIToken=\(apiToken)") }
         if let user { items.append("ckWebAuthToken=\(token(user))") }
         let uri = items.isEmpty ? path : path + (path.contains("?") ? "&" : "?") + items.joined(separator: "&")
-        let client = TestClient(host: host, port: port, configuration: .init(timeout: .seconds(20)))
+        let client = TestClient(host: host, port: port, configuration: .init(timeout: .seconds(60)))
         client.connect()
         do {
             let response = try await client.execute(.init(uri, method: method, headers: headers, body: body.map { ByteBuffer(string: $0) }))
