@@ -3,6 +3,7 @@ import Hummingbird
 import HummingbirdTesting
 import KQuery
 import KQueryServer
+import KQueryTestSupport
 import Testing
 
 import Foundation
@@ -87,12 +88,17 @@ import Foundation
         }
     }
 
+    /// Configured for every address but never bound (tests listen on 127.0.0.1 only): the router
+    /// answers in process.
     @Test func onAnotherAddressWithoutATokenThereIsNoConsole() async throws {
-        try await ServerHarness { $0.host = "0.0.0.0" }.run { c in
-            let page = try await c.send(.get, "/console/records", apiToken: nil)
-            #expect(page.status == 404)
-            let api = try await Self.console(c, .get, "/console/api/overview")
-            #expect(api.status == 404)
+        var everywhere = ServerConfiguration(dataDirectory: TemporaryFiles.path("console-off"))
+        everywhere.host = "0.0.0.0"
+        let server = try CloudKitServer(configuration: everywhere)
+        try await Application(router: server.router()).test(.router) { client in
+            try await client.execute(uri: "/console/records", method: .get) { #expect($0.status == .notFound) }
+            try await client.execute(uri: "/console/api/overview", method: .get, headers: [HTTPFields.Element.Name("X-KQuery-Console")!: "1"]) {
+                #expect($0.status == .notFound)
+            }
         }
         var configuration = ServerConfiguration(dataDirectory: "/nonexistent")
         configuration.host = "0.0.0.0"
