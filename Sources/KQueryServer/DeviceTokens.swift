@@ -91,8 +91,6 @@ final class DeviceTokens: Sendable {
         }
     }
 
-    var all: [Registration] { registrations.withLock { $0 } }
-
     private func save(_ registrations: [Registration]) throws(ServerError) {
         let text = JSON.array(registrations.map(\.json)).serialized + "\n"
         do { try Data(text.utf8).write(to: URL(fileURLWithPath: path), options: .atomic) } catch {
