@@ -316,6 +316,9 @@ private struct MirrorReadTransaction: StorageTransaction {
     func holdsAssetBlobs() throws(ContainerError) -> Bool {
         try file.readAssets { tx in try tx.holdsBlobs() }
     }
+    func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob] {
+        try file.readAssets { tx in try tx.blobs(after: contentHash, limit: limit) }
+    }
 }
 
 /// A transaction that several writes share (`SQLiteContainerStorage.batch`), used inside the
@@ -934,6 +937,9 @@ extension SQLiteTransaction {
     func assetBlob(_ contentHash: String) throws(ContainerError) -> AssetBlob? { try sql { try assets.blob(contentHash) } }
     func assetChunk(_ owner: String, index: Int) throws(ContainerError) -> [UInt8]? { try sql { try assets.chunk(owner, index: index) } }
     func holdsAssetBlobs() throws(ContainerError) -> Bool { try sql { try assets.holdsBlobs() } }
+    func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob] {
+        try sql { try assets.blobs(after: contentHash, limit: limit) }
+    }
     func saveAssetUpload(_ ticket: AssetUploadTicket) throws(ContainerError) { try sql { try assets.saveUpload(ticket) } }
     func saveAssetChunk(_ owner: String, index: Int, bytes: [UInt8]) throws(ContainerError) {
         try sql { try assets.saveChunk(owner, index: index, bytes: bytes) }

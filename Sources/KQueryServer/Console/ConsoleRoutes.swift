@@ -249,7 +249,7 @@ extension CloudKitServer {
     static let importLimit = 256 * 1024 * 1024
 
     /// `?container=C`: the container as a container file (every database, zone, record, change
-    /// history, subscription and pending push; not yet its assets), to download.
+    /// history, subscription, pending push and asset), to download.
     func consoleExport(_ request: Request) async -> Response {
         let identifier = request.uri.queryParameters.get("container") ?? ""
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-export-\(UUIDText.random()).container").path
