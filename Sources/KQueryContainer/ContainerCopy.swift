@@ -123,6 +123,7 @@ package enum ContainerCopy {
                 return try tx.enqueue(pending).count
             }
         }
+        try destination.refreshStatistics()
         progress(counts)
         return counts
     }

@@ -28,6 +28,9 @@ package protocol ContainerStorage: Sendable {
     /// Whether other processes write the same data (PostgreSQL under several `kquery serve`
     /// nodes): the container then keeps nothing in memory that their writes could make stale.
     var isShared: Bool { get }
+    /// Brings the planner's statistics up to date after a bulk load (`kquery migrate`): a
+    /// database planning from none can pick the wrong index for a point lookup.
+    func refreshStatistics() throws(ContainerError)
 }
 
 /// The writes of a batch in progress (`ContainerStorage.batch`), valid only inside its body.
@@ -47,6 +50,9 @@ extension ContainerStorage {
 
     /// A file or memory is written by this process alone.
     package var isShared: Bool { false }
+
+    /// SQLite's queries are planned by the engine's own planner: nothing to refresh.
+    func refreshStatistics() throws(ContainerError) {}
 }
 
 /// A database's change bookkeeping, as stored.

@@ -262,8 +262,54 @@ struct PostgresTransaction: StorageWriteTransaction {
             """)
     }
 
+    /// Many records in two statements (one with references): their rows go as arrays. A page of
+    /// `kquery migrate` was a round trip per record before, 1.5 records a millisecond. A record
+    /// named twice is written once, as its last version.
     func saveRecords(_ records: consuming [(record: Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError) {
-        for (record, sequence) in records { try saveRecord(record, sequence: sequence, in: database) }
+        guard records.count > 1 else {
+            for (record, sequence) in records { try saveRecord(record, sequence: sequence, in: database) }
+            return
+        }
+        var last: [RecordID: Int] = [:]
+        for (index, entry) in records.enumerated() { last[entry.record.recordID] = index }
+        var zones: [String] = [], owners: [String] = [], names: [String] = [], types: [String] = [], sequences: [Int64] = [], bodies: [ByteBuffer] = []
+        var referenceZones: [String] = [], referenceOwners: [String] = [], targets: [String] = [], actions: [String] = [], sources: [String] = []
+        for (index, (record, sequence)) in records.enumerated() where last[record.recordID] == index {
+            let id = record.recordID
+            zones.append(id.zoneID.zoneName)
+            owners.append(id.zoneID.ownerName)
+            names.append(id.recordName)
+            types.append(record.recordType)
+            sequences.append(sequence)
+            bodies.append(ByteBuffer(bytes: RecordCoding.encode(record)))
+            for reference in record.trackedReferences {
+                referenceZones.append(id.zoneID.zoneName)
+                referenceOwners.append(id.zoneID.ownerName)
+                targets.append(reference.recordID.recordName)
+                actions.append(reference.action.rawValue)
+                sources.append(id.recordName)
+            }
+        }
+        try session.run("""
+            WITH input AS (SELECT * FROM unnest(\(zones)::text[], \(owners)::text[], \(names)::text[], \(types)::text[], \(sequences)::bigint[],
+                                                \(bodies)::bytea[]) AS i (zone_name, owner_name, record_name, record_type, change_sequence, body)),
+                 t AS (DELETE FROM record_tombstones d USING input i WHERE d.database_id = \(database.id) AND d.zone_name = i.zone_name
+                       AND d.owner_name = i.owner_name AND d.record_name = i.record_name),
+                 x AS (DELETE FROM record_references d USING input i WHERE d.database_id = \(database.id) AND d.zone_name = i.zone_name
+                       AND d.owner_name = i.owner_name AND d.source_name = i.record_name)
+            INSERT INTO records (database_id, zone_name, owner_name, record_name, record_type, change_sequence, body)
+            SELECT \(database.id), zone_name, owner_name, record_name, record_type, change_sequence, body FROM input
+            ON CONFLICT (database_id, zone_name, owner_name, record_name)
+            DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
+            """)
+        guard !sources.isEmpty else { return }
+        try session.run("""
+            INSERT INTO record_references (database_id, zone_name, owner_name, target_name, action, source_name)
+            SELECT \(database.id), z, o, target, action, source
+            FROM unnest(\(referenceZones)::text[], \(referenceOwners)::text[], \(targets)::text[], \(actions)::text[], \(sources)::text[])
+                 AS r (z, o, target, action, source)
+            ON CONFLICT DO NOTHING
+            """)
     }
 
     func deleteRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
