@@ -17,9 +17,10 @@ import Foundation
 /// running it again: every write is an upsert, so the pages already copied are written again the
 /// same, and the outbox, copied in one write, is copied only into an empty one.
 /// Asset bytes go a chunk at a time, each chunk one write, and a blob's facts after its last chunk,
-/// so a resumed copy skips the blobs it finished. Not copied: uploads in progress and receipts not
-/// yet saved into a record (their clients upload again), the retention horizon, and the token
-/// secret (clients of the copy fetch their changes from scratch).
+/// so a resumed copy skips the blobs it finished. The copy takes the source's token secret and
+/// each database's horizon, so the sync tokens and continuation markers clients hold read the
+/// same on the copy. Not copied: uploads in progress and receipts not yet saved into a record
+/// (their clients upload again).
 package enum ContainerCopy {
     package struct Counts: Hashable, Sendable {
         package var databases = 0
@@ -48,6 +49,7 @@ package enum ContainerCopy {
         from source: any ContainerStorage, to destination: any ContainerStorage, pageSize: Int = 1000, progress: (Counts) -> Void = { _ in }
     ) throws(ContainerError) -> Counts {
         var counts = Counts()
+        try destination.adoptSecret(source.secret)
         let now = Int64((Date().timeIntervalSince1970 * 1000).rounded())
         try copyAssetBlobs(from: source, to: destination, counts: &counts, progress: progress)
         let databases = try source.read { tx throws(ContainerError) in try tx.allDatabases() }
@@ -112,6 +114,7 @@ package enum ContainerCopy {
                 guard let database = try tx.database(key) else { throw ContainerError(.internalError, "the copy of \(key) went missing") }
                 for subscription in subscriptions { try tx.saveSubscription(subscription, in: database) }
                 try tx.setSequence(max(stored.sequence, highest), of: database)
+                try tx.setHorizon(stored.horizon, of: database)
             }
             counts.subscriptions += subscriptions.count
             progress(counts)

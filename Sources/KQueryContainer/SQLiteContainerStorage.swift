@@ -183,6 +183,16 @@ final class SQLiteContainerStorage: ContainerStorage {
         }
     }
 
+    func adoptSecret(_ secret: (UInt64, UInt64)) throws(ContainerError) {
+        do {
+            try writer.write { db in
+                try db.execute(sql: "UPDATE container_meta SET value = ? WHERE key = 'secret'", arguments: ["\(secret.0) \(secret.1)"])
+            }
+        } catch {
+            throw ContainerError(.internalError, "\(name): cannot write the token secret: \(error)")
+        }
+    }
+
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         let journal = Journal()
         let result = try commit { db in try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
@@ -699,6 +709,11 @@ private struct SQLiteTransaction: StorageWriteTransaction {
             journal?.add { $0.createDatabase(key, id: id) }
             return StoredDatabase(id: id, sequence: 0, horizon: 0)
         }
+    }
+
+    func setHorizon(_ horizon: Int64, of database: StoredDatabase) throws(ContainerError) {
+        try sql { try db.execute(sql: "UPDATE databases SET horizon = ? WHERE id = ?", arguments: [horizon, database.id]) }
+        journal?.add { tx throws(ContainerError) in try tx.setHorizon(horizon, of: database) }
     }
 
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {

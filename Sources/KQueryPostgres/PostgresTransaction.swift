@@ -207,6 +207,10 @@ struct PostgresTransaction: StorageWriteTransaction {
         return StoredDatabase(id: try session.decode(row, Int64.self), sequence: 0, horizon: 0)
     }
 
+    func setHorizon(_ horizon: Int64, of database: StoredDatabase) throws(ContainerError) {
+        try session.run("UPDATE databases SET horizon = \(horizon) WHERE id = \(database.id)")
+    }
+
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
         try session.run("UPDATE databases SET sequence = \(sequence) WHERE id = \(database.id)")
     }
