@@ -60,7 +60,7 @@ let package = Package(
         .target(
             name: "KQueryServer",
             dependencies: [
-                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", .product(name: "Hummingbird", package: "hummingbird"),
+                "KQuery", "KQueryStore", "KQueryContainer", "KQueryWebServices", "KQueryPostgres", .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

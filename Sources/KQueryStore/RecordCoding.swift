@@ -117,7 +117,10 @@ package enum RecordCoding {
             if position < names.names.count, Self.equal(names.names[position].bytes, nameBytes) {
                 key = names.names[position].key
             } else {
-                guard let name = String(validating: nameBytes, as: UTF8.self), FieldKey.isValidName(name) else {
+                // A share's own fields are CloudKit's `cloudkit.title`, `cloudkit.type`, ... (as `Record(json:)` takes them).
+                guard let name = String(validating: nameBytes, as: UTF8.self),
+                      FieldKey.isValidName(name) || (SharingKeys.isShareType(recordType) && name.hasPrefix("cloudkit.") && name.utf8.count <= 255)
+                else {
                     throw RecordDecodingError("invalid field name '\(String(decoding: nameBytes, as: UTF8.self))'")
                 }
                 key = FieldKey(name)

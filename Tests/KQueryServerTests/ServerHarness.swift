@@ -1,6 +1,7 @@
 import Hummingbird
 import HummingbirdTesting
 import KQuery
+import KQueryPostgres
 import KQueryServer
 import ServiceLifecycle
 import KQueryTestSupport
@@ -25,8 +26,19 @@ struct ServerHarness {
         configure(&configuration)
     }
 
+    /// Whether the server suites run on PostgreSQL (`KQUERY_SERVER_STORAGE=postgres`): each
+    /// harness then serves its containers from a database of its own in the test process's
+    /// throwaway cluster, as `kquery serve --postgres` does.
+    static let onPostgres = ProcessInfo.processInfo.environment["KQUERY_SERVER_STORAGE"] == "postgres"
+
     /// Runs `body` against a running server; the server shuts down gracefully afterwards.
     func run<T: Sendable>(_ body: @escaping @Sendable (ServerClient) async throws -> T) async throws -> T {
+        var configuration = configuration
+        if Self.onPostgres, configuration.sharedStore == nil {
+            let url = try PostgresCluster.start().createDatabase()
+            guard let location = PostgresLocation(url: url) else { throw PostgresCluster.ClusterError(description: "bad URL \(url)") }
+            configuration.sharedStore = PostgresServerStore(containers: try PostgresContainers(location: location, connections: 8))
+        }
         let server = try CloudKitServer(configuration: configuration)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let (application, services) = server.services { port in continuation.yield(port) }

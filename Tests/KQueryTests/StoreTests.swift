@@ -505,6 +505,20 @@ struct RecordCodingTests {
         }
     }
 
+    /// A share's own fields (`cloudkit.title`, ...) are read back as `Record(json:)` takes them,
+    /// from a share only: on PostgreSQL every read of a share failed as a corrupt record.
+    @Test func aSharesCloudKitFieldsSurviveAndOnlyAShares() throws {
+        var share = Record(recordType: SharingKeys.shareRecordType, recordID: RecordID(recordName: "Share-1", zoneID: ZoneID(zoneName: "Z")))
+        share.fields["cloudkit.title"] = .string("Groceries")
+        share.fields["cloudkit.type"] = .string("com.example.list")
+        var names = RecordCoding.FieldNames()
+        #expect(try RecordCoding.encode(share).withUnsafeBytes { try RecordCoding.decode($0, names: &names) } == share)
+        var other = share
+        other.recordType = "Note"
+        var fresh = RecordCoding.FieldNames()
+        #expect(throws: RecordDecodingError.self) { try RecordCoding.encode(other).withUnsafeBytes { try RecordCoding.decode($0, names: &fresh) } }
+    }
+
     /// A file keeps a record's fields in the order of the process that wrote it; read by another,
     /// they are put in this process's key order, and of a name written twice the last value stays.
     @Test func fieldsWrittenInAnotherOrderAreSortedAndTheLastRepeatWins() throws {

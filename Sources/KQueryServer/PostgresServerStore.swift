@@ -1,0 +1,38 @@
+import KQueryContainer
+import KQueryPostgres
+
+/// `kquery serve --postgres URL`: the server's shared store is a PostgreSQL database's containers.
+public struct PostgresServerStore: SharedContainerStore {
+    public let containers: PostgresContainers
+
+    public init(containers: PostgresContainers) { self.containers = containers }
+
+    public func openContainer(_ identifier: String, assetPolicy: AssetPolicy) throws(ContainerError) -> Container {
+        try containers.openContainer(identifier, assetPolicy: assetPolicy)
+    }
+
+    public func containerIdentifiers() throws(ContainerError) -> [String] { try containers.containerIdentifiers() }
+    public func serverSecret() throws(ContainerError) -> [UInt8] { try containers.serverSecret() }
+    public func listenForPushes(_ wake: @escaping @Sendable () -> Void) { containers.listenForPushes(wake) }
+    public func stopListening() { containers.stopListening() }
+    public func holdsAPNsDuty() -> Bool { containers.holdsAPNsDuty() }
+    public func claimPush(_ id: Int64, of identifier: String, seconds: Int) -> Bool { containers.claimPush(id, of: identifier, seconds: seconds) }
+
+    public func registerDevice(containerIdentifier: String, environment: String, user: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError) {
+        try containers.registerDevice(containerIdentifier: containerIdentifier, environment: environment, user: user, apnsEnvironment: apnsEnvironment, apnsToken: apnsToken)
+    }
+
+    public func removeDevice(containerIdentifier: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError) {
+        try containers.removeDevice(containerIdentifier: containerIdentifier, apnsEnvironment: apnsEnvironment, apnsToken: apnsToken)
+    }
+
+    public func devices(containerIdentifier: String, environment: String, user: String) throws(ContainerError) -> [(apnsEnvironment: String, apnsToken: String)] {
+        try containers.devices(containerIdentifier: containerIdentifier, environment: environment, user: user)
+    }
+
+    public func spendWebAuthToken(_ key: String, expires: Int64) throws(ContainerError) -> Bool {
+        try containers.spendWebAuthToken(key, expires: expires)
+    }
+
+    public func giveBackWebAuthToken(_ key: String) throws(ContainerError) { try containers.giveBackWebAuthToken(key) }
+}
