@@ -28,6 +28,9 @@ package protocol ContainerStorage: Sendable {
     /// Whether other processes write the same data (PostgreSQL under several `kquery serve`
     /// nodes): the container then keeps nothing in memory that their writes could make stale.
     var isShared: Bool { get }
+    /// Whether queries run in the storage itself (`StorageTransaction.query`: PostgreSQL, as SQL)
+    /// rather than on an in-memory copy of each database's records.
+    var runsQueries: Bool { get }
 }
 
 /// The writes of a batch in progress (`ContainerStorage.batch`), valid only inside its body.
@@ -47,6 +50,9 @@ extension ContainerStorage {
 
     /// A file or memory is written by this process alone.
     package var isShared: Bool { false }
+
+    /// A file or memory is queried in memory.
+    package var runsQueries: Bool { false }
 }
 
 /// A database's change bookkeeping, as stored.
@@ -115,6 +121,13 @@ package protocol StorageTransaction: AssetReads {
     /// not acknowledged there; on `.all`: still queued).
     /// With `recipient`, only the notifications for that user in that environment.
     func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError) -> [OutboxNotification]
+    /// One page of `query` run by the storage itself, as the in-memory store answers it (same
+    /// records, order and cursors); nil when the storage does not run queries (`runsQueries`).
+    func query(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> QueryResult?
+}
+
+extension StorageTransaction {
+    package func query(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> QueryResult? { nil }
 }
 
 /// The writes a request makes, inside one transaction.

@@ -159,7 +159,26 @@ enum PostgresSchema {
                 PRIMARY KEY (container_id, environment, user_record_name, apns_environment, apns_token))
             """
         ],
+        [
+            // Version 4: the values queries filter and sort on (`PostgresRecordValues`), one row per
+            // record field; the rows of the records already stored are written by `backfill`.
+            """
+            CREATE TABLE record_values (
+                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
+                record_type text NOT NULL, field text NOT NULL, sort_key text COLLATE "C", members text[],
+                PRIMARY KEY (database_id, zone_name, owner_name, record_name, field))
+            """,
+            // Equality, ranges, prefixes and sorts on one field of one record type.
+            "CREATE INDEX record_values_by_key ON record_values (database_id, record_type, field, sort_key)",
+            // List membership (CONTAINS, IN a list field) and full-text tokens.
+            "CREATE INDEX record_values_members ON record_values USING gin (members)",
+        ],
     ]
+
+    /// Work a migration step does beyond its statements, in its transaction, after them.
+    static func afterStep(_ step: Int, _ session: PostgresSession) throws(ContainerError) {
+        if step == 3 { try PostgresRecordValues.backfill(session) }
+    }
 
     /// Brings the database's tables to `version`, creating them in an empty database.
     static func migrate(_ session: PostgresSession) throws(ContainerError) {
@@ -180,6 +199,7 @@ enum PostgresSchema {
                 try session.run("BEGIN")
                 do throws(ContainerError) {
                     for statement in migrations[step] { try session.run(PostgresQuery(unsafeSQL: statement)) }
+                    try afterStep(step, session)
                     try session.run("UPDATE kquery_schema SET version = \(Int64(step + 1))")
                     try session.run("COMMIT")
                 } catch {

@@ -13,7 +13,7 @@ struct PostgresTransaction: StorageWriteTransaction {
     var name: String { session.name }
 
     /// Decodes a stored record. `names` carries the field keys of the record decoded before.
-    private func decode(_ body: ByteBuffer, _ recordName: String, names: inout RecordCoding.FieldNames) throws(ContainerError) -> Record {
+    func decode(_ body: ByteBuffer, _ recordName: String, names: inout RecordCoding.FieldNames) throws(ContainerError) -> Record {
         do {
             return try body.withUnsafeReadableBytes { bytes throws(RecordDecodingError) in try RecordCoding.decode(bytes, names: &names) }
         } catch {
@@ -232,7 +232,8 @@ struct PostgresTransaction: StorageWriteTransaction {
         bindings.append(sequence)
         try session.run(PostgresQuery(unsafeSQL: """
             WITH r AS (DELETE FROM records WHERE \(place)), t AS (DELETE FROM record_tombstones WHERE \(place)),
-                 x AS (DELETE FROM record_references WHERE \(place)), z AS (DELETE FROM zones WHERE \(place))
+                 x AS (DELETE FROM record_references WHERE \(place)), z AS (DELETE FROM zones WHERE \(place)),
+                 v AS (DELETE FROM record_values WHERE \(place))
             INSERT INTO zone_tombstones (database_id, zone_name, owner_name, deleted_sequence) VALUES ($1, $2, $3, $4)
             ON CONFLICT (database_id, zone_name, owner_name) DO UPDATE SET deleted_sequence = EXCLUDED.deleted_sequence
             """, binds: bindings))
@@ -252,6 +253,7 @@ struct PostgresTransaction: StorageWriteTransaction {
             ON CONFLICT (database_id, zone_name, owner_name, record_name)
             DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
             """)
+        try PostgresRecordValues.save(record, databaseID: database.id, session)
         let references = record.trackedReferences
         guard !references.isEmpty else { return }
         try session.run("""
@@ -272,7 +274,9 @@ struct PostgresTransaction: StorageWriteTransaction {
             WITH r AS (DELETE FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
                        AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)),
                  x AS (DELETE FROM record_references WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
-                       AND owner_name = \(id.zoneID.ownerName) AND source_name = \(id.recordName))
+                       AND owner_name = \(id.zoneID.ownerName) AND source_name = \(id.recordName)),
+                 v AS (DELETE FROM record_values WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+                       AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName))
             INSERT INTO record_tombstones (database_id, zone_name, owner_name, record_name, record_type, deleted_sequence)
             VALUES (\(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), \(id.recordName), \(record.recordType), \(sequence))
             ON CONFLICT (database_id, zone_name, owner_name, record_name)
