@@ -162,11 +162,15 @@ struct PostgresQueryCompiler {
     // MARK: Order
 
     /// The sort key columns of the field descriptors (`k0`, `k1`, ...), joined to `r`.
-    mutating func sortJoins(_ fields: [FieldReference]) -> String {
+    /// With `firstKeyed`, the first is an inner join on the rows of the record type (the records
+    /// with a value for it, read in the sort index's order).
+    mutating func sortJoins(_ fields: [FieldReference], firstKeyed: Bool) -> String {
         fields.enumerated().map { index, field in
             let name = bind(PostgresRecordValues.name(of: field))
+            let keyed = firstKeyed && index == 0
             return """
-                LEFT JOIN record_values k\(index) ON k\(index).database_id = \(database) AND k\(index).zone_name = r.zone_name \
+                \(keyed ? "JOIN" : "LEFT JOIN") record_values k\(index) ON k\(index).database_id = \(database) \
+                \(keyed ? "AND k0.record_type = \(recordType) " : "")AND k\(index).zone_name = r.zone_name \
                 AND k\(index).owner_name = r.owner_name AND k\(index).record_name = r.record_name AND k\(index).field = \(name)
                 """
         }.joined(separator: " ")
@@ -174,9 +178,15 @@ struct PostgresQueryCompiler {
 
     /// ORDER BY for the descriptors' keys (missing values last either way), then the record ID as
     /// `RecordID` orders (name bytes, zone name, owner name).
-    static func orderBy(_ ascending: [Bool]) -> String {
-        let keys = ascending.enumerated().map { index, up in "k\(index).sort_key \(up ? "ASC" : "DESC") NULLS LAST" }
-        return (keys + [#"r.record_name COLLATE "C""#, #"r.zone_name COLLATE "C""#, #"r.owner_name COLLATE "C""#]).joined(separator: ", ")
+    /// `keyed`: the first key is never NULL and the names are read from `k0` (the sort index's
+    /// columns, so PostgreSQL can read it in order).
+    static func orderBy(_ ascending: [Bool], keyed: Bool = false) -> String {
+        let keys = ascending.enumerated().map { index, up in
+            keyed && index == 0 ? "k0.sort_key \(up ? "ASC" : "DESC")" : "k\(index).sort_key \(up ? "ASC" : "DESC") NULLS LAST"
+        }
+        let table = keyed ? "k0" : "r"
+        return (keys + [#"\#(table).record_name COLLATE "C""#, #"\#(table).zone_name COLLATE "C""#, #"\#(table).owner_name COLLATE "C""#])
+            .joined(separator: ", ")
     }
 
     /// Rows strictly after `position` in that order.

@@ -168,8 +168,11 @@ enum PostgresSchema {
                 record_type text NOT NULL, field text NOT NULL, sort_key text COLLATE "C", members text[],
                 PRIMARY KEY (database_id, zone_name, owner_name, record_name, field))
             """,
-            // Equality, ranges, prefixes and sorts on one field of one record type.
-            "CREATE INDEX record_values_by_key ON record_values (database_id, record_type, field, sort_key)",
+            // Equality, ranges, prefixes and sorts on one field of one record type, ties in record ID order.
+            """
+            CREATE INDEX record_values_by_key ON record_values
+                (database_id, record_type, field, sort_key, record_name COLLATE "C", zone_name COLLATE "C", owner_name COLLATE "C")
+            """,
             // List membership (CONTAINS, IN a list field) and full-text tokens.
             "CREATE INDEX record_values_members ON record_values USING gin (members)",
         ],

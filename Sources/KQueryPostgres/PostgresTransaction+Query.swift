@@ -32,12 +32,27 @@ extension PostgresTransaction {
             (cursor.position.values.map { $0.flatMap(PostgresValueKey.key) }, cursor.position.recordID)
         }
         var batch = limit + 1
+        let sortFields = fields ?? []
+        // With a field sort, the records that have a key for the first sort field come first, read
+        // in the order of the sort index (`keyed`); those without one after them.
+        var keyed = !sortFields.isEmpty
+        if let position, let first = position.keys.first, first == nil { keyed = false }
         while true {
             var compiler = PostgresQueryCompiler(databaseID: database.id, recordType: query.recordType)
-            let sortFields = fields ?? []
             let ascending = fields == nil ? [] : descriptors.map(\.ascending)
-            let joins = compiler.sortJoins(sortFields)
+            let joins = compiler.sortJoins(sortFields, firstKeyed: keyed)
             var conditions = ["r.database_id = \(compiler.database)", "r.record_type = \(compiler.recordType)"]
+            if !sortFields.isEmpty {
+                if keyed {
+                    conditions.append("k0.sort_key IS NOT NULL")
+                    // A bound the sort index seeks to (the exact test is `after`).
+                    if let first = position?.keys.first, let key = first {
+                        conditions.append("k0.sort_key \(ascending[0] ? ">=" : "<=") \(compiler.bind(key))")
+                    }
+                } else {
+                    conditions.append("k0.sort_key IS NULL")
+                }
+            }
             if let zoneID = query.zoneID {
                 conditions.append("r.zone_name = \(compiler.bind(zoneID.zoneName))")
                 conditions.append("r.owner_name = \(compiler.bind(zoneID.ownerName))")
@@ -50,7 +65,7 @@ extension PostgresTransaction {
             let size = compiler.bind(Int64(batch))
             let sql = """
                 SELECT r.zone_name, r.owner_name, r.record_name, r.body\(columns) FROM records r \(joins)
-                WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending)) LIMIT \(size)
+                WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed)) LIMIT \(size)
                 """
             let rows = try session.rows(PostgresQuery(unsafeSQL: sql, binds: compiler.bindings))
             for row in rows {
@@ -74,7 +89,13 @@ extension PostgresTransaction {
                     Self.insert((key, record), into: &matches, keeping: limit + 1, descriptors)
                 }
             }
-            if rows.count < batch { return page(&matches, query, limit: limit) }
+            if rows.count < batch {
+                if keyed {
+                    keyed = false
+                    continue
+                }
+                return page(&matches, query, limit: limit)
+            }
             batch = min(batch * 2, Self.largestBatch)
         }
     }
