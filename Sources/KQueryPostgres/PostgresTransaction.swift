@@ -264,8 +264,63 @@ struct PostgresTransaction: StorageWriteTransaction {
             """)
     }
 
+    /// Saves records in a few statements for the whole list (a page of an import or a migration
+    /// is a few round trips, not four a record); one at a time when a record appears twice.
     func saveRecords(_ records: consuming [(record: Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError) {
-        for (record, sequence) in records { try saveRecord(record, sequence: sequence, in: database) }
+        if records.count < 2 || Set(records.map(\.record.recordID)).count != records.count {
+            for (record, sequence) in records { try saveRecord(record, sequence: sequence, in: database) }
+            return
+        }
+        let ids = records.map(\.record.recordID)
+        let (zones, owners, names) = (ids.map(\.zoneID.zoneName), ids.map(\.zoneID.ownerName), ids.map(\.recordName))
+        let types = records.map(\.record.recordType)
+        let sequences = records.map(\.sequence)
+        let bodies = records.map { ByteBuffer(bytes: RecordCoding.encode($0.record)) }
+        try session.run("""
+            WITH ids AS (SELECT * FROM unnest(\(zones)::text[], \(owners)::text[], \(names)::text[]) AS i (z, o, n)),
+                 t AS (DELETE FROM record_tombstones WHERE database_id = \(database.id) AND (zone_name, owner_name, record_name) IN (SELECT z, o, n FROM ids)),
+                 x AS (DELETE FROM record_references WHERE database_id = \(database.id) AND (zone_name, owner_name, source_name) IN (SELECT z, o, n FROM ids)),
+                 v AS (DELETE FROM record_values WHERE database_id = \(database.id) AND (zone_name, owner_name, record_name) IN (SELECT z, o, n FROM ids))
+            INSERT INTO records (database_id, zone_name, owner_name, record_name, record_type, change_sequence, body)
+            SELECT \(database.id), z, o, n, t, s, b
+            FROM unnest(\(zones)::text[], \(owners)::text[], \(names)::text[], \(types)::text[], \(sequences)::bigint[], \(bodies)::bytea[]) AS r (z, o, n, t, s, b)
+            ON CONFLICT (database_id, zone_name, owner_name, record_name)
+            DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
+            """)
+        var rowRecords: [Int] = []
+        var rowFields: [String] = []
+        var rowKeys: [String] = []
+        var rowMembers: [String] = []
+        var referenceSources: [Int] = []
+        var referenceTargets: [String] = []
+        var referenceActions: [String] = []
+        for (index, (record, _)) in records.enumerated() {
+            let (fields, keys, members) = PostgresRecordValues.rows(of: record)
+            rowRecords.append(contentsOf: repeatElement(index + 1, count: fields.count))
+            rowFields += fields
+            rowKeys += keys
+            rowMembers += members
+            for reference in record.trackedReferences {
+                referenceSources.append(index + 1)
+                referenceTargets.append(reference.recordID.recordName)
+                referenceActions.append(reference.action.rawValue)
+            }
+        }
+        let rowIndexes = rowRecords.map(Int64.init)
+        try session.run("""
+            INSERT INTO record_values (database_id, zone_name, owner_name, record_name, record_type, field, sort_key, members)
+            SELECT \(database.id), (\(zones)::text[])[i], (\(owners)::text[])[i], (\(names)::text[])[i], (\(types)::text[])[i],
+                   f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
+            FROM unnest(\(rowIndexes)::bigint[], \(rowFields)::text[], \(rowKeys)::text[], \(rowMembers)::text[]) AS v (i, f, k, m)
+            """)
+        guard !referenceSources.isEmpty else { return }
+        let sourceIndexes = referenceSources.map(Int64.init)
+        try session.run("""
+            INSERT INTO record_references (database_id, zone_name, owner_name, target_name, action, source_name)
+            SELECT \(database.id), (\(zones)::text[])[i], (\(owners)::text[])[i], target, action, (\(names)::text[])[i]
+            FROM unnest(\(sourceIndexes)::bigint[], \(referenceTargets)::text[], \(referenceActions)::text[]) AS r (i, target, action)
+            ON CONFLICT DO NOTHING
+            """)
     }
 
     func deleteRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
