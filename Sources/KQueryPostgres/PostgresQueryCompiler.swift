@@ -69,6 +69,16 @@ struct PostgresQueryCompiler {
             let keys = bind(Array(Set(tokens)).sorted().map { PostgresValueKey.hex(Array($0.utf8)) })
             let name = bind(PostgresRecordValues.tokensField)
             return row(named: name, "v.members \(match == .all ? "@>" : "&&") \(keys)::text[]")
+        case .distance(let field, let center, let relation, let kilometres)
+            where (relation == .lessThan || relation == .lessThanOrEqual) && kilometres.isFinite && center.latitude.isFinite:
+            // Within `kilometres` of the centre is within a band of latitudes: no geodesic between
+            // two parallels is shorter than the meridian arc between them, at least 110.57 km a
+            // degree on WGS84 (110 here, to spare rounding). Locations' keys lead with latitude.
+            let degrees = max(kilometres, 0) / 110 + 1e-9
+            let lower = PostgresValueKey.locationPrefix(latitude: center.latitude - degrees)
+            let upper = PostgresValueKey.successor(ofPrefix: PostgresValueKey.locationPrefix(latitude: center.latitude + degrees))
+                ?? PostgresValueKey.upper(.location)
+            return row(field, "v.sort_key >= \(bind(PostgresValueKey.hex(lower))) AND v.sort_key < \(bind(upper))")
         case .distance(let field, _, _, _):
             return row(field, keyIn(.location))
         }

@@ -106,6 +106,13 @@ package enum PostgresValueKey {
         }
     }
 
+    /// The first bytes of the keys of locations at `latitude` (the latitude leads a location's key).
+    package static func locationPrefix(latitude: Double) -> [UInt8] {
+        var out = [Tag.location.rawValue]
+        appendDouble(latitude, to: &out)
+        return out
+    }
+
     private static func appendDouble(_ x: Double, to out: inout [UInt8]) {
         // -0.0 equals 0.0; positive doubles order by their bits with the sign set, negative ones
         // by their bits inverted.
