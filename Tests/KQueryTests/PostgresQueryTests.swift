@@ -203,6 +203,30 @@ import Testing
         }
     }
 
+    /// A database at schema version 3 (records, no `record_values`) is migrated to 4 and its
+    /// records are indexed by the migration: queries find them.
+    @Test func theMigrationIndexesRecordsAlreadyStored() throws {
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.createDatabase()
+        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let location = try #require(PostgresLocation(url: url))
+        do {
+            let containers = try PostgresContainers(location: location, connections: 1)
+            defer { containers.close() }
+            let database = try containers.openContainer("iCloud.migrate").database(.public)
+            _ = try database.modify((0..<30).map {
+                RecordOperation(kind: .create, record: Record(recordType: "Note", recordName: "n\($0)", fields: ["v": .int64(Int64($0 % 3))]))
+            })
+        }
+        _ = try cluster.psql(name, "DROP TABLE record_values; UPDATE kquery_schema SET version = 3")
+        let containers = try PostgresContainers(location: location, connections: 1)
+        defer { containers.close() }
+        let database = try containers.openContainer("iCloud.migrate").database(.public)
+        let query = Query(recordType: "Note", predicate: try ValidatedPredicate("v == 1"), sortDescriptors: [KQuery.SortDescriptor("v")], resultsLimit: 200)
+        let found = try database.query(query).records.map(\.recordID.recordName)
+        #expect(found == (0..<30).filter { $0 % 3 == 1 }.map { "n\($0)" }.sorted { ValueOrder.compareBytes($0, $1) < 0 })
+    }
+
     /// Table-driven rules: each predicate's SQL answer on a fixed set of records.
     @Test(arguments: [
         ("n == 1", ["int1", "double1"]),
