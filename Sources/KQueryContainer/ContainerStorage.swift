@@ -124,10 +124,15 @@ package protocol StorageTransaction: AssetReads {
     /// One page of `query` run by the storage itself, as the in-memory store answers it (same
     /// records, order and cursors); nil when the storage does not run queries (`runsQueries`).
     func query(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> QueryResult?
+    /// How many records of each type the database holds, counted by the storage; nil when the
+    /// storage does not run queries.
+    func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]?
 }
 
 extension StorageTransaction {
     package func query(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> QueryResult? { nil }
+
+    package func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]? { nil }
 }
 
 /// The writes a request makes, inside one transaction.

@@ -108,6 +108,15 @@ extension PostgresTransaction {
         }
     }
 
+    func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]? {
+        var counts: [String: Int] = [:]
+        for row in try session.rows("SELECT record_type, count(*) FROM records WHERE database_id = \(database.id) GROUP BY record_type") {
+            let (type, count) = try session.decode(row, (String, Int64).self)
+            counts[type] = Int(count)
+        }
+        return counts
+    }
+
     /// Inserts a match in sorted place, keeping the best `count`.
     private static func insert(_ match: (key: SortKey, record: Record), into matches: inout [(key: SortKey, record: Record)], keeping count: Int, _ descriptors: [SortDescriptor]) {
         var (low, high) = (0, matches.count)

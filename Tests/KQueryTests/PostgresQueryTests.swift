@@ -225,6 +225,8 @@ import Testing
         let query = Query(recordType: "Note", predicate: try ValidatedPredicate("v == 1"), sortDescriptors: [KQuery.SortDescriptor("v")], resultsLimit: 200)
         let found = try database.query(query).records.map(\.recordID.recordName)
         #expect(found == (0..<30).filter { $0 % 3 == 1 }.map { "n\($0)" }.sorted { ValueOrder.compareBytes($0, $1) < 0 })
+        #expect(try database.recordCounts() == ["Note": 30])
+        #expect(!database.queriesAreInMemory)
     }
 
     /// Table-driven rules: each predicate's SQL answer on a fixed set of records.
