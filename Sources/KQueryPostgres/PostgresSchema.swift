@@ -178,9 +178,10 @@ enum PostgresSchema {
         ],
     ]
 
-    /// Work a migration step does beyond its statements, in its transaction, after them.
+    /// Work a migration step does beyond its statements, in its transaction, after them: the step
+    /// that creates `record_values` writes the rows of the records already stored.
     static func afterStep(_ step: Int, _ session: PostgresSession) throws(ContainerError) {
-        if step == 3 { try PostgresRecordValues.backfill(session) }
+        if migrations[step].contains(where: { $0.contains("CREATE TABLE record_values") }) { try PostgresRecordValues.backfill(session) }
     }
 
     /// Brings the database's tables to `version`, creating them in an empty database.

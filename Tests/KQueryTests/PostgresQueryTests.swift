@@ -203,7 +203,7 @@ import Testing
         }
     }
 
-    /// A database at schema version 3 (records, no `record_values`) is migrated to 4 and its
+    /// A database from before `record_values` (records, no query values) is migrated and its
     /// records are indexed by the migration: queries find them.
     @Test func theMigrationIndexesRecordsAlreadyStored() throws {
         let cluster = try PostgresCluster.start()
@@ -218,7 +218,8 @@ import Testing
                 RecordOperation(kind: .create, record: Record(recordType: "Note", recordName: "n\($0)", fields: ["v": .int64(Int64($0 % 3))]))
             })
         }
-        _ = try cluster.psql(name, "DROP TABLE record_values; UPDATE kquery_schema SET version = 3")
+        // (`record_values` is the newest migration: one version back is before it.)
+        _ = try cluster.psql(name, "DROP TABLE record_values; UPDATE kquery_schema SET version = version - 1")
         let containers = try PostgresContainers(location: location, connections: 1)
         defer { containers.close() }
         let database = try containers.openContainer("iCloud.migrate").database(.public)
