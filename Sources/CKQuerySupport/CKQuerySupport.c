@@ -17,11 +17,12 @@ int kquery_start_writeback(int descriptor) {
 #endif
 }
 
-int kquery_fix_mmap_threshold(size_t bytes) {
-#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD)
-    return mallopt(M_MMAP_THRESHOLD, (int)bytes) == 1;
+int kquery_fix_heap_thresholds(size_t mmap_bytes, size_t trim_bytes) {
+#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+    return mallopt(M_MMAP_THRESHOLD, (int)mmap_bytes) == 1 && mallopt(M_TRIM_THRESHOLD, (int)trim_bytes) == 1;
 #else
-    (void)bytes;
+    (void)mmap_bytes;
+    (void)trim_bytes;
     return 0;
 #endif
 }

@@ -31,6 +31,13 @@ package protocol ContainerStorage: Sendable {
     /// Whether queries run in the storage itself (`StorageTransaction.query`: PostgreSQL, as SQL)
     /// rather than on an in-memory copy of each database's records.
     var runsQueries: Bool { get }
+    /// Brings the planner's statistics up to date after a bulk load (`kquery migrate`): a
+    /// database planning from none can pick the wrong index for a point lookup.
+    func refreshStatistics() throws(ContainerError)
+    /// Makes `secret` the one the storage keeps, so a copy reads the tokens its source issued
+    /// (`kquery migrate`: clients keep their sync tokens). The storage open now keeps the one it
+    /// read; the storage opened next uses the new one.
+    func adoptSecret(_ secret: (UInt64, UInt64)) throws(ContainerError)
 }
 
 /// The writes of a batch in progress (`ContainerStorage.batch`), valid only inside its body.
@@ -53,6 +60,12 @@ extension ContainerStorage {
 
     /// A file or memory is queried in memory.
     package var runsQueries: Bool { false }
+
+    /// SQLite's queries are planned by the engine's own planner: nothing to refresh.
+    func refreshStatistics() throws(ContainerError) {}
+
+    /// Memory keeps its secret for its life.
+    func adoptSecret(_ secret: (UInt64, UInt64)) throws(ContainerError) {}
 }
 
 /// A database's change bookkeeping, as stored.
@@ -159,6 +172,9 @@ package protocol StorageWriteTransaction: StorageTransaction, AssetWrites {
     /// Drops all but the newest `count` tombstones (record and zone) of the database and raises its
     /// horizon past the dropped ones; returns the new horizon.
     func compactHistory(of database: StoredDatabase, keepingLast count: Int) throws(ContainerError) -> Int64
+    /// Sets the database's horizon (a copy takes its source's: tokens from before it stay
+    /// CHANGE_TOKEN_EXPIRED, since the deletions before it are gone).
+    func setHorizon(_ horizon: Int64, of database: StoredDatabase) throws(ContainerError)
 }
 
 extension StorageWriteTransaction {

@@ -485,6 +485,13 @@ struct MemoryTransaction: StorageWriteTransaction {
         return database.stored
     }
 
+    func setHorizon(_ horizon: Int64, of stored: StoredDatabase) throws(ContainerError) {
+        let database = try database(stored)
+        let old = database.stored.horizon
+        database.stored.horizon = horizon
+        undo.add { database.stored.horizon = old }
+    }
+
     func setSequence(_ sequence: Int64, of stored: StoredDatabase) throws(ContainerError) {
         let database = try database(stored)
         let old = database.stored.sequence

@@ -183,6 +183,16 @@ final class SQLiteContainerStorage: ContainerStorage {
         }
     }
 
+    func adoptSecret(_ secret: (UInt64, UInt64)) throws(ContainerError) {
+        do {
+            try writer.write { db in
+                try db.execute(sql: "UPDATE container_meta SET value = ? WHERE key = 'secret'", arguments: ["\(secret.0) \(secret.1)"])
+            }
+        } catch {
+            throw ContainerError(.internalError, "\(name): cannot write the token secret: \(error)")
+        }
+    }
+
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         let journal = Journal()
         let result = try commit { db in try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
@@ -315,6 +325,9 @@ private struct MirrorReadTransaction: StorageTransaction {
     }
     func holdsAssetBlobs() throws(ContainerError) -> Bool {
         try file.readAssets { tx in try tx.holdsBlobs() }
+    }
+    func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob] {
+        try file.readAssets { tx in try tx.blobs(after: contentHash, limit: limit) }
     }
 }
 
@@ -698,6 +711,11 @@ private struct SQLiteTransaction: StorageWriteTransaction {
         }
     }
 
+    func setHorizon(_ horizon: Int64, of database: StoredDatabase) throws(ContainerError) {
+        try sql { try db.execute(sql: "UPDATE databases SET horizon = ? WHERE id = ?", arguments: [horizon, database.id]) }
+        journal?.add { tx throws(ContainerError) in try tx.setHorizon(horizon, of: database) }
+    }
+
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
         try sql {
             let update = try db.cachedStatement(sql: "UPDATE databases SET sequence = ? WHERE id = ?")
@@ -934,6 +952,9 @@ extension SQLiteTransaction {
     func assetBlob(_ contentHash: String) throws(ContainerError) -> AssetBlob? { try sql { try assets.blob(contentHash) } }
     func assetChunk(_ owner: String, index: Int) throws(ContainerError) -> [UInt8]? { try sql { try assets.chunk(owner, index: index) } }
     func holdsAssetBlobs() throws(ContainerError) -> Bool { try sql { try assets.holdsBlobs() } }
+    func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob] {
+        try sql { try assets.blobs(after: contentHash, limit: limit) }
+    }
     func saveAssetUpload(_ ticket: AssetUploadTicket) throws(ContainerError) { try sql { try assets.saveUpload(ticket) } }
     func saveAssetChunk(_ owner: String, index: Int, bytes: [UInt8]) throws(ContainerError) {
         try sql { try assets.saveChunk(owner, index: index, bytes: bytes) }

@@ -153,6 +153,26 @@ public final class PostgresContainers: Sendable {
         }
     }
 
+    /// Spends a single-use web auth token (named by `key`, a hash of it) for every node: false when
+    /// it was spent already. One spend in 256 also forgets the tokens past their expiry (refused as
+    /// expired before they are looked up here), so the table holds a token lifetime's traffic.
+    public func spendWebAuthToken(_ key: String, expires: Int64) throws(ContainerError) -> Bool {
+        try pool.withConnection { session throws(ContainerError) -> Bool in
+            if UInt8.random(in: 0...255) == 0 {
+                let now = Int64((Date().timeIntervalSince1970 * 1000).rounded())
+                try session.run("DELETE FROM spent_web_auth_tokens WHERE expires < \(now)")
+            }
+            return try session.run("""
+                INSERT INTO spent_web_auth_tokens (token_key, expires) VALUES (\(key), \(expires)) ON CONFLICT (token_key) DO NOTHING
+                """) == 1
+        }
+    }
+
+    /// Takes back the spending of a token whose request failed.
+    public func giveBackWebAuthToken(_ key: String) throws(ContainerError) {
+        try pool.withConnection { session throws(ContainerError) in try session.run("DELETE FROM spent_web_auth_tokens WHERE token_key = \(key)") }
+    }
+
     /// The web auth secret all nodes share: 32 random bytes, made by the first node that asks.
     public func serverSecret() throws(ContainerError) -> [UInt8] {
         var generator = SystemRandomNumberGenerator()

@@ -15,6 +15,7 @@ import PostgresNIO
 /// server_secrets(name PK, value)                  the web auth secret the nodes share
 /// courier_claims(container_id, id PK, holder, until)   pushes a node's web courier is handing out (v2)
 /// device_tokens(container_id, environment, user_record_name, apns_environment, apns_token PK)   APNs devices (v3)
+/// spent_web_auth_tokens(token_key PK, expires)   single-use web auth tokens spent on any node (server-wide, like server_secrets)
 /// containers(id PK, identifier UNIQUE, secret_high, secret_low, outbox_sequence)
 /// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon)
 /// zones(database_id, zone_name, owner_name PK, created_sequence, changed_sequence)
@@ -160,7 +161,12 @@ enum PostgresSchema {
             """
         ],
         [
-            // Version 4: the values queries filter and sort on (`PostgresRecordValues`), one row per
+            // Version 4: single-use web auth tokens spent on any node (a hash of each, until it would expire).
+            "CREATE TABLE spent_web_auth_tokens (token_key text PRIMARY KEY, expires bigint NOT NULL)",
+            "CREATE INDEX spent_web_auth_tokens_by_expiry ON spent_web_auth_tokens (expires)",
+        ],
+        [
+            // Version 5: the values queries filter and sort on (`PostgresRecordValues`), one row per
             // record field; the rows of the records already stored are written by `backfill`.
             """
             CREATE TABLE record_values (

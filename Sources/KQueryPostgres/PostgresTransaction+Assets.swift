@@ -59,6 +59,18 @@ extension PostgresTransaction {
         return bytes.readBytes(length: bytes.readableBytes) ?? []
     }
 
+    func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob] {
+        var blobs: [AssetBlob] = []
+        for row in try session.rows("""
+            SELECT content_hash, size, file_checksum, content_type, released FROM asset_blobs
+            WHERE container_id = \(containerID) AND content_hash > \(contentHash) ORDER BY content_hash LIMIT \(Int64(limit))
+            """) {
+            let (hash, size, checksum, contentType, released) = try session.decode(row, (String, Int64, String, String, Int64).self)
+            blobs.append(AssetBlob(contentHash: hash, size: size, fileChecksum: checksum, contentType: contentType, released: released))
+        }
+        return blobs
+    }
+
     func holdsAssetBlobs() throws(ContainerError) -> Bool {
         !(try session.rows("SELECT 1 FROM asset_blobs WHERE container_id = \(containerID) LIMIT 1")).isEmpty
     }

@@ -1,3 +1,4 @@
+import Crypto
 import KQuery
 import KQueryContainer
 import KQueryWebServices
@@ -16,7 +17,7 @@ struct Authentication: Sendable {
     var webAuthTokenLifetime: Double = ServerConfiguration.defaultWebAuthTokenLifetime
     /// When set, a web auth token is accepted once (CloudKit's documented rule); each answer hands
     /// the client the next one.
-    var spentTokens: SpentWebAuthTokens? = nil
+    var spentTokens: (any WebAuthTokenLedger)? = nil
 
     /// What authenticating a request needs to see of it.
     struct Credentials {
@@ -46,6 +47,8 @@ struct Authentication: Sendable {
         var bySignIn = false
         /// The single-use token this request spent: given back if the answer is not a success.
         var spentToken: String? = nil
+        /// When that token was issued.
+        var issued: Date? = nil
     }
 
     /// The web auth token a request carries, if any. CloudKit JS sends `null` or `undefined` (the
@@ -88,11 +91,23 @@ struct Authentication: Sendable {
             throw ServerError.authenticationFailed(
                 "the ckWebAuthToken expired (web auth tokens last \(Int(webAuthTokenLifetime)) seconds; sign in again with a new one)")
         }
-        if let spentTokens, !spentTokens.spend(webAuthToken, issued: identity.issued ?? now, now: now, lifetime: webAuthTokenLifetime) {
-            throw ServerError.authenticationFailed(
-                "the ckWebAuthToken was already used (tokens are single-use here: use the one the last answer's X-Apple-CloudKit-Web-Auth-Token header carried)")
+        // A shared ledger (PostgreSQL) is a round trip: the caller spends the token on a blocking
+        // thread (`spend`), not here on the request's.
+        if let spentTokens, !spentTokens.isShared, try !spentTokens.spend(webAuthToken, issued: identity.issued ?? now, now: now, lifetime: webAuthTokenLifetime) {
+            throw Self.alreadyUsed
         }
-        return Requester(user: identity.user, bySignIn: true, spentToken: spentTokens == nil ? nil : webAuthToken)
+        return Requester(user: identity.user, bySignIn: true, spentToken: spentTokens == nil ? nil : webAuthToken,
+                         issued: identity.issued ?? now)
+    }
+
+    static let alreadyUsed = ServerError.authenticationFailed(
+        "the ckWebAuthToken was already used (tokens are single-use here: use the one the last answer's X-Apple-CloudKit-Web-Auth-Token header carried)")
+
+    /// Spends the requester's single-use token in a shared ledger (which `requester` left to the
+    /// caller): refused when any node spent it already.
+    func spend(_ requester: Requester, now: Date = Date()) throws(ServerError) {
+        guard let spentTokens, spentTokens.isShared, let token = requester.spentToken else { return }
+        guard try spentTokens.spend(token, issued: requester.issued ?? now, now: now, lifetime: webAuthTokenLifetime) else { throw Self.alreadyUsed }
     }
 
     /// An ISO 8601 date with or without fractional seconds.
@@ -102,10 +117,39 @@ struct Authentication: Sendable {
     }
 }
 
+/// Where single-use web auth tokens are spent: in this process's memory, or in the database the
+/// nodes of a cluster share (so a token spent on one node is spent on all).
+protocol WebAuthTokenLedger: Sendable {
+    /// Whether spending is a round trip to a shared database (done on a blocking thread).
+    var isShared: Bool { get }
+    /// Spends `token` (issued at `issued`): false when it was spent already.
+    func spend(_ token: String, issued: Date, now: Date, lifetime: Double) throws(ServerError) -> Bool
+    /// Takes back the spending of `token`: the request it signed was not answered with success.
+    func giveBack(_ token: String)
+}
+
+/// Tokens spent on any node of a cluster, in its shared database: each under the SHA-256 of the
+/// token (the database never holds a usable token), until the token would have expired.
+struct SharedSpentWebAuthTokens: WebAuthTokenLedger {
+    let store: any SharedContainerStore
+    var isShared: Bool { true }
+
+    static func key(_ token: String) -> String { SHA256.hash(data: Array(token.utf8)).map { String(format: "%02x", $0) }.joined() }
+
+    func spend(_ token: String, issued: Date, now: Date, lifetime: Double) throws(ServerError) -> Bool {
+        let expires = Int64(((issued.timeIntervalSince1970 + lifetime) * 1000).rounded(.up))
+        do throws(ContainerError) { return try store.spendWebAuthToken(Self.key(token), expires: expires) } catch { throw ServerError(error) }
+    }
+
+    func giveBack(_ token: String) { try? store.giveBackWebAuthToken(Self.key(token)) }
+}
+
 /// The web auth tokens already used, when tokens are single-use: each is remembered until it
 /// would have expired anyway, so the set stays as small as the traffic of one token lifetime.
 /// (Kept in memory: a restart forgets it, and a token spent before it may be used once more.)
-final class SpentWebAuthTokens: Sendable {
+final class SpentWebAuthTokens: WebAuthTokenLedger {
+    var isShared: Bool { false }
+
     private struct State {
         var spent: [String: Date] = [:]
         var nextSweep = 1024
@@ -114,7 +158,7 @@ final class SpentWebAuthTokens: Sendable {
     private let state = Locked(State())
 
     /// Spends `token` (issued at `issued`): false when it was spent already.
-    func spend(_ token: String, issued: Date, now: Date, lifetime: Double) -> Bool {
+    func spend(_ token: String, issued: Date, now: Date, lifetime: Double) throws(ServerError) -> Bool {
         state.withLock { state in
             guard state.spent[token] == nil else { return false }
             state.spent[token] = issued

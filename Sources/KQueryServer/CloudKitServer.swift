@@ -58,7 +58,8 @@ public final class CloudKitServer: Sendable {
         authentication = Authentication(
             apiTokens: configuration.apiTokens, serverKeys: configuration.serverKeys, secret: secret,
             signatureTolerance: configuration.signatureTolerance, webAuthTokenLifetime: configuration.webAuthTokenLifetime,
-            spentTokens: configuration.singleUseWebAuthTokens ? SpentWebAuthTokens() : nil)
+            spentTokens: !configuration.singleUseWebAuthTokens ? nil
+                : configuration.sharedStore.map { SharedSpentWebAuthTokens(store: $0) } ?? SpentWebAuthTokens())
         deviceTokens = DeviceTokens(directory: configuration.dataDirectory, shared: configuration.sharedStore)
         console = configuration.servesConsole ? ConsoleJournals() : nil
         blockingWork = BlockingWork(threads: configuration.blockingThreads)
@@ -96,7 +97,7 @@ public final class CloudKitServer: Sendable {
         router.middlewares.add(RequestLog(enabled: configuration.logsRequests, journal: console?.requests))
         router.middlewares.add(BrowserAccess())
         router.middlewares.add(AdmissionLimit(limit: configuration.maximumRequestsInFlight, inFlight: requestsInFlight, exempting: Self.courierPath))
-        router.middlewares.add(WebAuthRotation(secret: secret, spentTokens: authentication.spentTokens))
+        router.middlewares.add(WebAuthRotation(secret: secret, spentTokens: authentication.spentTokens, blockingWork: blockingWork))
         let databasePath = "/database/1/:container/:environment/:database/"
         for operation in Self.postOperations {
             router.post(RouterPath(databasePath + operation)) { request, context in await self.database(operation, request, context) }
@@ -206,7 +207,7 @@ public final class CloudKitServer: Sendable {
             guard let scopeName = context.parameters.get("database"), let scope = DatabaseScope(name: scopeName) else {
                 throw ServerError.badRequest("the database must be public, private or shared")
             }
-            let requester = try self.authenticate(request, context, body: body.bytes, scope: scope)
+            let requester = try await self.authenticate(request, context, body: body.bytes, scope: scope)
             let user = requester.user
             if operation == "users/current" || operation.hasPrefix("assets/") || DatabaseService.shareOperations.contains(operation), user == nil {
                 throw ServerError.authenticationRequired("\(operation) needs a signed-in user (ckWebAuthToken)")
@@ -266,7 +267,7 @@ public final class CloudKitServer: Sendable {
     func device(_ operation: String, _ request: Request, _ context: ServerContext) async -> Response {
         await respond(request, context) { body async throws(ServerError) -> ServiceAnswer in
             let environment = try Self.environment(context)
-            guard let user = try self.authenticate(request, context, body: body.bytes, scope: nil).user else {
+            guard let user = try await self.authenticate(request, context, body: body.bytes, scope: nil).user else {
                 throw ServerError.authenticationRequired("tokens belong to a signed-in user (ckWebAuthToken)")
             }
             let containerIdentifier = context.parameters.get("container") ?? ""
@@ -495,7 +496,7 @@ public final class CloudKitServer: Sendable {
         _ = usersWithRecords.withLock { $0.insert(key) }
     }
 
-    func authenticate(_ request: Request, _ context: ServerContext, body: [UInt8], scope: DatabaseScope?) throws(ServerError) -> Authentication.Requester {
+    func authenticate(_ request: Request, _ context: ServerContext, body: [UInt8], scope: DatabaseScope?) async throws(ServerError) -> Authentication.Requester {
         func header(_ name: String) -> String? {
             request.headers.first { $0.name.canonicalName == name }?.value
         }
@@ -505,7 +506,14 @@ public final class CloudKitServer: Sendable {
             keyID: header("x-apple-cloudkit-request-keyid"), date: header("x-apple-cloudkit-request-iso8601date"),
             signature: header("x-apple-cloudkit-request-signaturev1"), subpath: request.uri.path, body: body)
         let requester: Authentication.Requester
-        do throws(ServerError) { requester = try authentication.requester(credentials, scope: scope) } catch {
+        do throws(ServerError) {
+            let found = try authentication.requester(credentials, scope: scope)
+            if authentication.spentTokens?.isShared == true, found.spentToken != nil {
+                let authentication = authentication
+                try await blockingWork.run { () throws(ServerError) in try authentication.spend(found) }
+            }
+            requester = found
+        } catch {
             context.entry.record(authentication: "refused: \(error.reason)")
             throw error
         }

@@ -29,4 +29,10 @@ public protocol SharedContainerStore: Sendable {
     func removeDevice(containerIdentifier: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError)
     /// The device tokens a user registered in a container's environment, on any node.
     func devices(containerIdentifier: String, environment: String, user: String) throws(ContainerError) -> [(apnsEnvironment: String, apnsToken: String)]
+    /// Spends a single-use web auth token for every node (`--single-use-web-auth-tokens`): false
+    /// when any node spent it already. `key` names the token (a hash of it, never the token); it
+    /// is remembered until `expires` (milliseconds since 1970), when the token expires anyway.
+    func spendWebAuthToken(_ key: String, expires: Int64) throws(ContainerError) -> Bool
+    /// Takes back the spending of a token whose request was not answered with success.
+    func giveBackWebAuthToken(_ key: String) throws(ContainerError)
 }

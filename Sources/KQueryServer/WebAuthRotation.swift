@@ -1,4 +1,5 @@
 import Hummingbird
+import KQueryWebServices
 
 /// A header name (Hummingbird re-exports `HTTPFields` but not its element type's name).
 typealias HeaderName = HTTPFields.Element.Name
@@ -13,19 +14,20 @@ typealias HeaderName = HTTPFields.Element.Name
 struct WebAuthRotation: RouterMiddleware {
     static let header = HeaderName("X-Apple-CloudKit-Web-Auth-Token")!
     let secret: ServerSecret
-    let spentTokens: SpentWebAuthTokens?
+    let spentTokens: (any WebAuthTokenLedger)?
+    let blockingWork: BlockingWork
 
     func handle(_ request: Request, context: ServerContext, next: (Request, ServerContext) async throws -> Response) async throws -> Response {
         var response: Response
         do {
             response = try await next(request, context)
         } catch {
-            giveBackSpentToken(context)
+            await giveBackSpentToken(context)
             throw error
         }
         let facts = context.entry.facts.withLock { $0 }
         guard (200..<300).contains(response.status.code) else {
-            giveBackSpentToken(context)
+            await giveBackSpentToken(context)
             return response
         }
         if facts.bySignIn, let user = facts.user {
@@ -34,8 +36,13 @@ struct WebAuthRotation: RouterMiddleware {
         return response
     }
 
-    private func giveBackSpentToken(_ context: ServerContext) {
-        if let spentTokens, let token = context.entry.facts.withLock({ $0.spentToken }) { spentTokens.giveBack(token) }
+    private func giveBackSpentToken(_ context: ServerContext) async {
+        guard let spentTokens, let token = context.entry.facts.withLock({ $0.spentToken }) else { return }
+        if spentTokens.isShared {
+            _ = try? await blockingWork.run { () throws(ServerError) in spentTokens.giveBack(token) }
+        } else {
+            spentTokens.giveBack(token)
+        }
     }
 }
 

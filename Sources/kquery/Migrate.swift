@@ -68,7 +68,7 @@ struct Migrate: ParsableCommand {
             }
             counts = try ContainerCopy.copy(from: source, to: destination) { counts in
                 guard onTerminal else { return }
-                Terminal.writeAll("\rmigrate: \(counts.databases) databases, \(counts.records) records, \(counts.tombstones) tombstones", to: 2)
+                Terminal.writeAll("\rmigrate: \(counts.assets) assets, \(counts.databases) databases, \(counts.records) records, \(counts.tombstones) tombstones", to: 2)
             }
             try destination.waitUntilDurable()
         } catch {
@@ -79,7 +79,7 @@ struct Migrate: ParsableCommand {
         if onTerminal { Terminal.writeAll("\r\u{1B}[K", to: 2) }
         Terminal.writeAll("""
             copied \(counts.databases) databases, \(counts.zones) zones, \(counts.records) records, \(counts.tombstones) tombstones, \
-            \(counts.subscriptions) subscriptions, \(counts.notifications) queued notifications
+            \(counts.subscriptions) subscriptions, \(counts.notifications) queued notifications, \(counts.assets) assets (\(counts.assetBytes) bytes)
 
             """, to: 1)
     }

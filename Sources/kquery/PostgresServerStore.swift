@@ -28,4 +28,10 @@ struct PostgresServerStore: SharedContainerStore {
     func devices(containerIdentifier: String, environment: String, user: String) throws(ContainerError) -> [(apnsEnvironment: String, apnsToken: String)] {
         try containers.devices(containerIdentifier: containerIdentifier, environment: environment, user: user)
     }
+
+    func spendWebAuthToken(_ key: String, expires: Int64) throws(ContainerError) -> Bool {
+        try containers.spendWebAuthToken(key, expires: expires)
+    }
+
+    func giveBackWebAuthToken(_ key: String) throws(ContainerError) { try containers.giveBackWebAuthToken(key) }
 }

@@ -19,6 +19,9 @@ import Dispatch
 struct Serve: ParsableCommand {
     /// Blocks from 4 MiB up are mapped from the system; asset chunks (1 MiB) stay in the heap.
     static let mmapThreshold = 4 << 20
+    /// A heap keeps up to 32 MiB free at its top (the chunks of a few uploads in flight) instead
+    /// of giving pages back and faulting them in again.
+    static let trimThreshold = 32 << 20
 
     static let configuration = CommandConfiguration(
         abstract: "Serve CloudKit Web Services over HTTP, with its pushes on the web courier.",
@@ -102,7 +105,7 @@ struct Serve: ParsableCommand {
     func run() throws {
         // Megabyte buffers (asset chunks) come from the heap and go back to it: after five 50 MB
         // uploads the peak RSS stays near 64 MiB (81 MiB with glibc's moving threshold).
-        _ = kquery_fix_mmap_threshold(Self.mmapThreshold)
+        _ = kquery_fix_heap_thresholds(Self.mmapThreshold, Self.trimThreshold)
         // Without --data a node on PostgreSQL keeps its few local files in a directory of its own.
         let data = data ?? FileManager.default.temporaryDirectory.appendingPathComponent("kquery-serve-\(ProcessInfo.processInfo.processIdentifier)").path
         var configuration = ServerConfiguration(dataDirectory: data)

@@ -9,15 +9,17 @@ Usage: browser.py BASE_URL SCREENSHOT_DIR   (BASE_URL like http://127.0.0.1:8080
 """
 import json
 import os
+import struct
 import sys
 import urllib.parse
 import urllib.request
+import zlib
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 BASE, SHOTS = sys.argv[1].rstrip("/"), sys.argv[2]
 CONTAINER = "iCloud.com.example.console"
@@ -37,6 +39,25 @@ def as_user(user, operation, body):
     return call(f"{DATABASE}/{operation}?{query}", body)
 
 
+def png(width, height, rgb):
+    """A PNG of one colour."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def seed_asset():
+    """A Poster record whose image field is an uploaded PNG."""
+    url = as_user("_alice", "assets/upload", {"tokens": [{"recordName": "poster", "recordType": "Poster", "fieldName": "image"}]})["tokens"][0]["url"]
+    request = urllib.request.Request(url, data=png(96, 64, (47, 111, 222)), headers={"Content-Type": "image/png"})
+    with urllib.request.urlopen(request) as response:
+        uploaded = json.load(response)["singleFile"]
+    as_user("_alice", "records/modify", {"operations": [{"operationType": "create", "record": {
+        "recordName": "poster", "recordType": "Poster", "fields": {"image": {"value": uploaded, "type": "ASSETID"}}}}]})
+
+
 def seed():
     subscriptions = [
         {"subscriptionID": "cheap-red", "subscriptionType": "query", "query": {"recordType": "Item"},
@@ -50,6 +71,7 @@ def seed():
         {"operationType": "create", "record": {"recordName": name, "recordType": "Item",
                                                 "fields": {"price": {"value": price}, "color": {"value": color}}}}
         for name, price, color in items]})
+    seed_asset()
 
 
 def main():
@@ -82,6 +104,27 @@ def main():
         names = rows("#records tbody tr td.code")
         assert names == ["desk", "table", "chair"], names
         driver.save_screenshot(os.path.join(SHOTS, "records.png"))
+
+        # 1b. Filters build the predicate: a quoted text value, a list of numbers, AND between them.
+        driver.find_element(By.CSS_SELECTOR, "#filters summary").click()
+        for field, operator, value in [("color", "=", 'red "x'), ("price", "is one of", "10, 20")]:
+            driver.find_element(By.ID, "add-filter").click()
+            row = driver.find_elements(By.CSS_SELECTOR, "#filter-rows .filter")[-1]
+            row.find_element(By.NAME, "field").send_keys(field)
+            Select(row.find_element(By.NAME, "operator")).select_by_visible_text(operator)
+            row.find_element(By.NAME, "value").send_keys(value)
+        driver.find_element(By.ID, "apply-filters").click()
+        built = driver.find_element(By.NAME, "q").get_attribute("value")
+        assert built == 'color == "red \\"x" AND price IN {10, 20}', built
+        wait.until(lambda d: rows("#records tbody tr td.code") == ["No records."] or rows("#records tbody tr") == ["No records."])
+        assert rows("#predicate-error") in ([""], []), rows("#predicate-error")
+        row = driver.find_elements(By.CSS_SELECTOR, "#filter-rows .filter")[0]
+        row.find_element(By.NAME, "value").clear()
+        row.find_element(By.NAME, "value").send_keys("red")
+        driver.find_element(By.ID, "apply-filters").click()
+        wait.until(lambda d: sorted(rows("#records tbody tr td.code")) == ["chair", "lamp"])
+        driver.save_screenshot(os.path.join(SHOTS, "records-filters.png"))
+        driver.find_element(By.CSS_SELECTOR, "#filters summary").click()
 
         # 2. A bad predicate shows the message and the caret `kquery query` prints.
         box = driver.find_element(By.NAME, "q")
@@ -157,6 +200,13 @@ def main():
         driver.save_screenshot(os.path.join(SHOTS, "zones.png"))
         driver.get(f"{BASE}/console/records?" + urllib.parse.urlencode({"container": "iCloud.com.example.imported", "type": "Item"}))
         wait.until(lambda d: len(rows("#records tbody tr td.code")) == 5)
+        # The import carried the assets: the poster's image previews from the copy.
+        driver.get(f"{BASE}/console/records?" + urllib.parse.urlencode({"container": "iCloud.com.example.imported", "type": "Poster"}))
+        wait.until(lambda d: rows("#records tbody tr td.code") == ["poster"])
+        click_row("#records tbody tr", "poster")
+        wait.until(lambda d: d.execute_script("const i = document.querySelector('#record-panel img'); return i && i.complete && i.naturalWidth") == 96)
+        assert "image: download" in rows("#record-panel a")[0], rows("#record-panel a")
+        driver.save_screenshot(os.path.join(SHOTS, "records-asset.png"))
 
         # 8. Dark mode follows the system: the page's colours change with prefers-color-scheme.
         light = driver.execute_script("return getComputedStyle(document.body).backgroundColor")

@@ -36,6 +36,7 @@ import Foundation
         (.post, "/console/api/zones/changes", #"{"container": "iCloud.com.example.tests", "database": "private", "user": "_alice", "zone": "Z"}"#),
         (.post, "/console/api/testpush", #"{"container": "iCloud.com.example.tests", "user": "_alice"}"#),
         (.get, "/console/api/export?container=iCloud.com.example.tests", nil),
+        (.post, "/console/api/reset", #"{"container": "iCloud.com.example.tests", "environment": "production", "confirm": "iCloud.com.example.tests"}"#),
     ]
 
     @Test(arguments: endpoints.indices)
@@ -200,6 +201,10 @@ import Foundation
         (.get, "/console/api/subscriptions?container=iCloud.com.example.tests&database=private", nil, 400, "name the \"user\""),
         (.get, "/console/static/..%2Fconsole.js", nil, 404, "NOT_FOUND"),
         (.get, "/console/static/nothing.js", nil, 404, "NOT_FOUND"),
+        (.post, "/console/api/reset", #"{"container": "iCloud.com.example.tests", "environment": "development"}"#, 400, "\"confirm\""),
+        (.post, "/console/api/reset", #"{"container": "iCloud.com.example.tests", "environment": "development", "confirm": "iCloud.com.example"}"#, 400, "repeat the container's identifier"),
+        (.post, "/console/api/reset", #"{"container": "iCloud.com.example.tests", "environment": "staging", "confirm": "iCloud.com.example.tests"}"#, 400, "development or production"),
+        (.post, "/console/api/reset", #"{"container": 7, "environment": "development", "confirm": 7}"#, 400, "\"container\", a string"),
     ]
 
     @Test(arguments: malformed.indices)
@@ -384,6 +389,48 @@ import Foundation
             let junk = try await Self.bytes(c, .post, "/console/api/import?container=iCloud.com.example.junk", body: ByteBuffer(string: "not a container"))
             #expect(junk.status == 400)
             #expect(String(buffer: junk.body).contains("not a container file"))
+        }
+    }
+
+    /// Reset empties one environment through the operations clients use: zones, records and
+    /// subscriptions go, a client's change feed shows the deletions, its database subscription's
+    /// push is queued, and the other environment is untouched.
+    @Test func resetEmptiesAnEnvironmentAndClientsSeeItGo() async throws {
+        try await ServerHarness().run { c in
+            #expect(try await c.post("private", "zones/modify", #"{"operations": [{"operationType": "create", "zone": {"zoneID": {"zoneName": "Notes"}}}]}"#, user: "_alice").status == 200)
+            #expect(try await c.post("private", "records/modify", #"{"zoneID": {"zoneName": "Notes"}, "operations": [{"operationType": "create", "record": {"recordName": "n1", "recordType": "Note"}}]}"#, user: "_alice").status == 200)
+            #expect(try await c.post("private", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "d1", "recordType": "Note"}}]}"#, user: "_alice").status == 200)
+            let publicRecords = (1...250).map { #"{"operationType": "create", "record": {"recordName": "p\#($0)", "recordType": "Item"}}"# }
+            for page in [publicRecords[..<200], publicRecords[200...]] {
+                #expect(try await c.post("public", "records/modify", #"{"operations": [\#(page.joined(separator: ","))]}"#, user: "_bob").status == 200)
+            }
+            #expect(try await c.post("private", "subscriptions/modify", #"{"operations": [{"operationType": "create", "subscription": {"subscriptionID": "db", "subscriptionType": "database", "notificationInfo": {"shouldSendContentAvailable": true}}}]}"#, user: "_alice").status == 200)
+            #expect(try await c.post("public", "subscriptions/modify", #"{"operations": [{"operationType": "create", "subscription": {"subscriptionID": "items", "subscriptionType": "query", "query": {"recordType": "Item"}, "firesOn": ["create"]}}]}"#, user: "_bob").status == 200)
+            let production = "/database/1/\(c.container)/production/public/records/modify"
+            #expect(try await c.send(.post, production, body: #"{"operations": [{"operationType": "create", "record": {"recordName": "kept", "recordType": "Item"}}]}"#, user: "_bob").status == 200)
+            let before = try await c.post("private", "changes/database", "{}", user: "_alice")
+            let token = try #require(before.json["syncToken"]?.stringValue)
+
+            let reset = try await Self.console(c, .post, "/console/api/reset", body: #"{"container": "\#(c.container)", "environment": "development", "confirm": "\#(c.container)"}"#)
+            #expect(reset.status == 200, "\(reset.text)")
+            #expect(reset.json["zones"] == .int(1))
+            #expect(reset.json["records"] == .int(251))
+            #expect(reset.json["subscriptions"] == .int(2))
+            #expect((reset.json["notifications"]?.doubleValue ?? 0) >= 1)
+
+            let items = try await Self.console(c, .post, "/console/api/query", body: #"{"container": "\#(c.container)", "type": "Item"}"#)
+            #expect(items.json["records"]?.elements.isEmpty == true)
+            let zones = try await c.get("private", "zones/list", user: "_alice")
+            #expect(zones.json["zones"]?.elements.map { $0["zoneID"]?["zoneName"] } == [.string("_defaultZone")])
+            let since = try await c.post("private", "changes/database", #"{"syncToken": "\#(token)"}"#, user: "_alice")
+            #expect(since.json["zones"]?.elements.contains { $0["zoneID"]?["zoneName"] == .string("Notes") && $0["deleted"] == .bool(true) } == true, "\(since.text)")
+            let subscriptions = try await c.get("private", "subscriptions/list", user: "_alice")
+            #expect(subscriptions.json["subscriptions"]?.elements.isEmpty == true)
+            let pushes = try await Self.console(c, .get, "/console/api/pushes")
+            #expect(pushes.json["entries"]?.elements.contains { $0["subscriptionID"] == .string("db") } == true)
+            // Production is another environment.
+            let kept = try await c.send(.post, "/database/1/\(c.container)/production/public/records/lookup", body: #"{"records": [{"recordName": "kept"}]}"#, user: "_bob")
+            #expect(kept.json["records"]?.elements.first?["recordType"] == .string("Item"), "\(kept.text)")
         }
     }
 

@@ -119,6 +119,38 @@ import Testing
         #expect((first.json["records"]?.elements.count ?? 0) + (rest.json["records"]?.elements.count ?? 0) == 6)
     }
 
+    /// With single-use web auth tokens, a token spent on one node is spent on every node (the
+    /// nodes share the ledger in PostgreSQL), and a request that failed on one gives it back.
+    @Test func aSingleUseTokenSpentOnOneNodeIsSpentOnEvery() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let url = try PostgresCluster.start().createDatabase()
+        let (nodeA, portA) = try Self.startNode(url, ["--single-use-web-auth-tokens"])
+        defer { Self.kill9(nodeA) }
+        let (nodeB, portB) = try Self.startNode(url, ["--single-use-web-auth-tokens"])
+        defer { Self.kill9(nodeB) }
+        let token = try await offThePool { try Self.token(url, user: "_k") }
+        let a = ServerClient(webAuthToken: { _ in token }, host: "127.0.0.1", port: portA)
+        let b = ServerClient(webAuthToken: { _ in token }, host: "127.0.0.1", port: portB)
+        let query = #"{"query": {"recordType": "Note"}}"#
+        // Refused on A (a body that is no JSON): the token is given back, not spent.
+        let failed = try await a.post("private", "records/query", "not json", user: "_k")
+        #expect(failed.status == 400)
+        // Spent on B, with the next token in the answer.
+        let spent = try await b.post("private", "records/query", query, user: "_k")
+        #expect(spent.status == 200, "\(spent.text)")
+        let next = try #require(spent.header("X-Apple-CloudKit-Web-Auth-Token"))
+        #expect(next != token)
+        // Spent for A too, and for B again.
+        for client in [a, b] {
+            let again = try await client.post("private", "records/query", query, user: "_k")
+            #expect(again.status == 401)
+            #expect(again.json["reason"]?.stringValue?.contains("already used") == true, "\(again.text)")
+        }
+        // The next token works once, on A.
+        let c = ServerClient(webAuthToken: { _ in next }, host: "127.0.0.1", port: portA)
+        #expect(try await c.post("private", "records/query", query, user: "_k").status == 200)
+    }
+
     /// A subscription saved through A fires for a modify through B, and the push B queued reaches a
     /// courier poll held on A (LISTEN/NOTIFY wakes it), once.
     @Test func aSubscriptionThroughOneNodeFiresForAModifyThroughAnother() async throws {

@@ -52,7 +52,10 @@ int kquery_start_writeback(int descriptor);
 /// Fixes the size from which the C heap (glibc) maps each block from the system and unmaps it when
 /// freed, instead of the threshold glibc moves as blocks come and go. A server passing megabyte
 /// buffers between threads otherwise has them mapped, faulted in and unmapped while the threshold
-/// is low, then left in per-thread heaps once it has risen. Returns whether it was set.
-int kquery_fix_mmap_threshold(size_t bytes);
+/// is low, then left in per-thread heaps once it has risen. Also fixes how much free memory the top
+/// of a heap keeps before it is given back (`trim_bytes`): with the mmap threshold fixed glibc leaves
+/// it at 128 KiB, so the pages of each freed megabyte went back to the system and were faulted in
+/// again for the next one. Returns whether both were set.
+int kquery_fix_heap_thresholds(size_t mmap_bytes, size_t trim_bytes);
 
 #endif

@@ -12,6 +12,9 @@ package protocol AssetReads {
     func assetChunk(_ owner: String, index: Int) throws(ContainerError) -> [UInt8]?
     /// Whether any blob is stored.
     func holdsAssetBlobs() throws(ContainerError) -> Bool
+    /// The blobs whose content hash sorts after `contentHash`, in that order, at most `limit`
+    /// (a copy of the container reads them a page at a time).
+    func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob]
 }
 
 /// The asset writes a storage write transaction offers.
@@ -80,6 +83,9 @@ extension MemoryTransaction {
     func assetBlob(_ contentHash: String) throws(ContainerError) -> AssetBlob? { state.assets.blobs[contentHash] }
     func assetChunk(_ owner: String, index: Int) throws(ContainerError) -> [UInt8]? { state.assets.chunks[owner]?[index] }
     func holdsAssetBlobs() throws(ContainerError) -> Bool { !state.assets.blobs.isEmpty }
+    func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob] {
+        Array(state.assets.blobs.values.filter { $0.contentHash > contentHash }.sorted { $0.contentHash < $1.contentHash }.prefix(limit))
+    }
 
     func saveAssetUpload(_ ticket: AssetUploadTicket) throws(ContainerError) {
         let assets = state.assets, old = assets.uploads[ticket.token]

@@ -161,19 +161,19 @@ public final class AssetUploadWriter: @unchecked Sendable {
         pending.removeAll(keepingCapacity: true)
     }
 
-    /// Hashes and writes the next chunk: the two hashes and the write run at once, on two
-    /// threads (hashing is a third of an upload's work), and the disk starts taking the chunk
-    /// without being waited for (`finish` then waits for the last chunks only).
+    /// Hashes and writes the next chunk: each hash and the write run at once, on three threads
+    /// (the two hashes together took longer than the write, so they set the pace), and the disk
+    /// starts taking the chunk without being waited for (`finish` then waits for the last chunks
+    /// only).
     private func write(_ chunk: [UInt8]) throws(ContainerError) {
         guard !chunk.isEmpty else { return }
         let index = chunks, owner = owner, container = container
         let failure = Mutex<ContainerError?>(nil)
-        DispatchQueue.concurrentPerform(iterations: 2) { part in
+        DispatchQueue.concurrentPerform(iterations: 3) { part in
             if part == 0 {
-                chunk.withUnsafeBytes { bytes in
-                    sha256.update(bufferPointer: bytes)
-                    sha1.update(bufferPointer: bytes)
-                }
+                chunk.withUnsafeBytes { sha256.update(bufferPointer: $0) }
+            } else if part == 1 {
+                chunk.withUnsafeBytes { sha1.update(bufferPointer: $0) }
             } else {
                 do throws(ContainerError) {
                     try container.write(durably: false) { _, tx throws(ContainerError) in try tx.saveAssetChunk(owner, index: index, bytes: chunk) }

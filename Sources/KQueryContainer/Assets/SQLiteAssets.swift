@@ -102,6 +102,13 @@ struct SQLiteAssets {
             """, arguments: [owner, owner, index]).map { [UInt8]($0) }
     }
 
+    func blobs(after contentHash: String, limit: Int) throws -> [AssetBlob] {
+        try Row.fetchAll(db, sql: """
+            SELECT contentHash, size, fileChecksum, contentType, released FROM asset_blobs WHERE contentHash > ? ORDER BY contentHash LIMIT ?
+            """, arguments: [contentHash, limit])
+            .map { AssetBlob(contentHash: $0[0], size: $0[1], fileChecksum: $0[2], contentType: $0[3], released: $0[4]) }
+    }
+
     func holdsBlobs() throws -> Bool {
         try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM asset_blobs)") ?? false
     }

@@ -61,6 +61,9 @@ extension CloudKitServer {
         console.post("api/import") { request, _ in
             await self.consoleAnswer { () async throws(ServerError) -> JSON in try await self.consoleImport(request) }
         }
+        console.post("api/reset") { request, _ in
+            await self.consoleAnswer { () async throws(ServerError) -> JSON in try await self.consoleReset(request) }
+        }
         console.get("api/schema") { request, _ in
             await self.consoleAnswer { () throws(ServerError) in try self.consoleSchema(request) }
         }
@@ -246,7 +249,7 @@ extension CloudKitServer {
     static let importLimit = 256 * 1024 * 1024
 
     /// `?container=C`: the container as a container file (every database, zone, record, change
-    /// history, subscription and pending push; not yet its assets), to download.
+    /// history, subscription, pending push and asset), to download.
     func consoleExport(_ request: Request) async -> Response {
         let identifier = request.uri.queryParameters.get("container") ?? ""
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-export-\(UUIDText.random()).container").path
@@ -280,6 +283,48 @@ extension CloudKitServer {
         }
         try await blockingWork.run { () throws(ServerError) in try self.containers.importContainer(identifier, from: file) }
         return .object([("container", .string(identifier))])
+    }
+
+    /// `{"container": C, "environment": E, "confirm": C}`: empties environment E of container C
+    /// (`Container.reset`): every custom zone, every default zone's records and every
+    /// subscription go, through the operations clients use, so the container stays served and
+    /// the deletions' pushes go out. `confirm` must repeat the container's identifier.
+    func consoleReset(_ request: Request) async throws(ServerError) -> JSON {
+        let buffer: ByteBuffer
+        do { buffer = try await request.body.collect(upTo: configuration.maximumBodySize) } catch {
+            throw ServerError.tooLarge(configuration.maximumBodySize)
+        }
+        let json = try Body(bytes: Array(buffer.readableBytesView)).json()
+        try DatabaseService.requireObject(json)
+        for name in ["container", "environment", "confirm"] {
+            guard let value = json[name], value.stringValue != nil else { throw ServerError.badRequest("a reset needs \"\(name)\", a string") }
+        }
+        let identifier = json["container"]?.stringValue ?? ""
+        guard json["confirm"]?.stringValue == identifier else {
+            throw ServerError.badRequest("\"confirm\" must repeat the container's identifier ('\(identifier)') to reset it")
+        }
+        guard let environment = ContainerEnvironment(name: json["environment"]?.stringValue ?? "") else {
+            throw ServerError.badRequest("\"environment\" must be development or production")
+        }
+        let container = try containers.container(identifier)
+        let reset = try await blockingWork.run { () throws(ServerError) -> EnvironmentReset in
+            do throws(ContainerError) { return try container.reset(environment) } catch { throw ServerError(error) }
+        }
+        if let console {
+            for (database, change) in reset.changes {
+                _ = console.changes.append(ConsoleChange(containerIdentifier: identifier, database: database, device: nil, change: change))
+            }
+        }
+        journal(queued: reset.notifications, containerIdentifier: identifier)
+        if !reset.notifications.isEmpty {
+            Task { await courier.pushesQueued() }
+            apns?.pushesQueued()
+        }
+        return .object([
+            ("container", .string(identifier)), ("environment", .string(environment.name)), ("databases", .int(Int64(reset.databases))),
+            ("zones", .int(Int64(reset.zones))), ("records", .int(Int64(reset.records))),
+            ("subscriptions", .int(Int64(reset.subscriptions))), ("notifications", .int(Int64(reset.notifications.count))),
+        ])
     }
 
     /// Removes a container file and its SQLite companions.

@@ -1,6 +1,8 @@
 // Records: a query in KQuery's predicate language over any container, environment, database,
-// user and zone; the result's records; a record's JSON, edited and saved through records/modify.
+// user and zone, typed or built with filters; the result's records; a record's JSON, edited and
+// saved through records/modify.
 import { api, webServices, h, setStatus, keyboardRows } from './api.js';
+import { operators, predicate } from './filters.js';
 
 const fields = ['container', 'environment', 'database', 'user', 'zone', 'type', 'q', 'sort'];
 
@@ -27,10 +29,41 @@ export function records(main, params) {
     h('button', { type: 'button', onclick: () => edit(null) }, 'New record'),
     h('datalist', { id: 'containers' }), h('datalist', { id: 'users' }));
   const error = h('pre', { class: 'error', id: 'predicate-error' });
+  // Filters write the predicate box; "Apply" runs it.
+  const filterRows = h('div', { id: 'filter-rows' });
+  const filterError = h('pre', { class: 'error', id: 'filter-error' });
+  const filters = h('details', { id: 'filters' },
+    h('summary', {}, 'Build the predicate with filters'),
+    filterRows,
+    h('div', { class: 'actions' },
+      h('button', { type: 'button', id: 'add-filter', onclick: () => addFilter() }, '+ Filter'),
+      h('button', { type: 'button', class: 'primary', id: 'apply-filters', onclick: applyFilters }, 'Apply')),
+    filterError, h('datalist', { id: 'fields-seen' }));
+  function addFilter() {
+    const row = h('div', { class: 'bar filter' },
+      h('input', { name: 'field', list: 'fields-seen', size: 14, placeholder: 'field', 'aria-label': 'field' }),
+      h('select', { name: 'operator', 'aria-label': 'operator' }, operators.map((o, i) => h('option', { value: i }, o.label))),
+      h('input', { name: 'value', size: 24, placeholder: 'value', 'aria-label': 'value', class: 'code' }),
+      h('select', { name: 'kind', 'aria-label': 'value type' }, ['auto', 'text', 'number', 'date'].map((k) => h('option', { value: k }, k))),
+      h('button', { type: 'button', title: 'remove', onclick: () => row.remove() }, '×'));
+    filterRows.append(row);
+    row.querySelector('input').focus();
+  }
+  function applyFilters() {
+    filterError.textContent = '';
+    try {
+      const rows = [...filterRows.querySelectorAll('.filter')].map((r) => ({
+        field: r.querySelector('[name=field]').value, operator: Number(r.querySelector('[name=operator]').value),
+        value: r.querySelector('[name=value]').value, kind: r.querySelector('[name=kind]').value,
+      }));
+      form.elements.q.value = predicate(rows);
+      form.requestSubmit();
+    } catch (e) { filterError.textContent = e.message; }
+  }
   const table = h('table', { id: 'records' });
   const pager = h('div', { class: 'actions' });
   const detail = h('div', { class: 'panel', id: 'record-panel' }, h('div', { class: 'empty' }, 'Select a record to see its JSON.'));
-  main.append(form, error, h('div', { class: 'split' }, h('div', {}, h('div', { class: 'scroll' }, table), pager), detail));
+  main.append(form, filters, error, h('div', { class: 'split' }, h('div', {}, h('div', { class: 'scroll' }, table), pager), detail));
 
   api('overview').then((overview) => {
     document.getElementById('containers').replaceChildren(...overview.containers.map((c) => h('option', { value: c })));
@@ -86,7 +119,9 @@ export function records(main, params) {
   }
 
   function show(list) {
-    const names = [...new Set(list.flatMap((r) => Object.keys(r.fields || {})))].slice(0, 7);
+    const all = [...new Set(list.flatMap((r) => Object.keys(r.fields || {})))];
+    document.getElementById('fields-seen').replaceChildren(...all.map((n) => h('option', { value: n })));
+    const names = all.slice(0, 7);
     const head = h('tr', {}, h('th', {}, 'recordName'), names.map((n) => h('th', {}, n)), h('th', {}, 'modified'));
     const rows = list.map((record) => {
       const row = h('tr', { tabindex: 0, onclick: () => { select(row, record); } },
@@ -104,6 +139,7 @@ export function records(main, params) {
     if (!field) return '';
     const v = field.value;
     if (field.type === 'TIMESTAMP') return new Date(v).toISOString();
+    if (field.type === 'ASSETID' && v && typeof v === 'object') return `asset, ${v.size} bytes`;
     if (v && typeof v === 'object') return JSON.stringify(v);
     return String(v);
   }
@@ -130,7 +166,7 @@ export function records(main, params) {
         h('button', { class: 'primary', id: 'save-record', onclick: save }, record ? 'Save' : 'Create'),
         record ? h('button', { class: 'danger', onclick: remove }, 'Delete') : null),
       message, text,
-      assets.map(([name, f]) => h('div', {}, h('a', { href: f.value.downloadURL, target: '_blank' }, `${name}: download`),
+      ...assets.map(([name, f]) => h('div', {}, h('a', { href: f.value.downloadURL, target: '_blank' }, `${name}: download`),
         h('img', { src: f.value.downloadURL, alt: name, style: 'max-width:100%;max-height:160px;display:block', onerror: (e) => e.target.remove() }))));
 
     async function save() {

@@ -1,6 +1,7 @@
 // Schema, zones and data: the schema records must fit (enforced or learned) with the queries
 // refused for want of an index; a database's zones with their current change tokens, and a replay
-// of a zone's changes since a pasted token; export of a container to a file, import of one.
+// of a zone's changes since a pasted token; export of a container to a file, import of one, and
+// reset of an environment (after typing the container's name).
 import { api, h, setStatus, databaseContext, databaseForm } from './api.js';
 
 const refusedForIndex = /QUERYABLE|SORTABLE|SEARCHABLE|index/i;
@@ -19,6 +20,9 @@ export function zones(main, params) {
   const replayNext = h('div', { class: 'muted code', id: 'replay-next' });
   const importName = h('input', { id: 'import-name', size: 20, placeholder: 'iCloud.com.example.copy' });
   const dataMessage = h('div', { class: 'muted', id: 'data-message' });
+  const resetConfirm = h('input', { id: 'reset-confirm', size: 24, placeholder: 'container identifier', autocomplete: 'off' });
+  const resetButton = h('button', { type: 'submit', class: 'danger', id: 'reset-button', disabled: '' }, 'Reset');
+  resetConfirm.addEventListener('input', () => { resetButton.disabled = resetConfirm.value.trim() !== form.elements.container.value.trim(); });
   main.append(form,
     h('div', { class: 'split even' },
       h('div', {},
@@ -38,6 +42,11 @@ export function zones(main, params) {
           h('button', { type: 'button', id: 'export', onclick: exportContainer }, 'Export container'),
           h('label', { class: 'inline' }, 'Import as new container ', importName),
           h('input', { type: 'file', id: 'import-file', 'aria-label': 'container file', onchange: importContainer })),
+        h('details', { id: 'reset' },
+          h('summary', {}, 'Reset an environment…'),
+          h('p', { class: 'muted' }, 'Deletes every zone, record and subscription of the environment chosen above, as clients\' deletions do: ',
+            'their change feeds show it and their pushes go out. Type the container\'s identifier to confirm.'),
+          h('form', { class: 'bar', onsubmit: resetEnvironment }, resetConfirm, resetButton)),
         dataMessage,
         h('h2', {}, 'Schema ', schemaSource), schema,
         h('h2', {}, 'Queries refused for want of an index'),
@@ -87,6 +96,20 @@ export function zones(main, params) {
     const answer = await response.json();
     dataMessage.textContent = response.ok ? `imported into ${answer.container}` : answer.reason;
     event.target.value = '';
+  }
+
+  async function resetEnvironment(event) {
+    event.preventDefault();
+    const container = form.elements.container.value.trim();
+    const environment = form.elements.environment.value.trim() || 'development';
+    try {
+      const answer = await api('reset', { container, environment, confirm: resetConfirm.value.trim() });
+      dataMessage.textContent = `reset ${environment} of ${container}: ${answer.zones} zones, ${answer.records} records, `
+        + `${answer.subscriptions} subscriptions deleted in ${answer.databases} databases; ${answer.notifications} pushes queued`;
+      resetConfirm.value = '';
+      resetButton.disabled = true;
+      form.requestSubmit();
+    } catch (e) { dataMessage.textContent = e.message; }
   }
 
   async function replay(event) {
