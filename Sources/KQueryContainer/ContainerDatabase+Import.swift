@@ -23,7 +23,14 @@ extension ContainerDatabase {
 
     /// How many records of each type the database holds, by type name.
     public func recordCounts() throws(ContainerError) -> [String: Int] {
-        try container.withQueryStore(key) { store throws(ContainerError) in
+        if container.storage.runsQueries {
+            let key = key
+            return try container.storage.read { tx throws(ContainerError) in
+                guard let database = try tx.database(key) else { return [:] }
+                return try tx.recordCounts(in: database) ?? [:]
+            }
+        }
+        return try container.withQueryStore(key) { store throws(ContainerError) in
             Dictionary(uniqueKeysWithValues: store.recordTypeNames.map { ($0, store.records(ofType: $0).count) })
         }
     }

@@ -174,6 +174,15 @@ public struct ContainerDatabase: Sendable {
             throw ContainerError(.zoneNotFound, "zone '\(zoneID.zoneName)' does not exist")
         }
         let canonicalQuery = query
+        if container.storage.runsQueries {
+            // In the storage (PostgreSQL): nothing of the database is kept in memory.
+            if let cursor, !canonicalQuery.accepts(cursor) { throw ContainerError(.badRequest, "the cursor belongs to a different query") }
+            let key = key
+            return try container.storage.read { tx throws(ContainerError) in
+                guard let database = try tx.database(key) else { return QueryResult(records: [], cursor: nil) }
+                return try tx.query(canonicalQuery, cursor: cursor, in: database, now: now) ?? QueryResult(records: [], cursor: nil)
+            }
+        }
         return try container.withQueryStore(key) { store throws(ContainerError) in
             do throws(DatabaseError) {
                 return try store.perform(canonicalQuery, cursor: cursor, now: now)

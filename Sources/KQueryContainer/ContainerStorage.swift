@@ -28,6 +28,9 @@ package protocol ContainerStorage: Sendable {
     /// Whether other processes write the same data (PostgreSQL under several `kquery serve`
     /// nodes): the container then keeps nothing in memory that their writes could make stale.
     var isShared: Bool { get }
+    /// Whether queries run in the storage itself (`StorageTransaction.query`: PostgreSQL, as SQL)
+    /// rather than on an in-memory copy of each database's records.
+    var runsQueries: Bool { get }
     /// Brings the planner's statistics up to date after a bulk load (`kquery migrate`): a
     /// database planning from none can pick the wrong index for a point lookup.
     func refreshStatistics() throws(ContainerError)
@@ -54,6 +57,9 @@ extension ContainerStorage {
 
     /// A file or memory is written by this process alone.
     package var isShared: Bool { false }
+
+    /// A file or memory is queried in memory.
+    package var runsQueries: Bool { false }
 
     /// SQLite's queries are planned by the engine's own planner: nothing to refresh.
     func refreshStatistics() throws(ContainerError) {}
@@ -128,6 +134,18 @@ package protocol StorageTransaction: AssetReads {
     /// not acknowledged there; on `.all`: still queued).
     /// With `recipient`, only the notifications for that user in that environment.
     func pendingNotifications(for channels: DeliveryChannel, recipient: OutboxRecipient?, limit: Int) throws(ContainerError) -> [OutboxNotification]
+    /// One page of `query` run by the storage itself, as the in-memory store answers it (same
+    /// records, order and cursors); nil when the storage does not run queries (`runsQueries`).
+    func query(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> QueryResult?
+    /// How many records of each type the database holds, counted by the storage; nil when the
+    /// storage does not run queries.
+    func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]?
+}
+
+extension StorageTransaction {
+    package func query(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> QueryResult? { nil }
+
+    package func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]? { nil }
 }
 
 /// The writes a request makes, inside one transaction.

@@ -70,6 +70,9 @@ package final class PostgresContainerStorage: ContainerStorage {
     /// Other nodes write the same container.
     package var isShared: Bool { true }
 
+    /// Queries run as SQL (`PostgresTransaction.query`): a node keeps no database in memory.
+    package var runsQueries: Bool { true }
+
     /// Commits are durable when they return.
     package func waitUntilDurable() throws(ContainerError) {}
 

@@ -165,7 +165,30 @@ enum PostgresSchema {
             "CREATE TABLE spent_web_auth_tokens (token_key text PRIMARY KEY, expires bigint NOT NULL)",
             "CREATE INDEX spent_web_auth_tokens_by_expiry ON spent_web_auth_tokens (expires)",
         ],
+        [
+            // Version 5: the values queries filter and sort on (`PostgresRecordValues`), one row per
+            // record field; the rows of the records already stored are written by `backfill`.
+            """
+            CREATE TABLE record_values (
+                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
+                record_type text NOT NULL, field text NOT NULL, sort_key text COLLATE "C", members text[],
+                PRIMARY KEY (database_id, zone_name, owner_name, record_name, field))
+            """,
+            // Equality, ranges, prefixes and sorts on one field of one record type, ties in record ID order.
+            """
+            CREATE INDEX record_values_by_key ON record_values
+                (database_id, record_type, field, sort_key, record_name COLLATE "C", zone_name COLLATE "C", owner_name COLLATE "C")
+            """,
+            // List membership (CONTAINS, IN a list field) and full-text tokens.
+            "CREATE INDEX record_values_members ON record_values USING gin (members)",
+        ],
     ]
+
+    /// Work a migration step does beyond its statements, in its transaction, after them: the step
+    /// that creates `record_values` writes the rows of the records already stored.
+    static func afterStep(_ step: Int, _ session: PostgresSession) throws(ContainerError) {
+        if migrations[step].contains(where: { $0.contains("CREATE TABLE record_values") }) { try PostgresRecordValues.backfill(session) }
+    }
 
     /// Brings the database's tables to `version`, creating them in an empty database.
     static func migrate(_ session: PostgresSession) throws(ContainerError) {
@@ -186,6 +209,7 @@ enum PostgresSchema {
                 try session.run("BEGIN")
                 do throws(ContainerError) {
                     for statement in migrations[step] { try session.run(PostgresQuery(unsafeSQL: statement)) }
+                    try afterStep(step, session)
                     try session.run("UPDATE kquery_schema SET version = \(Int64(step + 1))")
                     try session.run("COMMIT")
                 } catch {

@@ -13,7 +13,7 @@ struct PostgresTransaction: StorageWriteTransaction {
     var name: String { session.name }
 
     /// Decodes a stored record. `names` carries the field keys of the record decoded before.
-    private func decode(_ body: ByteBuffer, _ recordName: String, names: inout RecordCoding.FieldNames) throws(ContainerError) -> Record {
+    func decode(_ body: ByteBuffer, _ recordName: String, names: inout RecordCoding.FieldNames) throws(ContainerError) -> Record {
         do {
             return try body.withUnsafeReadableBytes { bytes throws(RecordDecodingError) in try RecordCoding.decode(bytes, names: &names) }
         } catch {
@@ -236,7 +236,8 @@ struct PostgresTransaction: StorageWriteTransaction {
         bindings.append(sequence)
         try session.run(PostgresQuery(unsafeSQL: """
             WITH r AS (DELETE FROM records WHERE \(place)), t AS (DELETE FROM record_tombstones WHERE \(place)),
-                 x AS (DELETE FROM record_references WHERE \(place)), z AS (DELETE FROM zones WHERE \(place))
+                 x AS (DELETE FROM record_references WHERE \(place)), z AS (DELETE FROM zones WHERE \(place)),
+                 v AS (DELETE FROM record_values WHERE \(place))
             INSERT INTO zone_tombstones (database_id, zone_name, owner_name, deleted_sequence) VALUES ($1, $2, $3, $4)
             ON CONFLICT (database_id, zone_name, owner_name) DO UPDATE SET deleted_sequence = EXCLUDED.deleted_sequence
             """, binds: bindings))
@@ -256,6 +257,7 @@ struct PostgresTransaction: StorageWriteTransaction {
             ON CONFLICT (database_id, zone_name, owner_name, record_name)
             DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
             """)
+        try PostgresRecordValues.save(record, databaseID: database.id, session)
         let references = record.trackedReferences
         guard !references.isEmpty else { return }
         try session.run("""
@@ -276,6 +278,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         }
         var last: [RecordID: Int] = [:]
         for (index, entry) in records.enumerated() { last[entry.record.recordID] = index }
+        var valueRecords: [Int64] = [], valueFields: [String] = [], valueKeys: [String] = [], valueMembers: [String] = []
         var zones: [String] = [], owners: [String] = [], names: [String] = [], types: [String] = [], sequences: [Int64] = [], bodies: [ByteBuffer] = []
         var referenceZones: [String] = [], referenceOwners: [String] = [], targets: [String] = [], actions: [String] = [], sources: [String] = []
         for (index, (record, sequence)) in records.enumerated() where last[record.recordID] == index {
@@ -286,6 +289,11 @@ struct PostgresTransaction: StorageWriteTransaction {
             types.append(record.recordType)
             sequences.append(sequence)
             bodies.append(ByteBuffer(bytes: RecordCoding.encode(record)))
+            let (fields, keys, members) = PostgresRecordValues.rows(of: record)
+            valueRecords.append(contentsOf: repeatElement(Int64(zones.count), count: fields.count))
+            valueFields += fields
+            valueKeys += keys
+            valueMembers += members
             for reference in record.trackedReferences {
                 referenceZones.append(id.zoneID.zoneName)
                 referenceOwners.append(id.zoneID.ownerName)
@@ -300,11 +308,20 @@ struct PostgresTransaction: StorageWriteTransaction {
                  t AS (DELETE FROM record_tombstones d USING input i WHERE d.database_id = \(database.id) AND d.zone_name = i.zone_name
                        AND d.owner_name = i.owner_name AND d.record_name = i.record_name),
                  x AS (DELETE FROM record_references d USING input i WHERE d.database_id = \(database.id) AND d.zone_name = i.zone_name
-                       AND d.owner_name = i.owner_name AND d.source_name = i.record_name)
+                       AND d.owner_name = i.owner_name AND d.source_name = i.record_name),
+                 v AS (DELETE FROM record_values d USING input i WHERE d.database_id = \(database.id) AND d.zone_name = i.zone_name
+                       AND d.owner_name = i.owner_name AND d.record_name = i.record_name)
             INSERT INTO records (database_id, zone_name, owner_name, record_name, record_type, change_sequence, body)
             SELECT \(database.id), zone_name, owner_name, record_name, record_type, change_sequence, body FROM input
             ON CONFLICT (database_id, zone_name, owner_name, record_name)
             DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
+            """)
+        // The query values (`PostgresRecordValues`), each row naming its record by position.
+        try session.run("""
+            INSERT INTO record_values (database_id, zone_name, owner_name, record_name, record_type, field, sort_key, members)
+            SELECT \(database.id), (\(zones)::text[])[i], (\(owners)::text[])[i], (\(names)::text[])[i], (\(types)::text[])[i],
+                   f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
+            FROM unnest(\(valueRecords)::bigint[], \(valueFields)::text[], \(valueKeys)::text[], \(valueMembers)::text[]) AS v (i, f, k, m)
             """)
         guard !sources.isEmpty else { return }
         try session.run("""
@@ -322,7 +339,9 @@ struct PostgresTransaction: StorageWriteTransaction {
             WITH r AS (DELETE FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
                        AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)),
                  x AS (DELETE FROM record_references WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
-                       AND owner_name = \(id.zoneID.ownerName) AND source_name = \(id.recordName))
+                       AND owner_name = \(id.zoneID.ownerName) AND source_name = \(id.recordName)),
+                 v AS (DELETE FROM record_values WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+                       AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName))
             INSERT INTO record_tombstones (database_id, zone_name, owner_name, record_name, record_type, deleted_sequence)
             VALUES (\(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), \(id.recordName), \(record.recordType), \(sequence))
             ON CONFLICT (database_id, zone_name, owner_name, record_name)

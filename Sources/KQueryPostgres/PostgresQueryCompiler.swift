@@ -1,0 +1,222 @@
+import KQuery
+import PostgresNIO
+
+/// Compiles a query's predicate, sort and position into SQL over `records` (alias `r`) and
+/// `record_values` (`PostgresRecordValues`), every value a bound parameter.
+///
+/// The filter is conservative: it keeps every record the predicate matches (often exactly those),
+/// and the executor evaluates the predicate itself on each row it returns, so results are the
+/// evaluator's whatever the SQL cannot say (NOT, case- and diacritic-insensitive comparisons,
+/// LIKE, MATCHES, distances). Field sorts are exact in SQL: `sort_key` orders as `SortOrder`.
+struct PostgresQueryCompiler {
+    private(set) var bindings = PostgresBindings()
+    private var count = 0
+    /// `$1`: the database's ID; `$2`: the record type.
+    let database = "$1"
+    let recordType = "$2"
+
+    init(databaseID: Int64, recordType: String) {
+        _ = bind(databaseID)
+        _ = bind(recordType)
+    }
+
+    mutating func bind<Value: PostgresNonThrowingEncodable>(_ value: Value) -> String {
+        bindings.append(value)
+        count += 1
+        return "$\(count)"
+    }
+
+    // MARK: Filter
+
+    /// A test on the record's row for `field` in `record_values` (`v`): true when one exists
+    /// and `test` holds on it.
+    mutating func row(_ field: FieldReference, _ test: String = "TRUE") -> String {
+        let name = bind(PostgresRecordValues.name(of: field))
+        return row(named: name, test)
+    }
+
+    mutating func row(named name: String, _ test: String) -> String {
+        """
+        EXISTS (SELECT 1 FROM record_values v WHERE v.database_id = \(database) AND v.record_type = \(recordType) \
+        AND v.field = \(name) AND v.zone_name = r.zone_name AND v.owner_name = r.owner_name AND v.record_name = r.record_name AND \(test))
+        """
+    }
+
+    /// A condition true on every record `condition` matches.
+    mutating func filter(_ condition: Condition, now: Int64) -> String {
+        switch condition {
+        case .constant(let value):
+            return value ? "TRUE" : "FALSE"
+        case .and(let conditions):
+            let parts = conditions.map { filter($0, now: now) }.filter { $0 != "TRUE" }
+            return parts.isEmpty ? "TRUE" : "(" + parts.joined(separator: " AND ") + ")"
+        case .or(let conditions):
+            let parts = conditions.map { filter($0, now: now) }
+            if parts.isEmpty { return "FALSE" }
+            if parts.contains("TRUE") { return "TRUE" }
+            return "(" + parts.joined(separator: " OR ") + ")"
+        case .not:
+            // NOT of a superset is no superset: the evaluator decides.
+            return "TRUE"
+        case .field(let field, .isNil):
+            return "NOT " + row(field)
+        case .field(let field, let test):
+            guard let inner = valueTest(test, now: now) else { return row(field) }
+            return inner == "FALSE" ? "FALSE" : row(field, inner)
+        case .tokens(let match, let text):
+            let tokens = Tokenizer.tokens(of: text)
+            if tokens.isEmpty { return "FALSE" }
+            let keys = bind(Array(Set(tokens)).sorted().map { PostgresValueKey.hex(Array($0.utf8)) })
+            let name = bind(PostgresRecordValues.tokensField)
+            return row(named: name, "v.members \(match == .all ? "@>" : "&&") \(keys)::text[]")
+        case .distance(let field, let center, let relation, let kilometres)
+            where (relation == .lessThan || relation == .lessThanOrEqual) && kilometres.isFinite && center.latitude.isFinite:
+            // Within `kilometres` of the centre is within a band of latitudes: no geodesic between
+            // two parallels is shorter than the meridian arc between them, at least 110.57 km a
+            // degree on WGS84 (110 here, to spare rounding). Locations' keys lead with latitude.
+            let degrees = max(kilometres, 0) / 110 + 1e-9
+            let lower = PostgresValueKey.locationPrefix(latitude: center.latitude - degrees)
+            let upper = PostgresValueKey.successor(ofPrefix: PostgresValueKey.locationPrefix(latitude: center.latitude + degrees))
+                ?? PostgresValueKey.upper(.location)
+            return row(field, "v.sort_key >= \(bind(PostgresValueKey.hex(lower))) AND v.sort_key < \(bind(upper))")
+        case .distance(let field, _, _, _):
+            return row(field, keyIn(.location))
+        }
+    }
+
+    private mutating func keyIn(_ tag: PostgresValueKey.Tag) -> String {
+        "v.sort_key >= \(bind(PostgresValueKey.lower(tag))) AND v.sort_key < \(bind(PostgresValueKey.upper(tag)))"
+    }
+
+    /// A test on a present value's row (`v`) true whenever `test` is; nil when only the row's
+    /// presence can be asked.
+    private mutating func valueTest(_ test: FieldTest, now: Int64) -> String? {
+        switch test {
+        case .isNil: return "FALSE"
+        case .isNotNil: return nil
+        case .compare(let relation, let operand, let options):
+            guard options.isEmpty else { return nil }
+            return compare(relation, operand, now: now)
+        case .between(let lower, let upper):
+            let parts = [compare(.greaterThanOrEqual, lower, now: now), compare(.lessThanOrEqual, upper, now: now)].compactMap { $0 }
+            if parts.contains("FALSE") { return "FALSE" }
+            return parts.isEmpty ? nil : parts.joined(separator: " AND ")
+        case .oneOf(let operands, let options):
+            guard options.isEmpty else { return nil }
+            var keys: [String] = []
+            for operand in operands {
+                let value = constant(operand, now: now)
+                if case .list = value { return nil }
+                // A NaN equals nothing.
+                if let key = PostgresValueKey.key(value) { keys.append(key) }
+            }
+            return keys.isEmpty ? "FALSE" : "v.sort_key = ANY(\(bind(keys))::text[])"
+        case .string(.beginsWith, let prefix, let options):
+            guard options.isEmpty else { return nil }
+            let bytes = [PostgresValueKey.Tag.string.rawValue] + Array(prefix.utf8)
+            guard let end = PostgresValueKey.successor(ofPrefix: bytes) else { return nil }
+            return "v.sort_key >= \(bind(PostgresValueKey.hex(bytes))) AND v.sort_key < \(bind(end))"
+        case .string:
+            return keyIn(.string)
+        case .members(.any, .compare(.equal, let operand, let options)) where options.isEmpty:
+            let value = constant(operand, now: now)
+            guard let key = PostgresValueKey.key(value) else { return "FALSE" }
+            return "v.members @> \(bind([key]))::text[]"
+        case .members:
+            return "v.members IS NOT NULL"
+        case .containsAll(let operands):
+            var keys: [String] = []
+            for operand in operands {
+                guard let key = PostgresValueKey.key(constant(operand, now: now)) else { return "FALSE" }
+                keys.append(key)
+            }
+            return "v.members @> \(bind(keys))::text[]"
+        case .contains(let operand, let options):
+            guard options.isEmpty else { return nil }
+            let value = constant(operand, now: now)
+            let member = PostgresValueKey.key(value).map { key in "v.members @> \(bind([key]))::text[]" } ?? "FALSE"
+            // A string holds a substring: any string may.
+            if case .string = value { return "(\(member) OR (\(keyIn(.string))))" }
+            return member
+        }
+    }
+
+    private func constant(_ operand: Operand, now: Int64) -> FieldValue {
+        switch operand {
+        case .value(let value): value
+        case .now: .timestamp(now)
+        }
+    }
+
+    /// `relation` against a constant, on the row's key: exact for numbers, timestamps and plain
+    /// strings (the key orders as `ValueOrder`), equality for the kinds that only have it.
+    private mutating func compare(_ relation: Relation, _ operand: Operand, now: Int64) -> String? {
+        let value = constant(operand, now: now)
+        if case .list = value { return nil }
+        guard let key = PostgresValueKey.key(value) else { return "FALSE" }
+        guard let tag = PostgresValueKey.orderedTag(value) else {
+            return relation == .equal ? "v.sort_key = \(bind(key))" : nil
+        }
+        let op = switch relation {
+        case .equal: "="
+        case .notEqual: "<>"
+        case .lessThan: "<"
+        case .lessThanOrEqual: "<="
+        case .greaterThan: ">"
+        case .greaterThanOrEqual: ">="
+        }
+        if relation == .equal { return "v.sort_key = \(bind(key))" }
+        return "\(keyIn(tag)) AND v.sort_key \(op) \(bind(key))"
+    }
+
+    // MARK: Order
+
+    /// The sort key columns of the field descriptors (`k0`, `k1`, ...), joined to `r`.
+    /// With `firstKeyed`, the first is an inner join on the rows of the record type (the records
+    /// with a value for it, read in the sort index's order).
+    mutating func sortJoins(_ fields: [FieldReference], firstKeyed: Bool) -> String {
+        fields.enumerated().map { index, field in
+            let name = bind(PostgresRecordValues.name(of: field))
+            let keyed = firstKeyed && index == 0
+            return """
+                \(keyed ? "JOIN" : "LEFT JOIN") record_values k\(index) ON k\(index).database_id = \(database) \
+                \(keyed ? "AND k0.record_type = \(recordType) " : "")AND k\(index).zone_name = r.zone_name \
+                AND k\(index).owner_name = r.owner_name AND k\(index).record_name = r.record_name AND k\(index).field = \(name)
+                """
+        }.joined(separator: " ")
+    }
+
+    /// ORDER BY for the descriptors' keys (missing values last either way), then the record ID as
+    /// `RecordID` orders (name bytes, zone name, owner name).
+    /// `keyed`: the first key is never NULL and the names are read from `k0` (the sort index's
+    /// columns, so PostgreSQL can read it in order).
+    static func orderBy(_ ascending: [Bool], keyed: Bool = false) -> String {
+        let keys = ascending.enumerated().map { index, up in
+            keyed && index == 0 ? "k0.sort_key \(up ? "ASC" : "DESC")" : "k\(index).sort_key \(up ? "ASC" : "DESC") NULLS LAST"
+        }
+        let table = keyed ? "k0" : "r"
+        return (keys + [#"\#(table).record_name COLLATE "C""#, #"\#(table).zone_name COLLATE "C""#, #"\#(table).owner_name COLLATE "C""#])
+            .joined(separator: ", ")
+    }
+
+    /// Rows strictly after `position` in that order.
+    mutating func after(keys: [String?], ascending: [Bool], id: RecordID) -> String {
+        let name = bind(id.recordName)
+        let zone = bind(id.zoneID.zoneName)
+        let owner = bind(id.zoneID.ownerName)
+        var test = """
+            (r.record_name COLLATE "C" > \(name) OR (r.record_name = \(name) AND (r.zone_name COLLATE "C" > \(zone) \
+            OR (r.zone_name = \(zone) AND r.owner_name COLLATE "C" > \(owner)))))
+            """
+        for index in keys.indices.reversed() {
+            let column = "k\(index).sort_key"
+            if let key = keys[index] {
+                let value = bind(key)
+                test = "(\(column) \(ascending[index] ? ">" : "<") \(value) OR \(column) IS NULL OR (\(column) = \(value) AND \(test)))"
+            } else {
+                test = "(\(column) IS NULL AND \(test))"
+            }
+        }
+        return test
+    }
+}

@@ -1,0 +1,272 @@
+import Foundation
+import KQuery
+import KQueryContainer
+import KQueryPostgres
+import KQueryStore
+import KQueryTestSupport
+import PropertyBased
+import Testing
+
+/// Queries on PostgreSQL run as SQL (`PostgresQueryCompiler`) and must answer exactly as the
+/// in-memory store does: same records, same order, same cursors, on the edge values of
+/// research/scale-out.md §4 (int64 extremes, doubles near them, NaN, -0.0, empty and non-NFC
+/// strings, empty lists, missing fields, locations at the poles and the antimeridian).
+@Suite struct PostgresQueryTests {
+    // MARK: Keys
+
+    static let edgeValues: [FieldValue] = [
+        .int64(.min), .int64(.min + 1), .int64(-1), .int64(0), .int64(1), .int64(9_007_199_254_740_993), .int64(.max - 1), .int64(.max),
+        .double(-.infinity), .double(-9_223_372_036_854_775_808.0), .double(-1.5), .double(-0.0), .double(0.0), .double(0.5), .double(1),
+        .double(9_007_199_254_740_992), .double(9_223_372_036_854_775_808.0), .double(.infinity), .double(.nan),
+        .double(.greatestFiniteMagnitude), .double(.leastNonzeroMagnitude),
+        .timestamp(.min), .timestamp(-1), .timestamp(0), .timestamp(1_700_000_000_000), .timestamp(.max),
+        .string(""), .string("a"), .string("a\u{0}"), .string("ab"), .string("B"), .string("\u{E9}"), .string("e\u{301}"), .string("\u{10FFFF}"),
+        .reference(Reference(recordID: RecordID(recordName: "a"))), .reference(Reference(recordID: RecordID(recordName: "a\u{0}b"))),
+        .reference(Reference(recordID: RecordID(recordName: "a", zoneID: ZoneID(zoneName: "z", ownerName: "o")))),
+        .reference(Reference(recordID: RecordID(recordName: "ab"))),
+        .bytes([]), .bytes([0]), .bytes([0, 1]), .bytes([255]),
+        .assetID(""), .assetID("x"),
+        .location(Location(latitude: -90, longitude: 0)), .location(Location(latitude: 0, longitude: -180)),
+        .location(Location(latitude: -0.0, longitude: 180)), .location(Location(latitude: 90, longitude: 0)),
+        .list(.int64, []), .list(.int64, [.int64(1)]),
+    ]
+
+    /// The keys order as `SortOrder` does, and are equal exactly when it calls values equal.
+    @Test func keysOrderAsTheSortOrder() {
+        for a in Self.edgeValues {
+            for b in Self.edgeValues {
+                let (keyA, keyB) = (PostgresValueKey.bytes(a), PostgresValueKey.bytes(b))
+                let sortA = KQuery.SortDescriptor("f").sortValue { _ in a }
+                #expect((keyA == nil) == (sortA == nil), "\(a)")
+                guard let keyA, let keyB else { continue }
+                let keys = keyA.lexicographicallyPrecedes(keyB) ? -1 : (keyA == keyB ? 0 : 1)
+                #expect(keys == SortOrder.compare(a, b), "\(a) against \(b)")
+                let hexOrder = PostgresValueKey.hex(keyA).utf8.lexicographicallyPrecedes(PostgresValueKey.hex(keyB).utf8)
+                #expect(hexOrder == (keys < 0), "hex of \(a) against \(b)")
+            }
+        }
+    }
+
+    @Test func randomNumbersOrderExactly() async {
+        await propertyCheck(count: 2000, input: Gen.uint64()) { seed in
+            var rng = SplitMix(seed: seed)
+            let a = Self.randomNumber(&rng)
+            let b = Self.randomNumber(&rng)
+            guard let keyA = PostgresValueKey.bytes(a), let keyB = PostgresValueKey.bytes(b) else { return }
+            let keys = keyA.lexicographicallyPrecedes(keyB) ? -1 : (keyA == keyB ? 0 : 1)
+            #expect(keys == SortOrder.compare(a, b), "\(a) against \(b)")
+        }
+    }
+
+    static func randomNumber(_ rng: inout SplitMix) -> FieldValue {
+        let bases: [Int64] = [.min, -9_007_199_254_740_993, -1, 0, 1, 9_007_199_254_740_993, .max]
+        let base = bases.randomElement(using: &rng) ?? 0
+        let near = base.addingReportingOverflow(Int64.random(in: -3000...3000, using: &rng)).partialValue
+        switch Int.random(in: 0...3, using: &rng) {
+        case 0: return .int64(near)
+        case 1: return .double(Double(near))
+        case 2: return .double(Double(near).nextUp)
+        default: return .double(Double(near) + Double.random(in: -2...2, using: &rng))
+        }
+    }
+
+    // MARK: Differential
+
+    static let zones = [ZoneID.default, ZoneID(zoneName: "z1", ownerName: "_u1"), ZoneID(zoneName: "z2", ownerName: "_u1")]
+    static let strings = ["", "a", "ab", "abc", "B", "b", "\u{E9}t\u{E9}", "e\u{301}te\u{301}", "hello world", "Hello there", "world"]
+    static let numbers: [FieldValue] = [
+        .int64(.min), .int64(-1), .int64(0), .int64(1), .int64(2), .int64(9_007_199_254_740_993), .int64(.max),
+        .double(.nan), .double(-0.0), .double(0.5), .double(1), .double(9_007_199_254_740_992), .double(9_223_372_036_854_775_808.0), .double(-.infinity),
+    ]
+    static let locations = [
+        Location(latitude: 89.9999, longitude: 10), Location(latitude: -90, longitude: 0), Location(latitude: 0, longitude: 179.9999),
+        Location(latitude: 0, longitude: -179.9999), Location(latitude: 37.33, longitude: -122.03), Location(latitude: 37.34, longitude: -122.02),
+    ]
+
+    static func randomRecord(_ rng: inout SplitMix, index: Int) -> Record {
+        let zone = zones.randomElement(using: &rng) ?? .default
+        // Few names, so records in different zones share them (ties broken by zone).
+        let name = ["r", "s", "r\(index % 5)", "t\(index)"].randomElement(using: &rng) ?? "r"
+        var record = Record(recordType: Int.random(in: 0..<6, using: &rng) == 0 ? "Other" : "Item", recordID: RecordID(recordName: name, zoneID: zone))
+        func maybe(_ body: (inout SplitMix) -> FieldValue) -> FieldValue? { Int.random(in: 0..<4, using: &rng) == 0 ? nil : body(&rng) }
+        record.fields["n"] = maybe { numbers.randomElement(using: &$0) ?? .int64(0) }
+        record.fields["s"] = maybe { .string(strings.randomElement(using: &$0) ?? "") }
+        record.fields["t"] = maybe { .timestamp(Int64.random(in: 0...5, using: &$0) * 1000) }
+        record.fields["l"] = maybe { rng in
+            .list(.string, (0..<Int.random(in: 0...3, using: &rng)).map { _ in .string(strings.randomElement(using: &rng) ?? "") })
+        }
+        record.fields["k"] = maybe { rng in .list(.int64, (0..<Int.random(in: 0...3, using: &rng)).map { _ in .int64(Int64.random(in: 0...4, using: &rng)) }) }
+        record.fields["p"] = maybe { .location(locations.randomElement(using: &$0) ?? Location(latitude: 0, longitude: 0)) }
+        record.fields["r"] = maybe { .reference(Reference(recordID: RecordID(recordName: ["r", "s", "a"].randomElement(using: &$0) ?? "r"))) }
+        // Either kind in one field across records: the store compares them as the evaluator does.
+        record.fields["x"] = maybe { rng in Bool.random(using: &rng) ? .string(strings.randomElement(using: &rng) ?? "") : numbers.randomElement(using: &rng) ?? .int64(0) }
+        return record
+    }
+
+    static func randomOperand(_ field: String, _ rng: inout SplitMix) -> FieldValue {
+        switch field {
+        case "n": numbers.randomElement(using: &rng) ?? .int64(0)
+        case "s", "l": .string(strings.randomElement(using: &rng) ?? "")
+        case "t": .timestamp(Int64.random(in: 0...5, using: &rng) * 1000)
+        case "k": .int64(Int64.random(in: 0...4, using: &rng))
+        case "r": .reference(Reference(recordID: RecordID(recordName: ["r", "s", "a"].randomElement(using: &rng) ?? "r")))
+        default: Bool.random(using: &rng) ? .string(strings.randomElement(using: &rng) ?? "") : numbers.randomElement(using: &rng) ?? .int64(0)
+        }
+    }
+
+    static func randomCondition(_ rng: inout SplitMix, depth: Int = 0) -> Condition {
+        let fields = ["n", "s", "t", "l", "k", "r", "x", "p", "missing"]
+        let field = fields.randomElement(using: &rng) ?? "n"
+        let reference = FieldReference.user(FieldKey(field))
+        let relations: [Relation] = [.equal, .notEqual, .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual]
+        let relation = relations.randomElement(using: &rng) ?? .equal
+        let options: ComparisonOptions = Int.random(in: 0..<4, using: &rng) == 0 ? [.caseInsensitive] : []
+        switch Int.random(in: 0..<(depth < 2 ? 16 : 12), using: &rng) {
+        case 0: return .field(reference, .compare(relation, .value(randomOperand(field, &rng)), options))
+        case 1: return .field(reference, Bool.random(using: &rng) ? .isNil : .isNotNil)
+        case 2: return .field(reference, .between(.value(randomOperand(field, &rng)), .value(randomOperand(field, &rng))))
+        case 3: return .field(reference, .oneOf((0..<Int.random(in: 0...3, using: &rng)).map { _ in .value(randomOperand(field, &rng)) }, options))
+        case 4: return .field(reference, .string([.beginsWith, .contains, .endsWith].randomElement(using: &rng) ?? .beginsWith, strings.randomElement(using: &rng) ?? "", options))
+        case 5: return .field(reference, .contains(.value(randomOperand(field, &rng)), []))
+        case 6: return .field(reference, .containsAll((0..<Int.random(in: 0...2, using: &rng)).map { _ in .value(randomOperand(field, &rng)) }))
+        case 7:
+            let quantifier: Quantifier = [.any, .all, .none].randomElement(using: &rng) ?? .any
+            return .field(reference, .members(quantifier, .compare(relation, .value(randomOperand(field, &rng)), [])))
+        case 8: return .tokens(Bool.random(using: &rng) ? .all : .any, text: ["hello", "world", "hello world", "abc", "été"].randomElement(using: &rng) ?? "")
+        case 9:
+            let center = locations.randomElement(using: &rng) ?? Location(latitude: 0, longitude: 0)
+            return .distance(.user(FieldKey("p")), center: center, Bool.random(using: &rng) ? .lessThan : .greaterThan, radius: [0.001, 1, 2, 5000, 20_000].randomElement(using: &rng) ?? 1)
+        case 10: return .field(.recordID, .compare(.equal, .value(.reference(Reference(recordID: RecordID(recordName: "r")))), []))
+        case 11: return .field(.modificationDate, .compare(relation, .now, []))
+        case 12: return .not(randomCondition(&rng, depth: depth + 1))
+        case 13, 14: return .and((0..<Int.random(in: 1...3, using: &rng)).map { _ in randomCondition(&rng, depth: depth + 1) })
+        default: return .or((0..<Int.random(in: 1...3, using: &rng)).map { _ in randomCondition(&rng, depth: depth + 1) })
+        }
+    }
+
+    static func randomSort(_ rng: inout SplitMix) -> [KQuery.SortDescriptor] {
+        (0..<Int.random(in: 0...2, using: &rng)).map { _ in
+            let ascending = Bool.random(using: &rng)
+            if Int.random(in: 0..<5, using: &rng) == 0 {
+                return KQuery.SortDescriptor(distanceOf: "p", from: locations.randomElement(using: &rng) ?? Location(latitude: 0, longitude: 0), ascending: ascending)
+            }
+            let field = ["n", "s", "t", "l", "r", "x", "p", "missing", "recordID", "creationDate"].randomElement(using: &rng) ?? "n"
+            return KQuery.SortDescriptor(field, ascending: ascending)
+        }
+    }
+
+    /// Random records, random predicates and sorts, paged at random sizes: SQL on PostgreSQL and
+    /// the in-memory store give the same pages, in the same order, with the same cursors (and each
+    /// accepts the other's).
+    @Test func sqlAnswersAsTheInMemoryStore() async throws {
+        await propertyCheck(count: 24, input: Gen.uint64()) { seed in
+            var rng = SplitMix(seed: seed)
+            do {
+                let container = try ContainerFixture.container(.postgres)
+                let database = try container.database(.private, user: "_u1")
+                for zone in Self.zones where !zone.isDefaultZone { try database.createZone(zone) }
+                let records = (0..<40).map { Self.randomRecord(&rng, index: $0) }
+                var byID: [RecordID: Record] = [:]
+                for record in records { byID[record.recordID] = record }
+                for zone in Self.zones {
+                    let operations = byID.values.filter { $0.recordID.zoneID == zone }.map { RecordOperation(kind: .forceReplace, record: $0) }
+                    if !operations.isEmpty { _ = try database.modify(operations, atomic: false) }
+                }
+                let stored = try database.lookup(Array(byID.keys)).compactMap(\.record)
+                #expect(stored.count == byID.count)
+                var answered = 0
+                let memory = KQueryStore.Database()
+                try memory.importRecords(stored)
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                for _ in 0..<25 {
+                    let condition = Self.randomCondition(&rng)
+                    let zone: ZoneID? = Int.random(in: 0..<3, using: &rng) == 0 ? Self.zones.randomElement(using: &rng) : nil
+                    let query = Query(recordType: "Item", condition: condition, sortDescriptors: Self.randomSort(&rng),
+                                      resultsLimit: Int.random(in: 1...9, using: &rng), zoneID: zone)
+                    var cursor: QueryCursor?
+                    var pages = 0
+                    repeat {
+                        let sql = try database.query(query, cursor: cursor, now: now)
+                        let expected = try memory.perform(query, cursor: cursor, now: now)
+                        #expect(sql.records.map(\.recordID) == expected.records.map(\.recordID), "\(condition) sorted \(query.sortDescriptors), page \(pages)")
+                        #expect(sql.cursor?.token == expected.cursor?.token, "\(condition) sorted \(query.sortDescriptors), page \(pages)")
+                        if sql.records.map(\.recordID) != expected.records.map(\.recordID) { break }
+                        answered += sql.records.count
+                        cursor = pages % 2 == 0 ? sql.cursor : expected.cursor
+                        pages += 1
+                    } while cursor != nil && pages < 50
+                }
+                #expect(answered > 0)
+            } catch {
+                Issue.record("\(error)")
+            }
+        }
+    }
+
+    /// A database from before `record_values` (records, no query values) is migrated and its
+    /// records are indexed by the migration: queries find them.
+    @Test func theMigrationIndexesRecordsAlreadyStored() throws {
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.createDatabase()
+        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let location = try #require(PostgresLocation(url: url))
+        do {
+            let containers = try PostgresContainers(location: location, connections: 1)
+            defer { containers.close() }
+            let database = try containers.openContainer("iCloud.migrate").database(.public)
+            _ = try database.modify((0..<30).map {
+                RecordOperation(kind: .create, record: Record(recordType: "Note", recordName: "n\($0)", fields: ["v": .int64(Int64($0 % 3))]))
+            })
+        }
+        // (`record_values` is the newest migration: one version back is before it.)
+        _ = try cluster.psql(name, "DROP TABLE record_values; UPDATE kquery_schema SET version = version - 1")
+        let containers = try PostgresContainers(location: location, connections: 1)
+        defer { containers.close() }
+        let database = try containers.openContainer("iCloud.migrate").database(.public)
+        let query = Query(recordType: "Note", predicate: try ValidatedPredicate("v == 1"), sortDescriptors: [KQuery.SortDescriptor("v")], resultsLimit: 200)
+        let found = try database.query(query).records.map(\.recordID.recordName)
+        #expect(found == (0..<30).filter { $0 % 3 == 1 }.map { "n\($0)" }.sorted { ValueOrder.compareBytes($0, $1) < 0 })
+        #expect(try database.recordCounts() == ["Note": 30])
+        #expect(!database.queriesAreInMemory)
+    }
+
+    /// Table-driven rules: each predicate's SQL answer on a fixed set of records.
+    @Test(arguments: [
+        ("n == 1", ["int1", "double1"]),
+        ("n < 0", ["min"]),
+        ("n == 0", ["zero", "negzero"]),
+        ("n != 1", ["min", "max", "zero", "negzero", "half", "big"]),
+        ("n > 9007199254740992", ["big", "max"]),
+        ("n == 9223372036854775807", ["max"]),
+        ("s == 'é'", ["nfc"]),
+        ("s == 'e\u{301}'", ["nfd"]),
+        ("s BEGINSWITH 'a'", ["a", "ab"]),
+        ("s BEGINSWITH ''", ["a", "ab", "empty", "nfc", "nfd"]),
+        ("s == ''", ["empty"]),
+        ("s != 'a'", ["ab", "empty", "nfc", "nfd"]),
+        ("NOT s == 'a'", ["ab", "empty", "nfc", "nfd"]),
+        ("l CONTAINS 'x'", ["list"]),
+        ("ANY l == 'y'", ["list"]),
+        ("self CONTAINS 'hello'", ["hello"]),
+    ] as [(String, [String])])
+    func rules(predicate: String, expected: [String]) throws {
+        let container = try ContainerFixture.container(.postgres)
+        let database = try container.database(.public)
+        let records: [(String, [String: FieldValue])] = [
+            ("int1", ["n": .int64(1)]), ("double1", ["n": .double(1)]), ("min", ["n": .int64(.min)]), ("max", ["n": .int64(.max)]),
+            ("zero", ["n": .int64(0)]), ("negzero", ["n": .double(-0.0)]), ("half", ["n": .double(0.5)]),
+            ("big", ["n": .double(9_223_372_036_854_775_808.0)]), ("nan", ["n": .double(.nan)]),
+            ("a", ["s": .string("a")]), ("ab", ["s": .string("ab")]), ("empty", ["s": .string("")]),
+            ("nfc", ["s": .string("\u{E9}")]), ("nfd", ["s": .string("e\u{301}")]),
+            ("list", ["l": .list(.string, [.string("x"), .string("y")])]), ("emptylist", ["l": .list(.string, [])]),
+            ("hello", ["h": .string("Hello, world")]),
+        ]
+        _ = try database.modify(records.map { RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: $0.0, fields: $0.1)) })
+        let query = Query(recordType: "R", predicate: try ValidatedPredicate(predicate), resultsLimit: 200)
+        let found = try database.query(query).records.map(\.recordID.recordName)
+        let all = try database.lookup(records.map { RecordID(recordName: $0.0) }).compactMap(\.record)
+        let memory = try query.perform(on: all, now: 0).records.map(\.recordID.recordName)
+        #expect(Set(found) == Set(expected), "\(predicate)")
+        #expect(found == memory, "\(predicate)")
+    }
+}
