@@ -150,6 +150,15 @@ func write(_ relative: String, bytes: [UInt8], modified milliseconds: Int64, dur
         return entry
     }
 
+    /// Makes one file durable (`fsync`); one that is gone since needs nothing.
+    func syncToDisk(_ relative: String) throws(DocumentsError) {
+        let path = try absolute(relative)
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw DocumentsError(.localStorage, "\(path): cannot sync it to disk (errno \(errno))") }
+    }
+
     /// `syncfs(2)`, looked up at run time: Glibc's Swift module leaves it out (it needs
     /// `_GNU_SOURCE`), and other systems lack it (then `sync()`).
     private static let syncfs: (@convention(c) (Int32) -> Int32)? = {

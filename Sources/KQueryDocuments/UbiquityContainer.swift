@@ -62,7 +62,7 @@ public actor UbiquityContainer {
     /// which is the same as a kill before the first: each one's file is found again and adopted.
     private var staged: [SyncState.Change] = []
     /// Files written for the staged changes and not yet synced to disk.
-    private var unsyncedFiles = false
+    private var unsyncedFiles: [String] = []
 
     /// The sync state's file for a folder: beside it, named after it.
     public static func statePath(for directory: String) -> String {
@@ -261,13 +261,16 @@ public actor UbiquityContainer {
         if staged.count >= 2_000 { try commitStaged() }
     }
 
-    /// Commits the staged changes, their files synced to disk first (one `syncfs` for them all).
+    /// Commits the staged changes, their files synced to disk first: a few one by one, many with
+    /// one `syncfs` (which also waits for whatever else the machine is writing to that disk).
     func commitStaged() throws(DocumentsError) {
         guard !staged.isEmpty else { return }
-        if unsyncedFiles {
+        if unsyncedFiles.count > 64 {
             try folder.syncToDisk()
-            unsyncedFiles = false
+        } else {
+            for path in unsyncedFiles { try folder.syncToDisk(path) }
         }
+        unsyncedFiles = []
         try state.commit(staged)
         staged = []
     }
@@ -542,7 +545,7 @@ public actor UbiquityContainer {
             bytes.append(contentsOf: slice)
         }
         statistics.itemsDownloaded += 1
-        if !durable { unsyncedFiles = true }
+        if !durable { unsyncedFiles.append(path) }
         return try folder.write(path, bytes: bytes, modified: remote.contentChangeDate, durable: durable)
     }
 
