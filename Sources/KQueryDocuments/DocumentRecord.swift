@@ -149,12 +149,28 @@ public struct VersionRecord: Hashable, Sendable {
 }
 
 /// A chunk on the server: record type `DocumentChunk`, named `c-` and the chunk's SHA-256, its
-/// bytes the asset in `data` (stored once by content, SPEC §12).
+/// bytes the asset in `data` (stored once by content, SPEC §12). A chunk of at most
+/// `inlineLimit` bytes (a small file's only chunk, or a file's short tail) keeps its bytes in the
+/// record's own `bytes` field instead: one modify carries a hundred such chunks and one lookup
+/// returns them, where each asset is an upload and a download of its own (a first sync of 10,000
+/// small files was 10,000 uploads).
 public enum ChunkRecord {
     public static let recordType = "DocumentChunk"
     public static let field = "data"
+    public static let inlineField = "bytes"
+    public static let inlineLimit = Chunker.minimumSize
+    /// The inline bytes one modify carries at most: their base64 stays well under the server's
+    /// 2 MB request limit.
+    static let inlineBytesPerRequest = 1 << 20
 
     public static func recordName(_ hash: String) -> String { "c-" + hash }
+
+    /// A chunk record holding its bytes inline.
+    public static func inline(_ hash: String, _ bytes: [UInt8], zoneID: ZoneID) -> Record {
+        var record = Record(recordType: recordType, recordID: RecordID(recordName: recordName(hash), zoneID: zoneID))
+        record.fields[inlineField] = .bytes(bytes)
+        return record
+    }
 }
 
 extension ChunkReference {

@@ -32,6 +32,11 @@ public protocol DocumentsTransport: Sendable {
     func uploadChunks(_ chunks: [(hash: String, bytes: [UInt8])]) async throws(DocumentsError) -> [FieldValue]
     /// The bytes of the chunks with these hashes, in order.
     func downloadChunks(_ hashes: [String]) async throws(DocumentsError) -> [[UInt8]]
+    /// Returns when the zone may have changed (a push), or after a while (local changes are
+    /// looked for then), or when the task is cancelled.
+    func waitForChange(device: String) async
+    /// Closes what `waitForChange` keeps open (a push stream).
+    func stopListening()
 }
 
 /// A container synced through a container in this process (no server): its records are the
@@ -42,6 +47,7 @@ public struct ContainerDocumentsTransport: DocumentsTransport {
     public let environment: ContainerEnvironment
     public let user: String
     public let zoneID: ZoneID
+    public var pollInterval: Duration = .seconds(1)
 
     public init(container: Container, environment: ContainerEnvironment = .development, user: String, zoneName: String = UbiquityContainer.zoneName) {
         self.container = container
@@ -96,10 +102,21 @@ public struct ContainerDocumentsTransport: DocumentsTransport {
         return values
     }
 
+    /// In process there is no push: a look every `pollInterval`.
+    public func waitForChange(device: String) async { try? await Task.sleep(for: pollInterval) }
+
+    public func stopListening() {}
+
     public func downloadChunks(_ hashes: [String]) async throws(DocumentsError) -> [[UInt8]] {
         let database = try database()
         var chunks: [[UInt8]] = []
-        for hash in hashes {
+        let records: [RecordResult]
+        do { records = try database.lookup(hashes.map { RecordID(recordName: ChunkRecord.recordName($0), zoneID: zoneID) }) } catch { throw Self.failed(error) }
+        for (hash, result) in zip(hashes, records) {
+            if case .saved(let record) = result, case .bytes(let bytes)? = record[ChunkRecord.inlineField] {
+                chunks.append(bytes)
+                continue
+            }
             do {
                 guard let asset = try database.asset(RecordID(recordName: ChunkRecord.recordName(hash), zoneID: zoneID), field: ChunkRecord.field) else {
                     throw DocumentsError(.notFound, "chunk \(hash) is not on the server")

@@ -217,13 +217,14 @@ extension UbiquityContainer {
 
     /// `startDownloadingUbiquitousItem(at:)`: fetches a placeholder's bytes (a folder's files too).
     public func download(_ path: String) async throws(DocumentsError) -> Statistics {
-        try await pull()
+        defer { forgetPrefetched() }
+        var statistics = Statistics()
+        try await pull(&statistics)
         let (items, _) = try remoteModel()
         let paths = Self.paths(items)
         let targets = paths.filter { $0.value == path || $0.value.hasPrefix(path + "/") }
         guard !targets.isEmpty else { throw DocumentsError(.notFound, "no item at '\(path)'") }
         let rows = Dictionary(try state.localItems().map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        var statistics = Statistics()
         for (id, target) in targets.sorted(by: { $0.value < $1.value }) {
             guard let item = items[id] else { continue }
             if item.kind != .file {

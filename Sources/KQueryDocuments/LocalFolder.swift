@@ -115,8 +115,10 @@ struct LocalFolder: Sendable {
     }
 
     /// Writes a file whole: to the staging directory, synced, then renamed into place (a reader
-    /// sees the old bytes or the new, never a mix), with the given modification time.
-    func write(_ relative: String, bytes: [UInt8], modified milliseconds: Int64) throws(DocumentsError) -> DiskEntry {
+    /// sees the old bytes or the new, never a mix), with the given modification time. Not
+    /// `durable`: not synced, for a caller that syncs many files at once (`syncToDisk`) before
+    /// its sync state says they were written.
+func write(_ relative: String, bytes: [UInt8], modified milliseconds: Int64, durable: Bool = true) throws(DocumentsError) -> DiskEntry {
         let path = try absolute(relative)
         try makeDirectory((relative as NSString).deletingLastPathComponent)
         do { try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true) } catch {
@@ -138,7 +140,7 @@ struct LocalFolder: Sendable {
         var times = [timespec(tv_sec: Int(milliseconds / 1000), tv_nsec: Int(milliseconds % 1000) * 1_000_000),
                      timespec(tv_sec: Int(milliseconds / 1000), tv_nsec: Int(milliseconds % 1000) * 1_000_000)]
         _ = futimens(descriptor, &times)
-        let synced = fsync(descriptor) == 0
+        let synced = !durable || fsync(descriptor) == 0
         close(descriptor)
         guard ok, synced, rename(temporary, path) == 0 else {
             unlink(temporary)
@@ -146,6 +148,36 @@ struct LocalFolder: Sendable {
         }
         guard let entry = Self.entry(at: path) else { throw DocumentsError(.localStorage, "\(path): gone after writing it") }
         return entry
+    }
+
+    /// Makes one file durable (`fsync`); one that is gone since needs nothing.
+    func syncToDisk(_ relative: String) throws(DocumentsError) {
+        let path = try absolute(relative)
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw DocumentsError(.localStorage, "\(path): cannot sync it to disk (errno \(errno))") }
+    }
+
+    /// `syncfs(2)`, looked up at run time: Glibc's Swift module leaves it out (it needs
+    /// `_GNU_SOURCE`), and other systems lack it (then `sync()`).
+    private static let syncfs: (@convention(c) (Int32) -> Int32)? = {
+        guard let symbol = dlsym(nil, "syncfs") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int32) -> Int32).self)
+    }()
+
+    /// Makes every file written so far durable with one `syncfs` of the folder's file system: a
+    /// file synced on its own cost a millisecond and more, most of a second device's first sync.
+    func syncToDisk() throws(DocumentsError) {
+        let descriptor = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw DocumentsError(.localStorage, "\(root): cannot open it (errno \(errno))") }
+        defer { close(descriptor) }
+        let synced: Bool
+        if let syncfs = Self.syncfs { synced = syncfs(descriptor) == 0 } else {
+            sync()
+            synced = true
+        }
+        guard synced else { throw DocumentsError(.localStorage, "\(root): cannot sync it to disk (errno \(errno))") }
     }
 
     /// Creates a folder and its parents inside the folder.

@@ -105,6 +105,8 @@ public final class MetadataQuery: @unchecked Sendable {
         var held: (added: [String: MetadataItem], changed: [String: MetadataItem], removed: [String: MetadataItem]) = ([:], [:], [:])
         /// The results by path, as the last snapshot left them.
         var last: [String: MetadataItem] = [:]
+        /// Where a running query sends its notifications.
+        var receiver: (@Sendable (MetadataQueryNotification) -> Void)?
     }
 
     public let predicate: ValidatedPredicate
@@ -198,14 +200,24 @@ public final class MetadataQuery: @unchecked Sendable {
 
     // MARK: Updates
 
-    /// `disableUpdates`: updates wait until as many `enableUpdates` (they nest).
+    /// `disableUpdates`: updates wait until as many `enableUpdates` (they nest). The last
+    /// `enableUpdates` delivers what waited at once, as Apple's does, to the running query's
+    /// receiver.
     public func disableUpdates() { state.withLock { $0.disabled += 1 } }
-    public func enableUpdates() { state.withLock { $0.disabled = max(0, $0.disabled - 1) } }
+    public func enableUpdates() {
+        let notify = state.withLock { state -> (@Sendable (MetadataQueryNotification) -> Void)? in
+            state.disabled = max(0, state.disabled - 1)
+            return state.disabled == 0 ? state.receiver : nil
+        }
+        if let notify { flush(notify) }
+    }
 
     /// Runs the query on a container: gathers its items, then follows the container's change
     /// feed until the task is cancelled, sending each notification to `notify` in order.
     public func run(on container: UbiquityContainer, notify: @escaping @Sendable (MetadataQueryNotification) -> Void) async {
         let feed = await container.changeFeed()
+        state.withLock { $0.receiver = notify }
+        defer { state.withLock { $0.receiver = nil } }
         for note in gather((try? await container.status()) ?? [], directory: container.directory) { notify(note) }
         let scheduled = Locked(false)
         for await snapshot in feed {

@@ -72,9 +72,14 @@ final class SyncState: Sendable {
         }
     }
 
-    /// Records what the server answered to this device's own modify.
-    func recordRemote(_ changes: [RecordZoneChangeEntry]) throws(DocumentsError) {
-        try write { db in try Self.apply(changes, db) }
+    /// Records what the server answered to this device's own modify, with the local items it
+    /// acknowledged and forgot, in one transaction (one per answer, not one per item).
+    func recordRemote(_ changes: [RecordZoneChangeEntry], put items: [LocalItem] = [], forget forgotten: [String] = []) throws(DocumentsError) {
+        try write { db in
+            try Self.apply(changes, db)
+            for item in items { try Self.put(item, db) }
+            for id in forgotten { try db.execute(sql: "DELETE FROM local WHERE id = ?", arguments: [id]) }
+        }
     }
 
     private static func apply(_ changes: [RecordZoneChangeEntry], _ db: Database) throws {
@@ -110,11 +115,39 @@ final class SyncState: Sendable {
     }
 
     func put(_ item: LocalItem) throws(DocumentsError) {
+        try write { db in try Self.put(item, db) }
+    }
+
+    /// Many items in one transaction.
+    func put(_ items: [LocalItem]) throws(DocumentsError) {
+        guard !items.isEmpty else { return }
         try write { db in
-            try db.execute(sql: "DELETE FROM local WHERE path = ? AND id != ?", arguments: [item.path, item.id])
-            try db.execute(
-                sql: "INSERT OR REPLACE INTO local (id, path, kind, contentHash, tag, size, mtime, downloaded) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                arguments: [item.id, item.path, item.kind.rawValue, item.contentHash, item.tag, item.size, item.mtime, item.downloaded ? 1 : 0])
+            for item in items { try Self.put(item, db) }
+        }
+    }
+
+    private static func put(_ item: LocalItem, _ db: Database) throws {
+        try db.execute(sql: "DELETE FROM local WHERE path = ? AND id != ?", arguments: [item.path, item.id])
+        try db.execute(
+            sql: "INSERT OR REPLACE INTO local (id, path, kind, contentHash, tag, size, mtime, downloaded) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            arguments: [item.id, item.path, item.kind.rawValue, item.contentHash, item.tag, item.size, item.mtime, item.downloaded ? 1 : 0])
+    }
+
+    /// A change to the local items, kept to be committed with others in one transaction.
+    enum Change {
+        case put(LocalItem)
+        case forget(String)
+    }
+
+    func commit(_ changes: [Change]) throws(DocumentsError) {
+        guard !changes.isEmpty else { return }
+        try write { db in
+            for change in changes {
+                switch change {
+                case .put(let item): try Self.put(item, db)
+                case .forget(let id): try db.execute(sql: "DELETE FROM local WHERE id = ?", arguments: [id])
+                }
+            }
         }
     }
 

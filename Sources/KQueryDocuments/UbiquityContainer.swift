@@ -54,8 +54,15 @@ public actor UbiquityContainer {
     let folder: LocalFolder
     /// Metadata queries following the container: each gets every item after each sync.
     private var feeds: [UUID: AsyncStream<[ItemStatus]>.Continuation] = [:]
-    /// Chunks fetched ahead for this sync pass.
+    /// Chunks fetched ahead for this sync pass (and their bytes).
     private var prefetched: [String: [UInt8]] = [:]
+    private var prefetchedBytes = 0
+    /// The pass's changes to the local items not yet committed, in order: one transaction for
+    /// many (one per item was much of a first sync of many files). A kill loses them together,
+    /// which is the same as a kill before the first: each one's file is found again and adopted.
+    private var staged: [SyncState.Change] = []
+    /// Files written for the staged changes and not yet synced to disk.
+    private var unsyncedFiles: [String] = []
 
     /// The sync state's file for a folder: beside it, named after it.
     public static func statePath(for directory: String) -> String {
@@ -103,6 +110,25 @@ public actor UbiquityContainer {
         return statistics
     }
 
+    /// Syncs now and again whenever the server says the zone changed (a push) or a moment
+    /// passed (local changes), until the task is cancelled. Each pass's statistics or error go
+    /// to `report`; an error does not end the watch (the server may be away for a while).
+    public func watch(report: @Sendable (Result<Statistics, DocumentsError>) -> Void = { _ in }) async {
+        while !Task.isCancelled {
+            do throws(DocumentsError) { report(.success(try await sync())) } catch { report(.failure(error)) }
+            guard !Task.isCancelled else { break }
+            await waitForChange()
+        }
+    }
+
+    /// Returns when another device changed the container (a push through `kquery serve`'s web
+    /// courier), after a moment without one (when local changes are looked for), or when the task
+    /// is cancelled.
+    public func waitForChange() async { await transport.waitForChange(device: deviceName) }
+
+    /// Closes the push stream a `watch` listens on (it returns once its task is cancelled).
+    public nonisolated func stopListening() { transport.stopListening() }
+
     /// The container's change feed: every item, after each sync (and download, evict, resolve).
     public func changeFeed() -> AsyncStream<[ItemStatus]> {
         let (stream, continuation) = AsyncStream.makeStream(of: [ItemStatus].self, bufferingPolicy: .bufferingNewest(1))
@@ -120,7 +146,7 @@ public actor UbiquityContainer {
     }
 
     /// Pulls the zone's changes since the saved token into the sync state, a page per transaction.
-    func pull() async throws(DocumentsError) {
+    func pull(_ statistics: inout Statistics) async throws(DocumentsError) {
         if try state.meta("prepared") == nil {
             try await transport.prepare(device: deviceName)
             try state.setMeta("prepared", "1")
@@ -132,16 +158,37 @@ public actor UbiquityContainer {
                 token = nil
                 continue
             }
-            let entries = page.changes.map { change -> RecordZoneChangeEntry in
+            var entries: [RecordZoneChangeEntry] = []
+            for change in page.changes {
                 switch change {
-                case .changed(let record): RecordZoneChangeEntry(record)
-                case .deleted(let id, _): .deleted(id: id.recordName)
+                case .changed(let record) where record.recordType == ChunkRecord.recordType:
+                    // Chunks are not kept in the sync state; inline ones this pass may write.
+                    keepInline(record, statistics: &statistics)
+                case .changed(let record): entries.append(RecordZoneChangeEntry(record))
+                case .deleted(_, let type) where type == ChunkRecord.recordType: continue
+                case .deleted(let id, _): entries.append(.deleted(id: id.recordName))
                 }
             }
             try state.applyRemote(entries, token: page.token)
             token = page.token
             if !page.moreComing { break }
         }
+    }
+
+    /// Keeps an inline chunk that arrived with the zone's changes for this pass's downloads (up to
+    /// 256 MB): a second device's first sync then fetches no small file's bytes on its own.
+    private func keepInline(_ record: Record, statistics: inout Statistics) {
+        guard case .bytes(let bytes)? = record[ChunkRecord.inlineField] else { return }
+        statistics.chunksDownloaded += 1
+        statistics.bytesDownloaded += bytes.count
+        let hash = String(record.recordID.recordName.dropFirst(2))
+        guard prefetchedBytes + bytes.count <= 256 << 20, record.recordID.recordName == ChunkRecord.recordName(hash), Chunker.sha256(bytes) == hash else { return }
+        if prefetched.updateValue(bytes, forKey: hash) == nil { prefetchedBytes += bytes.count }
+    }
+
+    func forgetPrefetched() {
+        prefetched = [:]
+        prefetchedBytes = 0
     }
 
     /// The server's items and versions as last pulled.
@@ -207,9 +254,44 @@ public actor UbiquityContainer {
         case deleted
     }
 
-    /// One pass; true when another should follow (the server changed under it).
+    /// Stages a local item's new state (committed by `commitStaged`, at the latest when the pass
+    /// ends or before anything else is written to the sync state).
+    private func stage(_ change: SyncState.Change) throws(DocumentsError) {
+        staged.append(change)
+        if staged.count >= 2_000 { try commitStaged() }
+    }
+
+    /// Commits the staged changes, their files synced to disk first: a few one by one, many with
+    /// one `syncfs` (which also waits for whatever else the machine is writing to that disk).
+    func commitStaged() throws(DocumentsError) {
+        guard !staged.isEmpty else { return }
+        if unsyncedFiles.count > 64 {
+            try folder.syncToDisk()
+        } else {
+            for path in unsyncedFiles { try folder.syncToDisk(path) }
+        }
+        unsyncedFiles = []
+        try state.commit(staged)
+        staged = []
+    }
+
+    /// One pass; true when another should follow (the server changed under it). What it staged
+    /// is committed even when it fails part way (those files are written).
     func syncPass(_ statistics: inout Statistics) async throws(DocumentsError) -> Bool {
-        try await pull()
+        do {
+            let again = try await syncPassStaged(&statistics)
+            try commitStaged()
+            return again
+        } catch {
+            try? commitStaged()
+            staged = []
+            throw error
+        }
+    }
+
+    private func syncPassStaged(_ statistics: inout Statistics) async throws(DocumentsError) -> Bool {
+        defer { forgetPrefetched() }
+        try await pull(&statistics)
         let (remoteItems, versions) = try remoteModel()
         let remotePaths = Self.paths(remoteItems)
         let disk = folder.scan()
@@ -236,7 +318,7 @@ public actor UbiquityContainer {
                     var updated = row
                     updated.size = entry.size
                     updated.mtime = entry.mtime
-                    try state.put(updated)
+                    try stage(.put(updated))
                     locals[row.id] = updated
                     changes[row.id] = .unchanged
                 } else {
@@ -253,7 +335,6 @@ public actor UbiquityContainer {
             guard let row = locals[remote.id] else { return downloadPolicy == .all }
             return row.downloaded && row.tag != remote.changeTag && changes[row.id].isUnchanged
         }
-        defer { prefetched = [:] }
         try await prefetch(downloads, statistics: &statistics)
 
         // Known items: server side against this side.
@@ -262,18 +343,18 @@ public actor UbiquityContainer {
             let remote = remoteItems[row.id]
             switch (remote, change) {
             case (nil, .deleted):
-                try state.forget(id: row.id)
+                try stage(.forget(row.id))
             case (nil, .unchanged):
                 if row.tag == nil { continue }
                 // Deleted on the server: deleted here.
                 try folder.remove(row.path)
-                try state.forget(id: row.id)
+                try stage(.forget(row.id))
                 if row.kind != .file { try forgetDescendants(of: row.path, in: &locals) }
             case (nil, .modified(let content)):
                 // Never uploaded, or deleted on the server while edited here: the edit survives as a creation.
                 var pending = row
                 pending.tag = nil
-                try state.put(pending)
+                try stage(.put(pending))
                 try upload(row.id, path: row.path, kind: row.kind, content: content, base: nil, locals: locals, batch: &batch)
             case (let remote?, .unchanged):
                 guard remote.changeTag != row.tag else { continue }
@@ -321,6 +402,7 @@ public actor UbiquityContainer {
             idsByPath[row.path] = row.id
             if changes[row.id].isDeleted, row.kind == .file, let hash = row.contentHash { deletedFilesByHash[hash, default: []].append(row) }
         }
+        var created: [LocalItem] = []
         for path in newPaths.sorted(by: { $0.split(separator: "/").count < $1.split(separator: "/").count }) {
             guard let entry = disk[path] else { continue }
             let content = entry.kind == .file ? try readContent(path, entry: entry) : nil
@@ -330,28 +412,31 @@ public actor UbiquityContainer {
                 batch.remove(item: moved.id)
                 var renamed = moved
                 renamed.path = path
-                try state.put(renamed)
+                try stage(.put(renamed))
                 locals[moved.id] = renamed
                 idsByPath[path] = moved.id
                 try upload(moved.id, path: path, kind: .file, content: content, base: remote, locals: locals, idsByPath: idsByPath, batch: &batch)
                 continue
             }
             let id = UUID().uuidString.lowercased()
-            // Recorded before it is sent: a kill after the server took it finds the same item again.
             let pending = LocalItem(id: id, path: path, kind: entry.kind, contentHash: nil, tag: nil, size: entry.size, mtime: entry.mtime, downloaded: true)
-            try state.put(pending)
+            created.append(pending)
             locals[id] = pending
             idsByPath[path] = id
             try upload(id, path: path, kind: entry.kind, content: content, base: nil, locals: locals, idsByPath: idsByPath, batch: &batch)
         }
 
+        // Recorded before they are sent (one transaction): a kill after the server took them
+        // finds the same items again.
+        for item in created { staged.append(.put(item)) }
+        try commitStaged()
         again = try await send(&batch, locals: &locals, statistics: &statistics)
         return again
     }
 
     private func forgetDescendants(of path: String, in locals: inout [String: LocalItem]) throws(DocumentsError) {
         for row in locals.values where row.path.hasPrefix(path + "/") {
-            try state.forget(id: row.id)
+            try stage(.forget(row.id))
             locals[row.id] = nil
         }
     }
@@ -390,6 +475,7 @@ public actor UbiquityContainer {
         if let row, row.path != path, FileManager.default.fileExists(atPath: folder.root + "/" + row.path) {
             try folder.move(row.path, to: path)
             if row.kind != .file {
+                try commitStaged()
                 try state.movePrefix(from: row.path, to: path)
                 for other in locals.values where other.path.hasPrefix(row.path + "/") {
                     locals[other.id]?.path = path + other.path.dropFirst(row.path.count)
@@ -403,7 +489,7 @@ public actor UbiquityContainer {
             let entry = LocalFolder.entry(at: folder.root + "/" + path)
             let item = LocalItem(id: remote.id, path: path, kind: remote.kind, contentHash: remote.contentHash, tag: remote.changeTag, size: 0,
                                  mtime: entry?.mtime ?? 0, downloaded: true)
-            try state.put(item)
+            try stage(.put(item))
             locals[remote.id] = item
         case .file:
             let wanted = (row?.downloaded ?? false) || downloadPolicy == .all
@@ -411,21 +497,24 @@ public actor UbiquityContainer {
                 try? folder.remove(path)
                 let item = LocalItem(id: remote.id, path: path, kind: .file, contentHash: remote.contentHash, tag: remote.changeTag, size: remote.size,
                                      mtime: 0, downloaded: false)
-                try state.put(item)
+                try stage(.put(item))
                 locals[remote.id] = item
                 return
             }
-            let entry = try await download(remote, to: path, reusing: oldContent, statistics: &statistics)
+            let entry = try await download(remote, to: path, reusing: oldContent, durable: false, statistics: &statistics)
             let item = LocalItem(id: remote.id, path: path, kind: .file, contentHash: remote.contentHash, tag: remote.changeTag, size: entry.size,
                                  mtime: entry.mtime, downloaded: true)
-            try state.put(item)
+            try stage(.put(item))
             locals[remote.id] = item
         }
     }
 
     /// Writes an item's bytes at `path`, fetching only the chunks `reusing` (the old content) lacks.
     @discardableResult
-    func download(_ remote: ItemRecord, to path: String, reusing old: [UInt8]?, statistics: inout Statistics) async throws(DocumentsError) -> DiskEntry {
+    /// Not `durable`: the file is synced to disk when the staged changes are committed.
+    func download(_ remote: ItemRecord, to path: String, reusing old: [UInt8]?, durable: Bool = true, statistics: inout Statistics)
+        async throws(DocumentsError) -> DiskEntry
+    {
         var known: [String: ArraySlice<UInt8>] = [:]
         if let old {
             for range in Chunker.boundaries(old) {
@@ -456,7 +545,8 @@ public actor UbiquityContainer {
             bytes.append(contentsOf: slice)
         }
         statistics.itemsDownloaded += 1
-        return try folder.write(path, bytes: bytes, modified: remote.contentChangeDate)
+        if !durable { unsyncedFiles.append(path) }
+        return try folder.write(path, bytes: bytes, modified: remote.contentChangeDate, durable: durable)
     }
 
     static func verify(_ bytes: [UInt8], _ chunk: ChunkReference, path: String) throws(DocumentsError) {
@@ -472,7 +562,7 @@ public actor UbiquityContainer {
         var seen: Set<String> = []
         var total = 0
         for item in items where item.kind == .file && item.size <= Chunker.maximumSize {
-            for chunk in item.chunks where seen.insert(chunk.hash).inserted {
+            for chunk in item.chunks where prefetched[chunk.hash] == nil && seen.insert(chunk.hash).inserted {
                 guard total + chunk.size <= 64 << 20 else { break }
                 total += chunk.size
                 wanted.append(chunk)
@@ -501,21 +591,21 @@ public actor UbiquityContainer {
             let entry = LocalFolder.entry(at: folder.root + "/" + path)
             let item = LocalItem(id: remote.id, path: path, kind: remote.kind, contentHash: remote.contentHash, tag: remote.changeTag,
                                  size: entry?.size ?? 0, mtime: entry?.mtime ?? 0, downloaded: true)
-            if let row, row.id != remote.id { try state.forget(id: row.id) }
-            try state.put(item)
+            if let row, row.id != remote.id { try stage(.forget(row.id)) }
+            try stage(.put(item))
             locals[remote.id] = item
             return
         }
         statistics.conflicts += 1
         let localDate = content.entry.mtime / 1_000_000
-        if let row, row.id != remote.id { try state.forget(id: row.id); locals[row.id] = nil }
+        if let row, row.id != remote.id { try stage(.forget(row.id)); locals[row.id] = nil }
         if localDate > remote.contentChangeDate {
             let loser = VersionRecord(item: remote.id, contentHash: remote.contentHash, chunks: remote.chunks, size: remote.size,
                                       contentChangeDate: remote.contentChangeDate, savingComputer: remote.savingComputer)
             batch.add(RecordOperation(kind: .create, record: loser.record(zoneID: transport.zoneID)), item: nil, path: nil, kind: .other)
             let holder = LocalItem(id: remote.id, path: path, kind: .file, contentHash: remote.contentHash, tag: remote.changeTag,
                                    size: content.entry.size, mtime: content.entry.mtime, downloaded: true)
-            try state.put(holder)
+            try stage(.put(holder))
             locals[remote.id] = holder
             try upload(remote.id, path: path, kind: .file, content: content, base: remote, locals: locals, batch: &batch)
         } else {
@@ -523,12 +613,32 @@ public actor UbiquityContainer {
                                       contentChangeDate: localDate, savingComputer: deviceName)
             batch.addChunks(content)
             batch.add(RecordOperation(kind: .create, record: loser.record(zoneID: transport.zoneID)), item: nil, path: nil, kind: .other)
-            let entry = try await download(remote, to: path, reusing: content.bytes, statistics: &statistics)
+            let entry = try await download(remote, to: path, reusing: content.bytes, durable: false, statistics: &statistics)
             let item = LocalItem(id: remote.id, path: path, kind: .file, contentHash: remote.contentHash, tag: remote.changeTag, size: entry.size,
                                  mtime: entry.mtime, downloaded: true)
-            try state.put(item)
+            try stage(.put(item))
             locals[remote.id] = item
         }
+    }
+
+    /// Operations split into modify requests: 200 at most, and at most
+    /// `ChunkRecord.inlineBytesPerRequest` of inline chunk bytes.
+    static func requests(_ operations: [RecordOperation]) -> [[RecordOperation]] {
+        var requests: [[RecordOperation]] = []
+        var current: [RecordOperation] = []
+        var bytes = 0
+        for operation in operations {
+            let size: Int = if case .bytes(let inline)? = operation.record.fields[ChunkRecord.inlineField] { inline.count } else { 0 }
+            if current.count == 200 || (!current.isEmpty && bytes + size > ChunkRecord.inlineBytesPerRequest) {
+                requests.append(current)
+                current = []
+                bytes = 0
+            }
+            current.append(operation)
+            bytes += size
+        }
+        if !current.isEmpty { requests.append(current) }
+        return requests
     }
 
     /// Sends the batch: missing chunks first (the server lacks them; the rest never cross), then
@@ -542,8 +652,16 @@ public actor UbiquityContainer {
         }
         var chunkOperations: [RecordOperation] = []
         let missing = hashes.filter { !present.contains(ChunkRecord.recordName($0)) }
-        for start in stride(from: 0, to: missing.count, by: 200) {
-            let slice = missing[start..<min(start + 200, missing.count)].map { (hash: $0, bytes: Array(batch.chunks[$0] ?? [])) }
+        // Small chunks travel inside their records; the rest as assets.
+        let large = missing.filter { (batch.chunks[$0]?.count ?? 0) > ChunkRecord.inlineLimit }
+        for hash in missing where (batch.chunks[hash]?.count ?? 0) <= ChunkRecord.inlineLimit {
+            let bytes = Array(batch.chunks[hash] ?? [])
+            chunkOperations.append(RecordOperation(kind: .create, record: ChunkRecord.inline(hash, bytes, zoneID: transport.zoneID)))
+            statistics.chunksUploaded += 1
+            statistics.bytesUploaded += bytes.count
+        }
+        for start in stride(from: 0, to: large.count, by: 200) {
+            let slice = large[start..<min(start + 200, large.count)].map { (hash: $0, bytes: Array(batch.chunks[$0] ?? [])) }
             let values = try await transport.uploadChunks(slice)
             for (chunk, value) in zip(slice, values) {
                 var record = Record(recordType: ChunkRecord.recordType, recordID: RecordID(recordName: ChunkRecord.recordName(chunk.hash), zoneID: transport.zoneID))
@@ -553,8 +671,7 @@ public actor UbiquityContainer {
                 statistics.bytesUploaded += chunk.bytes.count
             }
         }
-        for start in stride(from: 0, to: chunkOperations.count, by: 200) {
-            let slice = Array(chunkOperations[start..<min(start + 200, chunkOperations.count)])
+        for slice in Self.requests(chunkOperations) {
             for result in try await transport.modify(slice, device: deviceName) {
                 if let error = result.error, error.code != .exists { throw DocumentsError(.syncFailed, "saving a chunk: \(error.description)") }
             }
@@ -565,6 +682,8 @@ public actor UbiquityContainer {
             let slice = Array(entries[start..<min(start + 200, entries.count)])
             let results = try await transport.modify(slice.map(\.operation), device: deviceName)
             var remote: [RecordZoneChangeEntry] = []
+            var acknowledged: [LocalItem] = []
+            var forgotten: [String] = []
             for (entry, result) in zip(slice, results) {
                 switch result {
                 case .saved(let record):
@@ -579,12 +698,12 @@ public actor UbiquityContainer {
                         row.mtime = content.entry.mtime
                     }
                     row.downloaded = true
-                    try state.put(row)
+                    acknowledged.append(row)
                     locals[id] = row
                 case .deleted(let id, _):
                     remote.append(.deleted(id: id.recordName))
                     if entry.kind == .deletion, let item = entry.item {
-                        try state.forget(id: item)
+                        forgotten.append(item)
                         locals[item] = nil
                     }
                 case .failed(_, let error):
@@ -592,13 +711,14 @@ public actor UbiquityContainer {
                     case .exists where entry.kind == .other: continue
                     case .notFound where entry.kind != .deletion && entry.operation.kind == .forceDelete: continue
                     case .notFound where entry.kind == .deletion:
-                        if let item = entry.item { try state.forget(id: item); locals[item] = nil }
+                        if let item = entry.item { forgotten.append(item); locals[item] = nil }
                     case .conflict, .exists, .notFound: again = true
                     default: throw DocumentsError(.syncFailed, "saving '\(entry.path ?? entry.operation.record.recordID.recordName)': \(error.description)")
                     }
                 }
             }
-            try state.recordRemote(remote)
+            // The server's answer and what it acknowledged, in one transaction.
+            try state.recordRemote(remote, put: acknowledged, forget: forgotten)
         }
         batch = ModifyBatch()
         return again

@@ -6,14 +6,20 @@ import KQueryWebServicesClient
 /// A container synced with `kquery serve` (or any CloudKit Web Services server) through
 /// `zones/modify`, `changes/zone`, `records/lookup`, `records/modify`, `assets/upload` and the
 /// asset download URLs.
+///
+/// Other devices' changes arrive as web courier pushes: `prepare` saves a zone subscription and
+/// makes the device's courier token, and `waitForChange` listens on its stream.
 public struct WebServicesDocumentsTransport: DocumentsTransport {
-    public let client: WebServicesClient
+    public var client: WebServicesClient
     public let zoneID: ZoneID
 
+    /// `listenInterval`: how long `waitForChange` waits for a push before it returns anyway (a
+    /// watching container then looks for local changes).
     public init(server: URL, containerIdentifier: String, environment: String = "development", apiToken: String, webAuthToken: String,
-                zoneName: String = UbiquityContainer.zoneName) {
+                zoneName: String = UbiquityContainer.zoneName, listenInterval: Duration = .seconds(1)) {
         client = WebServicesClient(server: server, containerIdentifier: containerIdentifier, environment: environment, apiToken: apiToken,
                                    webAuthToken: webAuthToken)
+        client.listenInterval = listenInterval
         zoneID = ZoneID(zoneName: zoneName)
     }
 
@@ -33,7 +39,18 @@ public struct WebServicesDocumentsTransport: DocumentsTransport {
 
     public func prepare(device: String) async throws(DocumentsError) {
         do { try await client.createZone(zoneID.zoneName) } catch { throw Self.failed(error) }
+        let subscription = JSON.object([
+            ("subscriptionID", .string("docs-\(zoneID.zoneName)-\(device)")), ("subscriptionType", .string("zone")), ("zoneID", zoneIDJSON),
+            ("notificationInfo", .object([("shouldSendContentAvailable", .bool(true))])),
+        ])
+        // One that exists already answers a per-item error: it is there, which is the point.
+        _ = try await call("subscriptions/modify", .object([("operations", .array([.object([("operationType", .string("create")), ("subscription", subscription)])]))]))
     }
+
+    /// The device's pushes: its courier stream, opened the first time.
+    public func waitForChange(device: String) async { await client.waitForPush(device: device) }
+
+    public func stopListening() { client.stopListening() }
 
     public func fetchChanges(since token: String?) async throws(DocumentsError) -> DocumentChanges {
         let page: WebServicesClient.ZoneChangesPage
@@ -63,7 +80,8 @@ public struct WebServicesDocumentsTransport: DocumentsTransport {
     public func modify(_ operations: [RecordOperation], device: String) async throws(DocumentsError) -> [RecordResult] {
         let body = JSON.object([
             ("operations", .array(operations.map { .object([("operationType", .string($0.kind.rawValue)), ("record", $0.record.json())]) })),
-            ("zoneID", zoneIDJSON), ("atomic", .bool(false)), ("apnsToken", .string(device)),
+            // The courier token names this device, so its own changes are not pushed back to it.
+            ("zoneID", zoneIDJSON), ("atomic", .bool(false)), ("apnsToken", .string(client.knownCourierToken ?? device)),
         ])
         let json = try await call("records/modify", body)
         let entries = json["records"]?.arrayElements ?? []
@@ -95,26 +113,37 @@ public struct WebServicesDocumentsTransport: DocumentsTransport {
         } catch { throw Self.failed(error) }
     }
 
+    /// Chunk records 200 a lookup: inline chunks arrive with them, the rest from their assets'
+    /// download URLs, 8 at a time.
     public func downloadChunks(_ hashes: [String]) async throws(DocumentsError) -> [[UInt8]] {
-        var urls: [String] = []
+        var chunks: [[UInt8]?] = []
+        var urls: [(index: Int, url: String)] = []
+        chunks.reserveCapacity(hashes.count)
         for start in stride(from: 0, to: hashes.count, by: 200) {
             let slice = hashes[start..<min(start + 200, hashes.count)]
             let records = slice.map { JSON.object([("recordName", .string(ChunkRecord.recordName($0)))]) }
             let json = try await call("records/lookup", .object([("records", .array(records)), ("zoneID", zoneIDJSON)]))
             let entries = json["records"]?.arrayElements ?? []
+            guard entries.count == slice.count else { throw DocumentsError(.invalidServerAnswer, "records/lookup: \(entries.count) answers for \(slice.count) chunks") }
             for (hash, entry) in zip(slice, entries) {
-                guard let url = entry["fields"]?[ChunkRecord.field]?["value"]?["downloadURL"]?.stringValue else {
+                let fields = entry["fields"]
+                if let url = fields?[ChunkRecord.field]?["value"]?["downloadURL"]?.stringValue {
+                    urls.append((chunks.count, url))
+                    chunks.append(nil)
+                } else if let text = fields?[ChunkRecord.inlineField]?["value"]?.stringValue, let data = Data(base64Encoded: text) {
+                    chunks.append([UInt8](data))
+                } else {
                     throw DocumentsError(.notFound, "chunk \(hash) is not on the server")
                 }
-                urls.append(url)
             }
-            guard entries.count == slice.count else { throw DocumentsError(.invalidServerAnswer, "records/lookup: \(entries.count) answers for \(slice.count) chunks") }
         }
         let client = self.client
         do {
-            return try await WebServicesClient.concurrently(urls, limit: 8) { url throws(WebServicesClientError) in
+            let downloaded = try await WebServicesClient.concurrently(urls.map(\.url), limit: 8) { url throws(WebServicesClientError) in
                 try await client.downloadAsset(url, fileName: "chunk")
             }
+            for (target, bytes) in zip(urls, downloaded) { chunks[target.index] = bytes }
         } catch { throw Self.failed(error) }
+        return chunks.map { $0 ?? [] }
     }
 }

@@ -24,7 +24,7 @@ struct DriveCommand: ParsableCommand {
         @OptionGroup var options: DriveOptions
         @Option(help: "on-demand (files from other devices stay placeholders until downloaded) or all.")
         var download: String = UbiquityContainer.DownloadPolicy.onDemand.rawValue
-        @Flag(help: "Keep syncing, every second, until interrupted.") var watch = false
+        @Flag(help: "Keep syncing until interrupted: at once when the server pushes a change, and every second for local ones.") var watch = false
         @Flag(help: "Print a JSON line at the end: items, bytes and chunks uploaded and downloaded.") var stats = false
 
         func validate() throws {
@@ -37,7 +37,7 @@ struct DriveCommand: ParsableCommand {
             let total = try DriveOptions.perform { () async throws(DocumentsError) -> UbiquityContainer.Statistics in
                 var total = try await container.sync()
                 while watching {
-                    try? await Task.sleep(for: .seconds(1))
+                    await container.waitForChange()
                     let more = try await container.sync()
                     total.itemsUploaded += more.itemsUploaded
                     total.itemsDownloaded += more.itemsDownloaded
@@ -175,7 +175,7 @@ struct MetadataQueryCommand: ParsableCommand {
             for note in query.gather(try await container.status(), directory: container.directory) { Self.print(note) }
             let end = ContinuousClock.now.advanced(by: .seconds(seconds))
             while ContinuousClock.now < end {
-                try? await Task.sleep(for: .seconds(1))
+                await container.waitForChange()
                 try await container.sync()
                 query.update(try await container.status(), directory: container.directory)
                 query.flush { Self.print($0) }

@@ -174,4 +174,116 @@ import Testing
             #expect(((try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? []).isEmpty)
         }
     }
+
+    /// A metadata query on a watching device lists another device's edit: the server pushes the
+    /// change through the web courier and the watcher syncs (no timed assertion: within 20 s).
+    @Test func aWatchingQueryListsAnotherDevicesEditThroughAPush() async throws {
+        let server = try Self.start()
+        defer { server.stop() }
+        let editor = try server.device("mac")
+        let watcher = try server.device("phone")
+        try putFile(editor.directory, "Documents/notes.txt", "first", modified: 1_000)
+        try await editor.sync()
+        try await watcher.sync()
+        let query = try MetadataQuery(predicate: "kMDItemFSName LIKE '*.txt'")
+        query.notificationBatchingInterval = .zero
+        let notes = Locked<[MetadataQueryNotification]>([])
+        let querying = Task { await query.run(on: watcher) { note in notes.withLock { $0.append(note) } } }
+        let watching = Task { await watcher.watch() }
+        defer {
+            watching.cancel()
+            watcher.stopListening()
+            querying.cancel()
+        }
+        try putFile(editor.directory, "Documents/notes.txt", "second", modified: 2_000)
+        try putFile(editor.directory, "Documents/todo.txt", "new", modified: 2_000)
+        try await editor.sync()
+        func listed() -> (added: Set<String>, changed: Set<String>) {
+            notes.withLock { notes in
+                var added: Set<String> = [], changed: Set<String> = []
+                for case .didUpdate(let a, let c, _) in notes {
+                    added.formUnion(a.map(\.relativePath))
+                    changed.formUnion(c.map(\.relativePath))
+                }
+                return (added, changed)
+            }
+        }
+        let deadline = ContinuousClock.now.advanced(by: .seconds(20))
+        while ContinuousClock.now < deadline, listed().added.isEmpty || listed().changed.isEmpty {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(listed().added == ["Documents/todo.txt"] && listed().changed == ["Documents/notes.txt"], "\(listed())")
+        #expect(try String(contentsOfFile: watcher.directory + "/Documents/notes.txt", encoding: .utf8) == "second")
+        notes.withLock { notes in
+            #expect(notes.first.map { if case .didStartGathering = $0 { true } else { false } } == true)
+        }
+    }
+
+    /// `kquery drive sync --watch` and `kquery drive query --watch`: one device's edits reach the
+    /// other's folder and query output while both run.
+    @Test func driveWatchAndQueryFollowAnotherDevice() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: ServerKeyValueStoreProcessTests.kquery.path), "build kquery first")
+        let server = try Self.start()
+        defer { server.stop() }
+        let a = TemporaryFiles.path("drive-watch-a")
+        let b = TemporaryFiles.path("drive-watch-b")
+        try putFile(a, "Documents/one.txt", "one", modified: 1_000)
+        #expect(try await Self.drive(["sync", a, "--device-name", "mac"] + server.flags).status == 0)
+
+        let watcher = Process()
+        watcher.executableURL = ServerKeyValueStoreProcessTests.kquery
+        watcher.arguments = ["drive", "sync", b, "--watch", "--download", "all", "--device-name", "phone"] + server.flags
+        watcher.standardOutput = FileHandle.nullDevice
+        watcher.standardError = FileHandle.nullDevice
+        try watcher.run()
+        defer {
+            kill(watcher.processIdentifier, SIGKILL)
+            watcher.waitUntilExit()
+        }
+        let query = Process()
+        query.executableURL = ServerKeyValueStoreProcessTests.kquery
+        query.arguments = ["drive", "query", TemporaryFiles.path("drive-watch-c"), "--watch", "8", "--device-name", "ipad", "--sort", "kMDItemFSName"]
+            + server.flags + ["kMDItemFSName LIKE '*.txt'"]
+        let output = Pipe()
+        query.standardOutput = output
+        query.standardError = FileHandle.nullDevice
+        try query.run()
+        func exists(_ path: String) async throws -> Bool {
+            for _ in 0..<200 where !FileManager.default.fileExists(atPath: path) { try await Task.sleep(for: .milliseconds(50)) }
+            return FileManager.default.fileExists(atPath: path)
+        }
+        #expect(try await exists(b + "/Documents/one.txt"))
+        try await Task.sleep(for: .seconds(2))
+        try putFile(a, "Documents/two.txt", "two", modified: 2_000)
+        #expect(try await Self.drive(["sync", a, "--device-name", "mac"] + server.flags).status == 0)
+        #expect(try await exists(b + "/Documents/two.txt"))
+        let text = try await offThePool { () -> String in
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            query.waitUntilExit()
+            return String(decoding: data, as: UTF8.self)
+        }
+        let lines = try text.split(separator: "\n").map { try JSON.parse(String($0)) }
+        #expect(lines.map { $0["notification"]?.stringValue ?? "" }.prefix(3) == ["gathering", "progress", "finished"], "\(text)")
+        #expect(lines.first { $0["notification"] == .string("finished") }?["results"]?.arrayElements?.count == 1, "\(text)")
+        let update = lines.first { $0["notification"] == .string("update") }
+        #expect(update?["added"]?[0]?["path"] == .string("Documents/two.txt"), "\(text)")
+    }
+
+    /// `kquery drive --db FILE --user NAME`: two folders synced through a container file, no server.
+    @Test func driveSyncsThroughAContainerFile() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: ServerKeyValueStoreProcessTests.kquery.path), "build kquery first")
+        let file = TemporaryFiles.path("drive-db") + ".kquery"
+        let a = TemporaryFiles.path("drive-db-a")
+        let b = TemporaryFiles.path("drive-db-b")
+        let flags = ["--db", file, "--user", "_me", "--container", Self.containerID]
+        try putFile(a, "Documents/Folder/note.txt", "from a", modified: 1_000)
+        let first = try await Self.drive(["sync", a, "--device-name", "mac", "--stats"] + flags)
+        #expect(first.status == 0, "\(first.error)")
+        let second = try await Self.drive(["sync", b, "--device-name", "phone", "--download", "all"] + flags)
+        #expect(second.status == 0, "\(second.error)")
+        #expect(try String(contentsOfFile: b + "/Documents/Folder/note.txt", encoding: .utf8) == "from a")
+        let status = try await Self.drive(["status", b, "Documents/Folder/note.txt"] + flags)
+        #expect(status.output.contains("\"isUploaded\":true"), "\(status.output)")
+        #expect(try await Self.drive(["sync", b, "--db", file, "--container", Self.containerID]).status == 2)
+    }
 }

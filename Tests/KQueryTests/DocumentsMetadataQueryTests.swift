@@ -57,6 +57,41 @@ import Testing
             == .string("NSURLUbiquitousItemDownloadingStatusNotDownloaded"))
     }
 
+    /// Changes while updates are disabled (nested) wait; the last `enableUpdates` delivers them
+    /// at once, in one update.
+    @Test func enablingUpdatesDeliversWhatWaited() async throws {
+        let devices = try DocumentDevices()
+        let a = try devices.device("mac")
+        let b = try devices.device("iphone", policy: .onDemand)
+        try putFile(a.directory, "Documents/one.txt", "1", modified: 1_000)
+        try await a.sync()
+        try await b.sync()
+        let query = try MetadataQuery(predicate: "kMDItemFSName LIKE '*.txt'")
+        query.notificationBatchingInterval = .zero
+        let log = Locked<[MetadataQueryNotification]>([])
+        let running = Task { await query.run(on: b) { note in log.withLock { $0.append(note) } } }
+        defer { running.cancel() }
+        await Self.settle { log.withLock { $0.count } >= 3 }
+        query.disableUpdates()
+        query.disableUpdates()
+        try putFile(a.directory, "Documents/two.txt", "2", modified: 2_000)
+        try await a.sync()
+        try await b.sync()
+        await Self.settle { query.resultCount == 2 }
+        try putFile(a.directory, "Documents/three.txt", "3", modified: 2_000)
+        try await a.sync()
+        try await b.sync()
+        await Self.settle { query.resultCount == 3 }
+        query.enableUpdates()
+        #expect(log.withLock { $0.count } == 3)
+        query.enableUpdates()
+        let notes = log.withLock { $0 }
+        #expect(notes.count == 4)
+        if case .didUpdate(let added, let changed, let removed)? = notes.last {
+            #expect(added.map(\.relativePath) == ["Documents/three.txt", "Documents/two.txt"] && changed.isEmpty && removed.isEmpty)
+        } else { Issue.record("no update after enableUpdates") }
+    }
+
     @Test(arguments: [
         ("kMDItemFSName LIKE '*.txt'", [MetadataQuery.ubiquitousDocumentsScope], ["Documents/a.txt", "Documents/b.txt"]),
         ("kMDItemFSName LIKE 'a.???'", [MetadataQuery.ubiquitousDocumentsScope], ["Documents/a.txt"]),

@@ -216,6 +216,34 @@ struct DocumentDevices {
         #expect(!FileManager.default.fileExists(atPath: (outside as NSString).deletingLastPathComponent + "/escape.txt"))
     }
 
+    /// A case-only rename made on one device is a rename of the one item everywhere: never both
+    /// names, never a second item.
+    @Test func aCaseOnlyRenameIsOneItemRenamed() async throws {
+        let devices = try DocumentDevices()
+        let a = try devices.device("mac")
+        let b = try devices.device("iphone", policy: .all)
+        try putFile(a.directory, "Documents/Notes.txt", "notes", modified: 1_000)
+        try await a.sync()
+        try await b.sync()
+        let database = try devices.container.database(.private, user: devices.user)
+        func files() throws -> [String: String] {
+            let changes = try database.zoneChanges(ZoneID(zoneName: UbiquityContainer.zoneName), since: nil)
+            var files: [String: String] = [:]
+            for case .changed(let record) in changes.changes where record.recordType == ItemRecord.recordType {
+                if let item = try? ItemRecord(record: record), item.kind == .file { files[item.id] = item.name }
+            }
+            return files
+        }
+        let before = try files()
+        try FileManager.default.moveItem(atPath: a.directory + "/Documents/Notes.txt", toPath: a.directory + "/Documents/notes.txt")
+        try await a.sync()
+        try await b.sync()
+        #expect(Set(folderTree(b.directory).keys) == ["Documents", "Documents/notes.txt"])
+        #expect(try await b.status().filter { $0.kind == .file }.map(\.path) == ["Documents/notes.txt"])
+        let after = try files()
+        #expect(before.count == 1 && after == [before.keys.first ?? "": "notes.txt"], "\(before) \(after)")
+    }
+
     @Test func killedBetweenWritingAndRecordingFindsTheSameEditAgain() async throws {
         let devices = try DocumentDevices()
         let a = try devices.device("mac")
