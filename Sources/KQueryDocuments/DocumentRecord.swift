@@ -149,16 +149,16 @@ public struct VersionRecord: Hashable, Sendable {
 }
 
 /// A chunk on the server: record type `DocumentChunk`, named `c-` and the chunk's SHA-256, its
-/// bytes the asset in `data` (stored once by content, SPEC §12). A chunk of at most
-/// `inlineLimit` bytes (a small file's only chunk, or a file's short tail) keeps its bytes in the
-/// record's own `bytes` field instead: one modify carries a hundred such chunks and one lookup
-/// returns them, where each asset is an upload and a download of its own (a first sync of 10,000
-/// small files was 10,000 uploads).
+/// bytes the asset in `data` (stored once by content, SPEC §12): SPEC §15's Decision, "a chunk is
+/// an asset stored once by its hash". Keeping a small chunk's bytes in the record's own `bytes`
+/// field instead (a hundred chunks a modify) made a first sync of 10,000 small files about four
+/// times faster (docs/PERFORMANCE.md), but departs from that Decision: writing inline is off
+/// (`inlineLimit` 0) until the Decision changes; a chunk record holding inline bytes is still read.
 public enum ChunkRecord {
     public static let recordType = "DocumentChunk"
     public static let field = "data"
     public static let inlineField = "bytes"
-    public static let inlineLimit = Chunker.minimumSize
+    public static let inlineLimit = 0
     /// The inline bytes one modify carries at most: their base64 stays well under the server's
     /// 2 MB request limit.
     static let inlineBytesPerRequest = 1 << 20
