@@ -372,7 +372,8 @@ import Foundation
     }
 
     /// A container exported to a file and imported back under a new identifier holds the same records.
-    @Test func exportThenImportMakesTheSameContainer() async throws {
+    // Import makes container files: a server on PostgreSQL refuses it (its malformed cases say so).
+    @Test(.enabled(if: !ServerHarness.onPostgres)) func exportThenImportMakesTheSameContainer() async throws {
         try await ServerHarness().run { c in
             let saved = try await c.post("public", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "r1", "recordType": "Item", "fields": {"price": {"value": 5}}}}]}"#, user: "_alice")
             #expect(saved.status == 200)

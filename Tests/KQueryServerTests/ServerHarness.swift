@@ -30,12 +30,20 @@ struct ServerHarness {
     /// harness then serves its containers from a database of its own in the test process's
     /// throwaway cluster, as `kquery serve --postgres` does.
     static let onPostgres = ProcessInfo.processInfo.environment["KQUERY_SERVER_STORAGE"] == "postgres"
+    private static let databases = Locked<[String: String]>([:])
 
     /// Runs `body` against a running server; the server shuts down gracefully afterwards.
     func run<T: Sendable>(_ body: @escaping @Sendable (ServerClient) async throws -> T) async throws -> T {
         var configuration = configuration
         if Self.onPostgres, configuration.sharedStore == nil {
-            let url = try PostgresCluster.start().createDatabase()
+            // One database per data directory: a server started again on the directory (a
+            // restart) finds its data, as a node restarted on its database does.
+            let url = try Self.databases.withLock { databases throws -> String in
+                if let url = databases[directory] { return url }
+                let url = try PostgresCluster.start().createDatabase()
+                databases[directory] = url
+                return url
+            }
             guard let location = PostgresLocation(url: url) else { throw PostgresCluster.ClusterError(description: "bad URL \(url)") }
             configuration.sharedStore = PostgresServerStore(containers: try PostgresContainers(location: location, connections: 8))
         }
