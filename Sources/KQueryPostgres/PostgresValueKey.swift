@@ -1,4 +1,5 @@
 import KQuery
+import KQueryContainer
 
 /// Order-preserving keys of field values, as PostgreSQL stores and compares them.
 ///
@@ -85,16 +86,7 @@ package enum PostgresValueKey {
         return nil
     }
 
-    package static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0xF)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    package static func hex(_ bytes: [UInt8]) -> String { AssetSecrets.hex(bytes) }
 
     /// The tag a constant's kind begins with, for range tests (nil for kinds with equality only).
     package static func orderedTag(_ value: FieldValue) -> Tag? {

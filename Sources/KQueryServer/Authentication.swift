@@ -134,7 +134,7 @@ struct SharedSpentWebAuthTokens: WebAuthTokenLedger {
     let store: any SharedContainerStore
     var isShared: Bool { true }
 
-    static func key(_ token: String) -> String { SHA256.hash(data: Array(token.utf8)).map { String(format: "%02x", $0) }.joined() }
+    static func key(_ token: String) -> String { ServerSecret.hex(SHA256.hash(data: Array(token.utf8))) }
 
     func spend(_ token: String, issued: Date, now: Date, lifetime: Double) throws(ServerError) -> Bool {
         let expires = Int64(((issued.timeIntervalSince1970 + lifetime) * 1000).rounded(.up))

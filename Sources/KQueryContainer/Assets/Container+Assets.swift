@@ -252,7 +252,7 @@ public final class AssetUploadWriter: @unchecked Sendable {
 }
 
 /// Random tokens and the checksums clients see.
-enum AssetSecrets {
+package enum AssetSecrets {
     /// 24 random bytes, base64url: an upload URL's or a receipt's secret.
     static func token() -> String {
         var generator = SystemRandomNumberGenerator()
@@ -270,7 +270,8 @@ enum AssetSecrets {
 
     static func checksum(of bytes: [UInt8]) -> String { fileChecksum(sha1: Array(Insecure.SHA1.hash(data: bytes))) }
 
-    static func hex(_ bytes: [UInt8]) -> String {
+    /// Lower-case hex (a blob's content hash; PostgreSQL's sort keys use it too).
+    package static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var text: [UInt8] = []
         text.reserveCapacity(bytes.count * 2)
