@@ -1,7 +1,7 @@
 import KQuery
 
 /// What resetting an environment removed.
-public struct EnvironmentReset: Hashable, Sendable {
+public struct EnvironmentReset: Sendable {
     /// The databases (public and users' private ones) that were emptied.
     public var databases = 0
     /// Custom zones deleted (their records with them).
@@ -16,18 +16,6 @@ public struct EnvironmentReset: Hashable, Sendable {
     public var changes: [(database: DatabaseKey, change: RecordChange)] = []
 
     public init() {}
-
-    public static func == (lhs: Self, rhs: Self) -> Bool {
-        (lhs.databases, lhs.zones, lhs.records, lhs.subscriptions, lhs.notifications)
-            == (rhs.databases, rhs.zones, rhs.records, rhs.subscriptions, rhs.notifications)
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(databases)
-        hasher.combine(zones)
-        hasher.combine(records)
-        hasher.combine(subscriptions)
-    }
 }
 
 extension Container {

@@ -117,10 +117,8 @@ package enum RecordCoding {
             if position < names.names.count, Self.equal(names.names[position].bytes, nameBytes) {
                 key = names.names[position].key
             } else {
-                // A share's own fields are CloudKit's `cloudkit.title`, `cloudkit.type`, ... (as `Record(json:)` takes them).
-                guard let name = String(validating: nameBytes, as: UTF8.self),
-                      FieldKey.isValidName(name) || (SharingKeys.isShareType(recordType) && name.hasPrefix("cloudkit.") && name.utf8.count <= 255)
-                else {
+                // The names `Record(json:)` takes, a share's `cloudkit.*` ones included.
+                guard let name = String(validating: nameBytes, as: UTF8.self), SharingKeys.isValidFieldName(name, recordType: recordType) else {
                     throw RecordDecodingError("invalid field name '\(String(decoding: nameBytes, as: UTF8.self))'")
                 }
                 key = FieldKey(name)

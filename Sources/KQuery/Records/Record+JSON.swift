@@ -31,8 +31,7 @@ extension Record {
                 guard !SharingKeys.isReserved(name) else {
                     throw RecordDecodingError("record '\(recordName)': field names starting with ___ are CloudKit's ('\(name)')")
                 }
-                // A share's own fields are CloudKit's `cloudkit.title`, `cloudkit.type`, ...
-                guard FieldKey.isValidName(name) || (SharingKeys.isShareType(recordType) && name.hasPrefix("cloudkit.") && name.utf8.count <= 255) else {
+                guard SharingKeys.isValidFieldName(name, recordType: recordType) else {
                     throw RecordDecodingError("record '\(recordName)': invalid field name '\(name)' (letters, digits, _ and $, starting with a letter or _, at most 255 characters)")
                 }
                 do {

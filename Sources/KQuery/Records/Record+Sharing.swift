@@ -41,6 +41,12 @@ public enum SharingKeys {
     public static func isShareType(_ recordType: String) -> Bool {
         recordType.utf8.count == shareRecordType.utf8.count && recordType.lowercased() == shareRecordType
     }
+
+    /// Whether `name` may name a field of a record of `recordType`: a valid field name, or on a
+    /// share one of CloudKit's own (`cloudkit.title`, `cloudkit.type`, ...).
+    public static func isValidFieldName(_ name: String, recordType: String) -> Bool {
+        FieldKey.isValidName(name) || (isShareType(recordType) && name.hasPrefix("cloudkit.") && name.utf8.count <= 255)
+    }
 }
 
 extension Record {
