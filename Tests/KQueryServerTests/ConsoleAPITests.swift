@@ -205,6 +205,8 @@ import Foundation
         (.post, "/console/api/reset", #"{"container": "iCloud.com.example.tests", "environment": "development", "confirm": "iCloud.com.example"}"#, 400, "repeat the container's identifier"),
         (.post, "/console/api/reset", #"{"container": "iCloud.com.example.tests", "environment": "staging", "confirm": "iCloud.com.example.tests"}"#, 400, "development or production"),
         (.post, "/console/api/reset", #"{"container": 7, "environment": "development", "confirm": 7}"#, 400, "\"container\", a string"),
+        (.post, "/console/api/reset", #"{"container": "iCloud.none", "environment": "development", "confirm": "iCloud.none"}"#, 404, "does not exist"),
+        (.post, "/console/api/reset", #"{"container": "../x", "environment": "development", "confirm": "../x"}"#, 400, "invalid container identifier"),
     ]
 
     @Test(arguments: malformed.indices)

@@ -306,7 +306,9 @@ extension CloudKitServer {
         guard let environment = ContainerEnvironment(name: json["environment"]?.stringValue ?? "") else {
             throw ServerError.badRequest("\"environment\" must be development or production")
         }
-        let container = try containers.container(identifier)
+        // Resetting names a container that exists: it is not created empty to be emptied.
+        guard ContainerDirectory.isValidIdentifier(identifier) else { throw ServerError.badRequest("invalid container identifier '\(identifier)'") }
+        guard let container = try containers.existingContainer(identifier) else { throw ServerError.notFound("container '\(identifier)' does not exist") }
         let reset = try await blockingWork.run { () throws(ServerError) -> EnvironmentReset in
             do throws(ContainerError) { return try container.reset(environment) } catch { throw ServerError(error) }
         }
