@@ -35,7 +35,7 @@ extension CloudKitServer {
 
     /// The upload URL: the body, raw (any or no `Content-Type`) or `multipart/form-data`, becomes
     /// the asset; answers `{"singleFile": {...}}` once it is durable. Streamed: the body is written
-    /// a chunk at a time and never held whole.
+    /// a chunk at a time and never held whole; one of a chunk at most is stored in one transaction.
     func receiveAsset(_ request: Request, _ context: ServerContext) async -> Response {
         do throws(ServerError) {
             // The URL is the credential, checked by the container: one that does not exist has no
@@ -57,6 +57,7 @@ extension CloudKitServer {
             // one (a new megabyte each time cost page faults and grew the heap).
             var writing: Task<[UInt8], any Error>?
             var spare: [UInt8]?
+            /// Starts writing a body larger than one chunk (smaller ones are stored whole at the end).
             func begin(_ type: String?) async throws(ServerError) -> AssetUploadWriter {
                 if let writer { return writer }
                 let started = try await run { () throws(ContainerError) in try container.beginAssetUpload(token: token, contentType: type) }
@@ -98,18 +99,20 @@ extension CloudKitServer {
                     if pending.count == chunkSize { try await flush(try await begin(multipart?.fileContentType ?? rawType)) }
                 }
             }
-            if multipart == nil { _ = try await begin(rawType) }
             do {
                 for try await buffer in request.body {
                     if multipart != nil {
-                        let bytes = try multipart!.feed(buffer.readableBytesView)
-                        if multipart!.foundFile { _ = try await begin(multipart!.fileContentType) }
-                        try await take(bytes)
+                        try await take(try multipart!.feed(buffer.readableBytesView))
                     } else {
                         try await take(buffer.readableBytesView)
                     }
                 }
                 try multipart?.finish()
+                if writer == nil {
+                    let bytes = pending, type = multipart?.fileContentType ?? rawType
+                    let uploaded = try await run { () throws(ContainerError) in try container.storeAsset(token: token, contentType: type, bytes: bytes) }
+                    return Self.response(ServiceAnswer(json: .object([("singleFile", uploaded.webServicesJSON)])), loggingIn: context.entry)
+                }
                 let active = try await begin(rawType)
                 try await flush(active)
                 try await settle()

@@ -33,14 +33,7 @@ extension Container {
             // takes the URL's bytes at a time on every server sharing the storage; a request cut
             // off by a crash leaves it so until it expires (the client asks for another URL).
             ticket = try write(durably: false) { _, tx throws(ContainerError) -> AssetUploadTicket in
-                guard var ticket = try tx.assetUpload(token), ticket.expires > now else {
-                    throw ContainerError(.notFound, "this upload URL is unknown or has expired (upload URLs last \(self.assetPolicy.uploadLifetime / 60_000) minutes): ask assets/upload for another")
-                }
-                switch ticket.state {
-                case .received: throw ContainerError(.badRequest, "this upload URL was used already: ask assets/upload for another")
-                case .receiving: throw ContainerError(.badRequest, "another request is uploading to this URL, or one was cut off: ask assets/upload for another")
-                case .waiting: break
-                }
+                var ticket = try waitingUpload(token, now: now, tx: tx)
                 ticket.state = .receiving
                 try tx.saveAssetUpload(ticket)
                 // Chunks an abandoned upload could not delete go first.
@@ -51,8 +44,66 @@ extension Container {
             uploadsInProgress.withLock { _ = $0.remove(token) }
             throw error
         }
-        let type = contentType.map { $0.trimmingCharacters(in: .whitespaces) }.flatMap { $0.isEmpty || $0.utf8.count > 255 ? nil : $0 }
-        return AssetUploadWriter(container: self, ticket: ticket, contentType: type ?? "application/octet-stream")
+        return AssetUploadWriter(container: self, ticket: ticket, contentType: Self.storedContentType(contentType))
+    }
+
+    /// Stores the whole body of the upload `token` names when it is one chunk at most
+    /// (`AssetPolicy.chunkSize`): what `beginAssetUpload`, `append` and `finish` do, in one
+    /// transaction (most assets are small: one transaction and one sync each, not three).
+    /// Durable when it returns.
+    public func storeAsset(token: String, contentType: String?, bytes: [UInt8]) throws(ContainerError) -> UploadedAsset {
+        guard bytes.count <= AssetPolicy.chunkSize else {
+            throw ContainerError(.internalError, "an asset of \(bytes.count) bytes is stored a chunk at a time (beginAssetUpload)")
+        }
+        guard Int64(bytes.count) <= assetPolicy.maximumSize else {
+            throw ContainerError(.quotaExceeded, "the asset is larger than \(assetPolicy.maximumSize) bytes")
+        }
+        guard uploadsInProgress.withLock({ $0.insert(token).inserted }) else {
+            throw ContainerError(.badRequest, "another request is uploading to this URL")
+        }
+        defer { uploadsInProgress.withLock { _ = $0.remove(token) } }
+        let contentHash = AssetSecrets.hex(Array(SHA256.hash(data: bytes)))
+        let asset = StoredAsset(fileChecksum: AssetSecrets.checksum(of: bytes), size: Int64(bytes.count), contentHash: contentHash)
+        let type = Self.storedContentType(contentType), now = clock()
+        let uploaded = try write { _, tx throws(ContainerError) -> UploadedAsset in
+            let ticket = try waitingUpload(token, now: now, tx: tx)
+            if try tx.assetBlob(contentHash) == nil {
+                try tx.saveAssetBlob(AssetBlob(contentHash: contentHash, size: asset.size, fileChecksum: asset.fileChecksum, contentType: type, released: now))
+                if !bytes.isEmpty { try tx.saveAssetChunk(contentHash, index: 0, bytes: bytes) }
+            }
+            return try received(ticket, asset: asset, now: now, tx: tx)
+        }
+        assetsHeld.store(true, ordering: .relaxed)
+        return uploaded
+    }
+
+    /// The upload `token` names, unexpired and not yet receiving its bytes.
+    private func waitingUpload(_ token: String, now: Int64, tx: any StorageWriteTransaction) throws(ContainerError) -> AssetUploadTicket {
+        guard let ticket = try tx.assetUpload(token), ticket.expires > now else {
+            throw ContainerError(.notFound, "this upload URL is unknown or has expired (upload URLs last \(assetPolicy.uploadLifetime / 60_000) minutes): ask assets/upload for another")
+        }
+        switch ticket.state {
+        case .received: throw ContainerError(.badRequest, "this upload URL was used already: ask assets/upload for another")
+        case .receiving: throw ContainerError(.badRequest, "another request is uploading to this URL, or one was cut off: ask assets/upload for another")
+        case .waiting: return ticket
+        }
+    }
+
+    /// Marks an upload's URL used and issues the receipt for the asset its bytes made.
+    func received(_ ticket: AssetUploadTicket, asset: StoredAsset, now: Int64, tx: any StorageWriteTransaction) throws(ContainerError) -> UploadedAsset {
+        let binding = ticket.binding
+        let database = try database(binding.database.scope, environment: binding.database.environment,
+                                    user: binding.database.userRecordName.isEmpty ? nil : binding.database.userRecordName)
+        var used = ticket
+        used.state = .received
+        try tx.saveAssetUpload(used)
+        return try database.issueReceipt(for: asset, binding: binding, now: now, tx: tx)
+    }
+
+    /// The type a download is served with: the upload's `Content-Type`, when it names one.
+    static func storedContentType(_ declared: String?) -> String {
+        let type = declared.map { $0.trimmingCharacters(in: .whitespaces) }.flatMap { $0.isEmpty || $0.utf8.count > 255 ? nil : $0 }
+        return type ?? "application/octet-stream"
     }
 
     /// A stored blob's facts, if it is stored.
@@ -202,8 +253,6 @@ public final class AssetUploadWriter: @unchecked Sendable {
         let asset = StoredAsset(fileChecksum: AssetSecrets.fileChecksum(sha1: Array(sha1.finalize())), size: size, contentHash: contentHash)
         let ticket = ticket, owner = owner, contentType = contentType, container = container
         let now = container.clock()
-        let database = try container.database(ticket.binding.database.scope, environment: ticket.binding.database.environment,
-                                              user: ticket.binding.database.userRecordName.isEmpty ? nil : ticket.binding.database.userRecordName)
         do throws(ContainerError) {
             let uploaded = try container.write { _, tx throws(ContainerError) -> UploadedAsset in
                 // Still this request's: not collected meanwhile (its chunks would be gone).
@@ -216,10 +265,7 @@ public final class AssetUploadWriter: @unchecked Sendable {
                     try tx.saveAssetBlob(AssetBlob(contentHash: contentHash, size: asset.size, fileChecksum: asset.fileChecksum, contentType: contentType, released: now))
                     try tx.moveAssetChunks(from: owner, to: contentHash)
                 }
-                var received = ticket
-                received.state = .received
-                try tx.saveAssetUpload(received)
-                return try database.issueReceipt(for: asset, binding: ticket.binding, now: now, tx: tx)
+                return try container.received(current, asset: asset, now: now, tx: tx)
             }
             container.assetsHeld.store(true, ordering: .relaxed)
             end()
@@ -254,15 +300,18 @@ public final class AssetUploadWriter: @unchecked Sendable {
 /// Random tokens and the checksums clients see.
 package enum AssetSecrets {
     /// 24 random bytes, base64url: an upload URL's or a receipt's secret.
-    static func token() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<24).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
-        return base64URL(bytes)
-    }
+    static func token() -> String { base64URL(randomBytes(24)) }
 
-    static func wrappingKey() -> String {
+    static func wrappingKey() -> String { Data(randomBytes(32)).base64EncodedString() }
+
+    /// `count` random bytes, eight from each draw of the system's generator (a draw a byte was a
+    /// system call a byte).
+    static func randomBytes(_ count: Int) -> [UInt8] {
         var generator = SystemRandomNumberGenerator()
-        return Data((0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }).base64EncodedString()
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 8)
+        while bytes.count < count { withUnsafeBytes(of: generator.next()) { bytes.append(contentsOf: $0) } }
+        return Array(bytes.prefix(count))
     }
 
     /// base64 of `0x01` and a 20-byte SHA-1 (the shape of CloudKit's `fileChecksum`).

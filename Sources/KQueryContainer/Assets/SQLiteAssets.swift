@@ -71,20 +71,20 @@ struct SQLiteAssets {
     // MARK: Reading
 
     func upload(_ token: String) throws -> AssetUploadTicket? {
-        try Row.fetchOne(db, sql: """
+        try Row.fetchOne(try db.cachedStatement(sql: """
             SELECT environment, scope, userRecordName, zoneName, ownerName, recordName, fieldName, recordType, expires, state
             FROM asset_uploads WHERE token = ?
-            """, arguments: [token]).map { row in
+            """), arguments: [token]).map { row in
             guard let state = AssetUploadTicket.State(rawValue: row[9]) else { throw ContainerError(.internalError, "corrupt upload state") }
             return AssetUploadTicket(token: token, binding: try Self.binding(row, from: 0), recordType: row[7], expires: row[8], state: state)
         }
     }
 
     func receipt(_ receipt: String) throws -> AssetReceiptEntry? {
-        try Row.fetchOne(db, sql: """
+        try Row.fetchOne(try db.cachedStatement(sql: """
             SELECT environment, scope, userRecordName, zoneName, ownerName, recordName, fieldName, contentHash, fileChecksum, size, expires, spent
             FROM asset_receipts WHERE receipt = ?
-            """, arguments: [receipt]).map { row in
+            """), arguments: [receipt]).map { row in
             AssetReceiptEntry(
                 receipt: receipt, binding: try Self.binding(row, from: 0),
                 asset: StoredAsset(fileChecksum: row[8], size: row[9], contentHash: row[7]), expires: row[10], spent: row[11])
@@ -92,25 +92,25 @@ struct SQLiteAssets {
     }
 
     func blob(_ contentHash: String) throws -> AssetBlob? {
-        try Row.fetchOne(db, sql: "SELECT size, fileChecksum, contentType, released FROM asset_blobs WHERE contentHash = ?", arguments: [contentHash])
+        try Row.fetchOne(try db.cachedStatement(sql: "SELECT size, fileChecksum, contentType, released FROM asset_blobs WHERE contentHash = ?"), arguments: [contentHash])
             .map { AssetBlob(contentHash: contentHash, size: $0[0], fileChecksum: $0[1], contentType: $0[2], released: $0[3]) }
     }
 
     func chunk(_ owner: String, index: Int) throws -> [UInt8]? {
-        try Data.fetchOne(db, sql: """
+        try Data.fetchOne(try db.cachedStatement(sql: """
             SELECT bytes FROM asset_chunks WHERE owner = COALESCE((SELECT owner FROM asset_blob_chunks WHERE contentHash = ?), ?) AND chunk = ?
-            """, arguments: [owner, owner, index]).map { [UInt8]($0) }
+            """), arguments: [owner, owner, index]).map { [UInt8]($0) }
     }
 
     func blobs(after contentHash: String, limit: Int) throws -> [AssetBlob] {
-        try Row.fetchAll(db, sql: """
+        try Row.fetchAll(try db.cachedStatement(sql: """
             SELECT contentHash, size, fileChecksum, contentType, released FROM asset_blobs WHERE contentHash > ? ORDER BY contentHash LIMIT ?
-            """, arguments: [contentHash, limit])
+            """), arguments: [contentHash, limit])
             .map { AssetBlob(contentHash: $0[0], size: $0[1], fileChecksum: $0[2], contentType: $0[3], released: $0[4]) }
     }
 
     func holdsBlobs() throws -> Bool {
-        try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM asset_blobs)") ?? false
+        try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM asset_blobs)")) ?? false
     }
 
     // MARK: Writing
@@ -118,71 +118,69 @@ struct SQLiteAssets {
     func saveUpload(_ ticket: AssetUploadTicket) throws {
         var arguments = Self.arguments(ticket.binding)
         arguments += [ticket.token, ticket.recordType, ticket.expires, ticket.state.rawValue]
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT OR REPLACE INTO asset_uploads
             (environment, scope, userRecordName, zoneName, ownerName, recordName, fieldName, token, recordType, expires, state)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, arguments: arguments)
+            """).execute(arguments: arguments)
     }
 
     func saveChunk(_ owner: String, index: Int, bytes: [UInt8]) throws {
         // The bytes are lent to SQLite for the statement (it copies what it binds), not copied into a `Data` first.
         try bytes.withUnsafeBytes { buffer in
             let lent = buffer.baseAddress.map { Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: $0), count: buffer.count, deallocator: .none) } ?? Data()
-            try db.execute(sql: "INSERT OR REPLACE INTO asset_chunks (owner, chunk, bytes) VALUES (?, ?, ?)", arguments: [owner, index, lent])
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO asset_chunks (owner, chunk, bytes) VALUES (?, ?, ?)").execute(arguments: [owner, index, lent])
         }
     }
 
     /// Deletes a blob's chunks (wherever they are kept) or an upload's (unless a blob kept them).
     func deleteChunks(_ owner: String) throws {
-        if let kept = try String.fetchOne(db, sql: "SELECT owner FROM asset_blob_chunks WHERE contentHash = ?", arguments: [owner]) {
-            try db.execute(sql: "DELETE FROM asset_chunks WHERE owner = ?", arguments: [kept])
-            try db.execute(sql: "DELETE FROM asset_blob_chunks WHERE contentHash = ?", arguments: [owner])
+        if let kept = try String.fetchOne(try db.cachedStatement(sql: "SELECT owner FROM asset_blob_chunks WHERE contentHash = ?"), arguments: [owner]) {
+            try db.cachedStatement(sql: "DELETE FROM asset_chunks WHERE owner = ?").execute(arguments: [kept])
+            try db.cachedStatement(sql: "DELETE FROM asset_blob_chunks WHERE contentHash = ?").execute(arguments: [owner])
         }
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             DELETE FROM asset_chunks WHERE owner = ? AND NOT EXISTS (SELECT 1 FROM asset_blob_chunks WHERE owner = ?)
-            """, arguments: [owner, owner])
+            """).execute(arguments: [owner, owner])
     }
 
     /// Makes an upload's chunks the blob's, where they lie.
     func moveChunks(from owner: String, to newOwner: String) throws {
         try deleteChunks(newOwner)
-        try db.execute(sql: "INSERT INTO asset_blob_chunks (contentHash, owner) VALUES (?, ?)", arguments: [newOwner, owner])
+        try db.cachedStatement(sql: "INSERT INTO asset_blob_chunks (contentHash, owner) VALUES (?, ?)").execute(arguments: [newOwner, owner])
     }
 
     func saveBlob(_ blob: AssetBlob) throws {
-        try db.execute(sql: "INSERT OR REPLACE INTO asset_blobs (contentHash, size, fileChecksum, contentType, released) VALUES (?, ?, ?, ?, ?)",
-                       arguments: [blob.contentHash, blob.size, blob.fileChecksum, blob.contentType, blob.released])
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO asset_blobs (contentHash, size, fileChecksum, contentType, released) VALUES (?, ?, ?, ?, ?)").execute(arguments: [blob.contentHash, blob.size, blob.fileChecksum, blob.contentType, blob.released])
     }
 
     func saveReceipt(_ entry: AssetReceiptEntry) throws {
         var arguments = Self.arguments(entry.binding)
         arguments += [entry.receipt, entry.asset.contentHash, entry.asset.fileChecksum, entry.asset.size, entry.expires, entry.spent]
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT OR REPLACE INTO asset_receipts
             (environment, scope, userRecordName, zoneName, ownerName, recordName, fieldName, receipt, contentHash, fileChecksum, size, expires, spent)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, arguments: arguments)
+            """).execute(arguments: arguments)
     }
 
     func setReferences(_ record: RecordID, to hashes: Set<String>, database: Int64, now: Int64) throws {
         let place: StatementArguments = [database, record.zoneID.zoneName, record.zoneID.ownerName, record.recordName]
-        let old = Set(try String.fetchAll(db, sql: """
+        let old = Set(try String.fetchAll(try db.cachedStatement(sql: """
             SELECT contentHash FROM asset_references WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND recordName = ?
-            """, arguments: place))
+            """), arguments: place))
         for hash in old.subtracting(hashes) {
             var arguments = place
             arguments += [hash]
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 DELETE FROM asset_references WHERE databaseID = ? AND zoneName = ? AND ownerName = ? AND recordName = ? AND contentHash = ?
-                """, arguments: arguments)
-            try db.execute(sql: "UPDATE asset_blobs SET released = ? WHERE contentHash = ?", arguments: [now, hash])
+                """).execute(arguments: arguments)
+            try db.cachedStatement(sql: "UPDATE asset_blobs SET released = ? WHERE contentHash = ?").execute(arguments: [now, hash])
         }
         for hash in hashes.subtracting(old) {
             var arguments = place
             arguments += [hash]
-            try db.execute(sql: "INSERT INTO asset_references (databaseID, zoneName, ownerName, recordName, contentHash) VALUES (?, ?, ?, ?, ?)",
-                           arguments: arguments)
+            try db.cachedStatement(sql: "INSERT INTO asset_references (databaseID, zoneName, ownerName, recordName, contentHash) VALUES (?, ?, ?, ?, ?)").execute(arguments: arguments)
         }
     }
 
@@ -190,11 +188,11 @@ struct SQLiteAssets {
         let zone: StatementArguments = [database, zoneID.zoneName, zoneID.ownerName]
         var arguments: StatementArguments = [now]
         arguments += zone
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             UPDATE asset_blobs SET released = ? WHERE contentHash IN
             (SELECT contentHash FROM asset_references WHERE databaseID = ? AND zoneName = ? AND ownerName = ?)
-            """, arguments: arguments)
-        try db.execute(sql: "DELETE FROM asset_references WHERE databaseID = ? AND zoneName = ? AND ownerName = ?", arguments: zone)
+            """).execute(arguments: arguments)
+        try db.cachedStatement(sql: "DELETE FROM asset_references WHERE databaseID = ? AND zoneName = ? AND ownerName = ?").execute(arguments: zone)
     }
 
     func collect(now: Int64, gracePeriod: Int64) throws -> AssetCollection {
@@ -204,20 +202,20 @@ struct SQLiteAssets {
             arguments: [now, AssetUploadTicket.State.receiving.rawValue, now - AssetChunks.receivingGrace])
         for token in expiredUploads {
             try deleteChunks(AssetChunks.uploadOwner(token))
-            try db.execute(sql: "DELETE FROM asset_uploads WHERE token = ?", arguments: [token])
+            try db.cachedStatement(sql: "DELETE FROM asset_uploads WHERE token = ?").execute(arguments: [token])
         }
         collection.uploads = expiredUploads.count
-        try db.execute(sql: "DELETE FROM asset_receipts WHERE spent != 0 OR expires <= ?", arguments: [now])
+        try db.cachedStatement(sql: "DELETE FROM asset_receipts WHERE spent != 0 OR expires <= ?").execute(arguments: [now])
         collection.receipts = db.changesCount
-        let orphans = try Row.fetchAll(db, sql: """
+        let orphans = try Row.fetchAll(try db.cachedStatement(sql: """
             SELECT contentHash, size FROM asset_blobs b WHERE released + ? <= ?
             AND NOT EXISTS (SELECT 1 FROM asset_references r WHERE r.contentHash = b.contentHash)
             AND NOT EXISTS (SELECT 1 FROM asset_receipts r WHERE r.contentHash = b.contentHash)
-            """, arguments: [gracePeriod, now])
+            """), arguments: [gracePeriod, now])
         for row in orphans {
             let hash: String = row[0]
             try deleteChunks(hash)
-            try db.execute(sql: "DELETE FROM asset_blobs WHERE contentHash = ?", arguments: [hash])
+            try db.cachedStatement(sql: "DELETE FROM asset_blobs WHERE contentHash = ?").execute(arguments: [hash])
             collection.blobs += 1
             collection.bytes += row[1]
         }
