@@ -70,6 +70,15 @@ public struct WebServicesClient: Sendable {
         return base + path + (path.contains("?") ? "&" : "?") + query
     }
 
+    /// The HTTP client every request goes through: the shared one's, but a server that does not
+    /// answer a connection attempt (gone, restarting) fails the request within seconds, not at its
+    /// deadline (a sync then stops, and tries again later, instead of waiting a minute a request).
+    private static let http: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.timeout = HTTPClient.Configuration.Timeout(connect: .seconds(5))
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }()
+
     public static func escape(_ text: String) -> String {
         text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? text
     }
@@ -88,7 +97,7 @@ public struct WebServicesClient: Sendable {
             request.body = .bytes(ByteBuffer(bytes: body))
         }
         do {
-            let response = try await HTTPClient.shared.execute(request, timeout: timeout ?? requestTimeout)
+            let response = try await Self.http.execute(request, timeout: timeout ?? requestTimeout)
             if let next = response.headers.first(name: "X-Apple-CloudKit-Web-Auth-Token"), !next.isEmpty {
                 webAuthToken.withLock { $0 = next }
             }
@@ -215,9 +224,12 @@ public struct WebServicesClient: Sendable {
                 next += 1
             }
             while next < min(limit, inputs.count) { add() }
+            var failed = false
             for await (index, result) in group {
                 results[index] = result
-                if next < inputs.count { add() }
+                if case .failure = result { failed = true }
+                // After a failure nothing more is sent: the answer is that error.
+                if !failed && next < inputs.count { add() }
             }
             return results
         }

@@ -175,6 +175,42 @@ import Testing
         }
     }
 
+    /// The server killed with SIGKILL at random moments while one device uploads to it and
+    /// another downloads from it: restarted on the same data, a sync finishes on each and both
+    /// hold the same files, once each, with no conflict made by the kills.
+    @Test func serverKilledDuringUploadAndDownloadLosesNothing() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: ServerKeyValueStoreProcessTests.kquery.path), "build kquery first")
+        let data = TemporaryFiles.path("drive-serve-killed")
+        let a = TemporaryFiles.path("drive-server-kill-a")
+        let b = TemporaryFiles.path("drive-server-kill-b")
+        for index in 0..<8 { try putFile(a, "Documents/file\(index).bin", documentBytes(count: 1_500_000, seed: UInt64(index + 21)), modified: 1_000 + index) }
+        for index in 0..<30 { try putFile(a, "Documents/small/\(index).txt", "small \(index)", modified: 1_000) }
+        var generator = SystemRandomNumberGenerator()
+        for (folder, name) in [(a, "mac"), (b, "phone")] {
+            for _ in 0..<4 {
+                let server = try Self.start(data)
+                let device = try server.device(name, directory: folder)
+                let sync = Task { try await device.sync() }
+                try await Task.sleep(for: .milliseconds(Int.random(in: 30...300, using: &generator)))
+                server.stop()
+                // Failed with the server, or done before it went.
+                _ = await sync.result
+            }
+        }
+        let server = try Self.start(data)
+        defer { server.stop() }
+        try await server.device("mac", directory: a).sync()
+        try await server.device("phone", directory: b).sync()
+        try await server.device("mac", directory: a).sync()
+        #expect(folderTree(a) == folderTree(b))
+        #expect(folderTree(a).count == 8 + 30 + 2)
+        for (folder, name) in [(a, "mac"), (b, "phone")] {
+            let items = try await server.device(name, directory: folder).status()
+            #expect(items.count == 8 + 30 + 2)
+            #expect(!items.contains { $0.hasUnresolvedConflicts || !$0.isUploaded })
+        }
+    }
+
     /// A metadata query on a watching device lists another device's edit: the server pushes the
     /// change through the web courier and the watcher syncs (no timed assertion: within 20 s).
     @Test func aWatchingQueryListsAnotherDevicesEditThroughAPush() async throws {
