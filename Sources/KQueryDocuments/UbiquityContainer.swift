@@ -430,7 +430,10 @@ public actor UbiquityContainer {
         // finds the same items again.
         for item in created { staged.append(.put(item)) }
         try commitStaged()
-        again = try await send(&batch, locals: &locals, statistics: &statistics)
+        let overwrites = batch.overwrites
+        let held: Set<String>
+        (again, held) = try await send(&batch, locals: &locals, statistics: &statistics)
+        try await overwrite(overwrites, held: held, locals: &locals, statistics: &statistics)
         return again
     }
 
@@ -613,9 +616,26 @@ public actor UbiquityContainer {
                                       contentChangeDate: localDate, savingComputer: deviceName)
             batch.addChunks(content)
             batch.add(RecordOperation(kind: .create, record: loser.record(zoneID: transport.zoneID)), item: nil, path: nil, kind: .other)
-            let entry = try await download(remote, to: path, reusing: content.bytes, durable: false, statistics: &statistics)
-            let item = LocalItem(id: remote.id, path: path, kind: .file, contentHash: remote.contentHash, tag: remote.changeTag, size: entry.size,
-                                 mtime: entry.mtime, downloaded: true)
+            // The edit on disk is overwritten only once the server holds it as a version (after
+            // `send`): a failure or a kill before then leaves it there, and the next pass finds
+            // the same conflict again.
+            batch.overwrites.append(ModifyBatch.Overwrite(remote: remote, path: path, local: content, version: loser.id))
+            locals[remote.id] = LocalItem(id: remote.id, path: path, kind: .file, contentHash: remote.contentHash, tag: remote.changeTag,
+                                          size: content.entry.size, mtime: content.entry.mtime, downloaded: true)
+        }
+    }
+
+    /// Writes the winners of conflicts this device lost, now that the server holds each loser as
+    /// a version; a file edited again since the scan is left for the next pass.
+    private func overwrite(_ overwrites: [ModifyBatch.Overwrite], held: Set<String>, locals: inout [String: LocalItem],
+                           statistics: inout Statistics) async throws(DocumentsError) {
+        for overwrite in overwrites where held.contains(overwrite.version) {
+            guard let now = LocalFolder.entry(at: folder.root + "/" + overwrite.path), now.kind == .file,
+                  now.size == overwrite.local.entry.size, now.mtime == overwrite.local.entry.mtime else { continue }
+            let remote = overwrite.remote
+            let entry = try await download(remote, to: overwrite.path, reusing: overwrite.local.bytes, durable: false, statistics: &statistics)
+            let item = LocalItem(id: remote.id, path: overwrite.path, kind: .file, contentHash: remote.contentHash, tag: remote.changeTag,
+                                 size: entry.size, mtime: entry.mtime, downloaded: true)
             try stage(.put(item))
             locals[remote.id] = item
         }
@@ -642,8 +662,11 @@ public actor UbiquityContainer {
     }
 
     /// Sends the batch: missing chunks first (the server lacks them; the rest never cross), then
-    /// the records, 200 a request. True when a record met a newer server version.
-    private func send(_ batch: inout ModifyBatch, locals: inout [String: LocalItem], statistics: inout Statistics) async throws(DocumentsError) -> Bool {
+    /// the records, 200 a request. `again` when a record met a newer server version; `held`, the
+    /// versions the server now holds (saved, or there already).
+    private func send(_ batch: inout ModifyBatch, locals: inout [String: LocalItem], statistics: inout Statistics) async throws(DocumentsError)
+        -> (again: Bool, held: Set<String>)
+    {
         let hashes = Array(batch.chunks.keys).sorted()
         var present: Set<String> = []
         for start in stride(from: 0, to: hashes.count, by: 200) {
@@ -671,57 +694,112 @@ public actor UbiquityContainer {
                 statistics.bytesUploaded += chunk.bytes.count
             }
         }
-        for slice in Self.requests(chunkOperations) {
-            for result in try await transport.modify(slice, device: deviceName) {
+        for answer in await modifyConcurrently(Self.requests(chunkOperations)) {
+            for result in try answer.get() {
                 if let error = result.error, error.code != .exists { throw DocumentsError(.syncFailed, "saving a chunk: \(error.description)") }
             }
         }
         var again = false
-        let entries = batch.entries
-        for start in stride(from: 0, to: entries.count, by: 200) {
-            let slice = Array(entries[start..<min(start + 200, entries.count)])
-            let results = try await transport.modify(slice.map(\.operation), device: deviceName)
-            var remote: [RecordZoneChangeEntry] = []
-            var acknowledged: [LocalItem] = []
-            var forgotten: [String] = []
-            for (entry, result) in zip(slice, results) {
-                switch result {
-                case .saved(let record):
-                    remote.append(RecordZoneChangeEntry(record))
-                    guard case .item(let content) = entry.kind, let id = entry.item, let path = entry.path, var row = locals[id] else { continue }
-                    statistics.itemsUploaded += 1
-                    row.path = path
-                    row.tag = record.recordChangeTag
-                    row.contentHash = content?.hash ?? ""
-                    if let content {
-                        row.size = content.entry.size
-                        row.mtime = content.entry.mtime
-                    }
-                    row.downloaded = true
-                    acknowledged.append(row)
-                    locals[id] = row
-                case .deleted(let id, _):
-                    remote.append(.deleted(id: id.recordName))
-                    if entry.kind == .deletion, let item = entry.item {
-                        forgotten.append(item)
-                        locals[item] = nil
-                    }
-                case .failed(_, let error):
-                    switch error.code {
-                    case .exists where entry.kind == .other: continue
-                    case .notFound where entry.kind != .deletion && entry.operation.kind == .forceDelete: continue
-                    case .notFound where entry.kind == .deletion:
-                        if let item = entry.item { forgotten.append(item); locals[item] = nil }
-                    case .conflict, .exists, .notFound: again = true
-                    default: throw DocumentsError(.syncFailed, "saving '\(entry.path ?? entry.operation.record.recordID.recordName)': \(error.description)")
-                    }
+        var held: Set<String> = []
+        // New versions first (the server holds a loser before the winner replaces it), then the rest.
+        let isNewVersion = { (entry: ModifyBatch.Entry) in entry.kind == .other && entry.operation.kind == .create }
+        for entries in [batch.entries.filter(isNewVersion), batch.entries.filter { !isNewVersion($0) }] {
+            let slices = stride(from: 0, to: entries.count, by: 200).map { Array(entries[$0..<min($0 + 200, entries.count)]) }
+            let answers = await modifyConcurrently(slices.map { $0.map(\.operation) })
+            // Every answer is recorded, the failures' after the others'.
+            var failure: DocumentsError?
+            for (slice, answer) in zip(slices, answers) {
+                switch answer {
+                case .success(let results): try acknowledge(slice, results, locals: &locals, statistics: &statistics, again: &again, held: &held)
+                case .failure(let error): failure = failure ?? error
                 }
             }
-            // The server's answer and what it acknowledged, in one transaction.
-            try state.recordRemote(remote, put: acknowledged, forget: forgotten)
+            if let failure { throw failure }
         }
         batch = ModifyBatch()
-        return again
+        return (again, held)
+    }
+
+    /// Records what the server answered to one modify request of `send`: acknowledged items, the
+    /// versions it holds, whether another pass is needed.
+    private func acknowledge(_ slice: [ModifyBatch.Entry], _ results: [RecordResult], locals: inout [String: LocalItem], statistics: inout Statistics,
+                             again: inout Bool, held: inout Set<String>) throws(DocumentsError) {
+        var remote: [RecordZoneChangeEntry] = []
+        var acknowledged: [LocalItem] = []
+        var forgotten: [String] = []
+        for (entry, result) in zip(slice, results) {
+            switch result {
+            case .saved(let record):
+                remote.append(RecordZoneChangeEntry(record))
+                if record.recordType == VersionRecord.recordType { held.insert(record.recordID.recordName) }
+                guard case .item(let content) = entry.kind, let id = entry.item, let path = entry.path, var row = locals[id] else { continue }
+                statistics.itemsUploaded += 1
+                row.path = path
+                row.tag = record.recordChangeTag
+                row.contentHash = content?.hash ?? ""
+                if let content {
+                    row.size = content.entry.size
+                    row.mtime = content.entry.mtime
+                }
+                row.downloaded = true
+                acknowledged.append(row)
+                locals[id] = row
+            case .deleted(let id, _):
+                remote.append(.deleted(id: id.recordName))
+                if entry.kind == .deletion, let item = entry.item {
+                    forgotten.append(item)
+                    locals[item] = nil
+                }
+            case .failed(_, let error):
+                switch error.code {
+                case .exists where entry.kind == .other:
+                    if entry.operation.record.recordType == VersionRecord.recordType { held.insert(entry.operation.record.recordID.recordName) }
+                case .notFound where entry.kind != .deletion && entry.operation.kind == .forceDelete: continue
+                case .notFound where entry.kind == .deletion:
+                    if let item = entry.item { forgotten.append(item); locals[item] = nil }
+                case .conflict, .exists, .notFound: again = true
+                default: throw DocumentsError(.syncFailed, "saving '\(entry.path ?? entry.operation.record.recordID.recordName)': \(error.description)")
+                }
+            }
+        }
+        // The server's answer and what it acknowledged, in one transaction.
+        try state.recordRemote(remote, put: acknowledged, forget: forgotten)
+    }
+
+    /// Sends modify requests a few at a time (the server commits concurrent ones together): each
+    /// one's answer, in request order. Once one fails no more are sent (those are answered with
+    /// its error).
+    private func modifyConcurrently(_ requests: [[RecordOperation]], limit: Int = 4) async -> [Result<[RecordResult], DocumentsError>] {
+        let transport = transport, device = deviceName
+        var answers = [Result<[RecordResult], DocumentsError>](repeating: .failure(DocumentsError(.syncFailed, "not sent")), count: requests.count)
+        var next = 0
+        var failure: DocumentsError?
+        while next < requests.count && failure == nil {
+            // A window of requests at once; the next window once they are all answered.
+            let window = next..<min(next + limit, requests.count)
+            let windowAnswers = await withTaskGroup(of: (Int, Result<[RecordResult], DocumentsError>).self) { group in
+                for index in window {
+                    let operations = requests[index]
+                    group.addTask { (index, await Self.modify(transport, operations, device: device)) }
+                }
+                var answered: [(Int, Result<[RecordResult], DocumentsError>)] = []
+                for await answer in group { answered.append(answer) }
+                return answered
+            }
+            for (index, answer) in windowAnswers {
+                answers[index] = answer
+                if case .failure(let error) = answer { failure = failure ?? error }
+            }
+            next = window.upperBound
+        }
+        if let failure { for index in next..<requests.count { answers[index] = .failure(failure) } }
+        return answers
+    }
+
+    private static func modify(_ transport: any DocumentsTransport, _ operations: [RecordOperation], device: String) async
+        -> Result<[RecordResult], DocumentsError>
+    {
+        do { return .success(try await transport.modify(operations, device: device)) } catch { return .failure(error) }
     }
 }
 
@@ -747,8 +825,18 @@ struct ModifyBatch {
         var kind: Kind
     }
 
+    /// A conflict this device lost: its file becomes the server's content once the server holds
+    /// the local content as the version named `version`.
+    struct Overwrite {
+        var remote: ItemRecord
+        var path: String
+        var local: UbiquityContainer.Content
+        var version: String
+    }
+
     var entries: [Entry] = []
     var chunks: [String: ArraySlice<UInt8>] = [:]
+    var overwrites: [Overwrite] = []
 
     mutating func add(_ operation: RecordOperation, item: String?, path: String?, kind: Kind) {
         entries.append(Entry(operation: operation, item: item, path: path, kind: kind))

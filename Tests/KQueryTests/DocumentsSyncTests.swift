@@ -244,6 +244,32 @@ struct DocumentDevices {
         #expect(before.count == 1 && after == [before.keys.first ?? "": "notes.txt"], "\(before) \(after)")
     }
 
+    @Test func aLosingEditStaysOnDiskUntilTheServerHoldsItAsAVersion() async throws {
+        let devices = try DocumentDevices()
+        let a = try devices.device("mac")
+        try putFile(a.directory, "Documents/list.txt", "milk", modified: 1_000)
+        try await a.sync()
+        let folder = TemporaryFiles.path("drive-iphone")
+        let working = ContainerDocumentsTransport(container: devices.container, user: devices.user)
+        try await UbiquityContainer(directory: folder, transport: working, deviceName: "iphone", downloadPolicy: .all).sync()
+        // Both edit offline; the phone's edit is older, so it loses.
+        try putFile(a.directory, "Documents/list.txt", "milk, eggs", modified: 3_000)
+        try await a.sync()
+        try putFile(folder, "Documents/list.txt", "milk, bread", modified: 2_000)
+        // The connection drops when the phone sends its losing edit as a version.
+        let dropping = try UbiquityContainer(directory: folder, transport: DroppingVersions(base: working), deviceName: "iphone", downloadPolicy: .all)
+        await #expect(throws: DocumentsError.self) { try await dropping.sync() }
+        #expect(try String(contentsOfFile: folder + "/Documents/list.txt", encoding: .utf8) == "milk, bread")
+        // With the server back, the edit becomes the conflict version and the winner is written.
+        let phone = try UbiquityContainer(directory: folder, transport: working, deviceName: "iphone", downloadPolicy: .all)
+        try await phone.sync()
+        #expect(try String(contentsOfFile: folder + "/Documents/list.txt", encoding: .utf8) == "milk, eggs")
+        let loser = try #require(try await phone.otherVersionsOfItem(at: "Documents/list.txt").first)
+        #expect(loser.localizedNameOfSavingComputer == "iphone")
+        try await phone.resolve("Documents/list.txt", keep: loser.persistentIdentifier)
+        #expect(try String(contentsOfFile: folder + "/Documents/list.txt", encoding: .utf8) == "milk, bread")
+    }
+
     @Test func killedBetweenWritingAndRecordingFindsTheSameEditAgain() async throws {
         let devices = try DocumentDevices()
         let a = try devices.device("mac")
@@ -260,4 +286,21 @@ struct DocumentDevices {
         #expect(try await a.otherVersionsOfItem(at: "Documents/a.txt") == [])
         #expect(try await a.status().map(\.path) == ["Documents", "Documents/a.txt"])
     }
+}
+
+/// A transport whose connection drops whenever a modify carries a document version.
+private struct DroppingVersions: DocumentsTransport {
+    let base: ContainerDocumentsTransport
+    var zoneID: ZoneID { base.zoneID }
+    func prepare(device: String) async throws(DocumentsError) { try await base.prepare(device: device) }
+    func fetchChanges(since token: String?) async throws(DocumentsError) -> DocumentChanges { try await base.fetchChanges(since: token) }
+    func existing(_ recordNames: [String]) async throws(DocumentsError) -> Set<String> { try await base.existing(recordNames) }
+    func modify(_ operations: [RecordOperation], device: String) async throws(DocumentsError) -> [RecordResult] {
+        if operations.contains(where: { $0.record.recordType == VersionRecord.recordType }) { throw DocumentsError(.syncFailed, "connection lost") }
+        return try await base.modify(operations, device: device)
+    }
+    func uploadChunks(_ chunks: [(hash: String, bytes: [UInt8])]) async throws(DocumentsError) -> [FieldValue] { try await base.uploadChunks(chunks) }
+    func downloadChunks(_ hashes: [String]) async throws(DocumentsError) -> [[UInt8]] { try await base.downloadChunks(hashes) }
+    func waitForChange(device: String) async {}
+    func stopListening() {}
 }
