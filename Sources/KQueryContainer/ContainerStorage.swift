@@ -20,6 +20,10 @@ package protocol ContainerStorage: Sendable {
     /// Starts putting what was committed so far on stable storage, without waiting (a hint: a
     /// long series of writes then waits less in `waitUntilDurable`).
     func startWriteback()
+    /// A long series of large writes (an asset's bytes) starts or ends: a file storage defers
+    /// copying its log into the database until the last such series ends (a hint).
+    func bulkWritesStarted()
+    func bulkWritesEnded()
     /// Runs `body` with a writer whose writes share one transaction: each write still applies
     /// whole or not at all, and sees the ones before it; they commit together when `body`
     /// returns, and become visible to readers then. Throws when that commit fails: none of the
@@ -51,6 +55,10 @@ extension ContainerStorage {
     func waitUntilDurable() throws(ContainerError) {}
 
     func startWriteback() {}
+
+    package func bulkWritesStarted() {}
+
+    package func bulkWritesEnded() {}
 
     /// Storages whose commits cost nothing to share commit each write by itself.
     func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T { try body(nil) }

@@ -260,6 +260,10 @@ final class SQLiteContainerStorage: ContainerStorage {
         groupCommit?.startWriteback()
     }
 
+    func bulkWritesStarted() { checkpointer?.deferPasses() }
+
+    func bulkWritesEnded() { checkpointer?.resumePasses() }
+
     /// Runs `body` in one transaction, committed when it returns and rolled back when it throws.
     /// BEGIN and COMMIT are prepared once per connection: GRDB's `write` parsed both anew for
     /// every write (7% of a one-record modify).

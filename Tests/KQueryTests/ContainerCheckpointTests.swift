@@ -45,4 +45,27 @@ struct ContainerCheckpointTests {
             #expect(record?["round"] == .int64(Int64(rounds - 500 + name)))
         }
     }
+
+    /// An asset's bytes are copied into the database once its upload ends, not in passes while it
+    /// streams: the database file stays small during an 8 MiB upload (2,048 pages of log, twice
+    /// the interval), and takes the bytes after `finish`.
+    @Test func anUploadIsCheckpointedWhenItEnds() async throws {
+        let path = ContainerFixture.temporaryPath()
+        defer { ContainerFixture.remove(path) }
+        let container = try Container(containerIdentifier: ContainerFixture.identifier, path: path)
+        let database = try container.database(.public, user: "_u1")
+        let ticket = try #require(try database.requestAssetUploads([AssetFieldRequest(fieldName: "f")]).first)
+        let writer = try container.beginAssetUpload(token: ticket.token, contentType: nil)
+        func databaseSize() -> UInt64 { (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? 0 }
+        for index in 0..<8 { try writer.append(chunk: Array(repeating: UInt8(index), count: AssetPolicy.chunkSize)) }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(databaseSize() < 2_000_000, "passes ran while the upload streamed")
+        _ = try writer.finish()
+        var size = databaseSize()
+        for _ in 0..<200 where size < 8_000_000 {
+            try await Task.sleep(for: .milliseconds(50))
+            size = databaseSize()
+        }
+        #expect(size >= 8_000_000, "no pass copied the upload after it ended (database \(size) bytes)")
+    }
 }

@@ -44,6 +44,7 @@ extension Container {
             uploadsInProgress.withLock { _ = $0.remove(token) }
             throw error
         }
+        storage.bulkWritesStarted()
         return AssetUploadWriter(container: self, ticket: ticket, contentType: Self.storedContentType(contentType))
     }
 
@@ -292,6 +293,7 @@ public final class AssetUploadWriter: @unchecked Sendable {
 
     private func end() {
         ended = true
+        container.storage.bulkWritesEnded()
         let token = ticket.token
         container.uploadsInProgress.withLock { _ = $0.remove(token) }
     }
