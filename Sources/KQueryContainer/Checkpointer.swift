@@ -37,9 +37,10 @@ final class Checkpointer: Sendable {
     private let path: String
     private let queue = DispatchQueue(label: "kquery.checkpoint", qos: .utility)
     /// The log's pages when the last background pass was scheduled, its pages after the last
-    /// commit (from the WAL hook), whether a pass is scheduled or running, and whether the writer
-    /// should make its pass.
-    private let state = Locked((passFrames: 0, frames: 0, scheduled: false, writerPass: false, deferrals: 0))
+    /// commit (from the WAL hook), whether a pass is scheduled or running, whether the writer
+    /// should make its pass, and how many bulk writes are holding passes back.
+    private typealias State = (passFrames: Int, frames: Int, scheduled: Bool, writerPass: Bool, deferrals: Int)
+    private let state = Locked<State>((passFrames: 0, frames: 0, scheduled: false, writerPass: false, deferrals: 0))
     /// The background pass's connection, opened at the first pass.
     private let connection = Locked<DatabaseQueue?>(nil)
 
@@ -69,16 +70,21 @@ final class Checkpointer: Sendable {
         let (schedule, writerPass) = state.withLock { state in
             let writerPass = state.writerPass
             state.writerPass = false
-            // The log started over since the last pass: count from its start.
-            if state.frames < state.passFrames { state.passFrames = 0 }
-            let interval = state.deferrals > 0 ? Self.deferredInterval : Self.interval
-            guard state.frames - state.passFrames >= interval, !state.scheduled else { return (false, writerPass) }
-            state.passFrames = state.frames
-            state.scheduled = true
-            return (true, writerPass)
+            return (Self.claimPass(&state, after: state.deferrals > 0 ? Self.deferredInterval : Self.interval), writerPass)
         }
         if schedule { queue.async { self.backgroundPass() } }
         return writerPass
+    }
+
+    /// Whether a background pass is due (the log has grown by `interval` pages since the last and
+    /// none is scheduled); if so, it is marked scheduled from the log's current page.
+    private static func claimPass(_ state: inout State, after interval: Int) -> Bool {
+        // The log started over since the last pass: count from its start.
+        if state.frames < state.passFrames { state.passFrames = 0 }
+        guard state.frames - state.passFrames >= interval, !state.scheduled else { return false }
+        state.passFrames = state.frames
+        state.scheduled = true
+        return true
     }
 
     /// Bulk writes start: passes wait (up to `deferredInterval` pages) until the last ends.
@@ -90,11 +96,7 @@ final class Checkpointer: Sendable {
     func resumePasses() {
         let schedule = state.withLock { state in
             state.deferrals = max(0, state.deferrals - 1)
-            if state.frames < state.passFrames { state.passFrames = 0 }
-            guard state.deferrals == 0, state.frames - state.passFrames >= Self.interval, !state.scheduled else { return false }
-            state.passFrames = state.frames
-            state.scheduled = true
-            return true
+            return state.deferrals == 0 && Self.claimPass(&state, after: Self.interval)
         }
         if schedule { queue.async { self.backgroundPass() } }
     }
