@@ -24,9 +24,7 @@ extension Container {
     /// Append the bytes, then `finish()` for the client's `singleFile` dictionary, or `abandon()`.
     public func beginAssetUpload(token: String, contentType: String?) throws(ContainerError) -> AssetUploadWriter {
         let now = clock()
-        guard uploadsInProgress.withLock({ $0.insert(token).inserted }) else {
-            throw ContainerError(.badRequest, "another request is uploading to this URL")
-        }
+        try claimUpload(token)
         let ticket: AssetUploadTicket
         do throws(ContainerError) {
             // The ticket is marked receiving in one transaction with the check, so one request
@@ -59,9 +57,7 @@ extension Container {
         guard Int64(bytes.count) <= assetPolicy.maximumSize else {
             throw ContainerError(.quotaExceeded, "the asset is larger than \(assetPolicy.maximumSize) bytes")
         }
-        guard uploadsInProgress.withLock({ $0.insert(token).inserted }) else {
-            throw ContainerError(.badRequest, "another request is uploading to this URL")
-        }
+        try claimUpload(token)
         defer { uploadsInProgress.withLock { _ = $0.remove(token) } }
         let contentHash = AssetSecrets.hex(Array(SHA256.hash(data: bytes)))
         let asset = StoredAsset(fileChecksum: AssetSecrets.checksum(of: bytes), size: Int64(bytes.count), contentHash: contentHash)
@@ -76,6 +72,13 @@ extension Container {
         }
         assetsHeld.store(true, ordering: .relaxed)
         return uploaded
+    }
+
+    /// Marks the upload `token` names as taken by this process's request (one at a time).
+    private func claimUpload(_ token: String) throws(ContainerError) {
+        guard uploadsInProgress.withLock({ $0.insert(token).inserted }) else {
+            throw ContainerError(.badRequest, "another request is uploading to this URL")
+        }
     }
 
     /// The upload `token` names, unexpired and not yet receiving its bytes.
