@@ -189,9 +189,16 @@ import Testing
         for (folder, name) in [(a, "mac"), (b, "phone")] {
             for _ in 0..<4 {
                 let server = try Self.start(data)
-                let device = try server.device(name, directory: folder)
-                let sync = Task { try await device.sync() }
-                try await Task.sleep(for: .milliseconds(Int.random(in: 30...300, using: &generator)))
+                let sync: Task<UbiquityContainer.Statistics, any Error>
+                do {
+                    let device = try server.device(name, directory: folder)
+                    sync = Task { try await device.sync() }
+                    try await Task.sleep(for: .milliseconds(Int.random(in: 30...300, using: &generator)))
+                } catch {
+                    // The server is stopped on every way out, a failed step's included.
+                    server.stop()
+                    throw error
+                }
                 server.stop()
                 // Failed with the server, or done before it went.
                 _ = await sync.result
