@@ -177,11 +177,7 @@ public struct ContainerDatabase: Sendable {
         if container.storage.runsQueries {
             // In the storage (PostgreSQL): nothing of the database is kept in memory.
             if let cursor, !canonicalQuery.accepts(cursor) { throw ContainerError(.badRequest, "the cursor belongs to a different query") }
-            let key = key
-            return try container.storage.read { tx throws(ContainerError) in
-                guard let database = try tx.database(key) else { return QueryResult(records: [], cursor: nil) }
-                return try tx.query(canonicalQuery, cursor: cursor, in: database, now: now) ?? QueryResult(records: [], cursor: nil)
-            }
+            return try container.storage.query(canonicalQuery, cursor: cursor, in: key, now: now)
         }
         return try container.withQueryStore(key) { store throws(ContainerError) in
             do throws(DatabaseError) {

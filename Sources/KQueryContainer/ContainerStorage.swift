@@ -35,6 +35,9 @@ package protocol ContainerStorage: Sendable {
     /// Whether queries run in the storage itself (`StorageTransaction.query`: PostgreSQL, as SQL)
     /// rather than on an in-memory copy of each database's records.
     var runsQueries: Bool { get }
+    /// One page of `query` on the database `key` (none: no records), for a storage that
+    /// `runsQueries`; the default reads the database and runs the query in one read transaction.
+    func query(_ query: Query, cursor: QueryCursor?, in key: DatabaseKey, now: Int64) throws(ContainerError) -> QueryResult
     /// Brings the planner's statistics up to date after a bulk load (`kquery migrate`): a
     /// database planning from none can pick the wrong index for a point lookup.
     func refreshStatistics() throws(ContainerError)
@@ -68,6 +71,13 @@ extension ContainerStorage {
 
     /// A file or memory is queried in memory.
     package var runsQueries: Bool { false }
+
+    package func query(_ query: Query, cursor: QueryCursor?, in key: DatabaseKey, now: Int64) throws(ContainerError) -> QueryResult {
+        try read { tx throws(ContainerError) in
+            guard let database = try tx.database(key) else { return QueryResult(records: [], cursor: nil) }
+            return try tx.query(query, cursor: cursor, in: database, now: now) ?? QueryResult(records: [], cursor: nil)
+        }
+    }
 
     /// SQLite's queries are planned by the engine's own planner: nothing to refresh.
     func refreshStatistics() throws(ContainerError) {}

@@ -25,7 +25,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
     private let logger: Logger
     private let condition = NSCondition()
     /// Guarded by `condition`.
-    private var idle: [PostgresConnection] = []
+    private var idle: [PooledConnection] = []
     private var open = 0
     private var nextID = 0
     private var closed = false
@@ -53,19 +53,19 @@ final class PostgresConnectionPool: @unchecked Sendable {
         idle = []
         condition.broadcast()
         condition.unlock()
-        for connection in connections { try? connection.close().wait() }
+        for pooled in connections { try? pooled.connection.close().wait() }
         try? group.syncShutdownGracefully()
     }
 
     /// Lends `body` a connection, waiting for one while `limit` are lent. A connection that broke
     /// is closed, not returned.
     func withConnection<T>(_ body: (PostgresSession) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        let connection = try borrow()
-        defer { giveBack(connection) }
-        return try body(PostgresSession(connection: connection, logger: logger, name: location.description))
+        let pooled = try borrow()
+        defer { giveBack(pooled) }
+        return try body(PostgresSession(connection: pooled.connection, logger: logger, name: location.description, statements: pooled))
     }
 
-    private func borrow() throws(ContainerError) -> PostgresConnection {
+    private func borrow() throws(ContainerError) -> PooledConnection {
         condition.lock()
         while idle.isEmpty && open >= limit && !closed { condition.wait() }
         if closed {
@@ -81,7 +81,8 @@ final class PostgresConnectionPool: @unchecked Sendable {
         let id = nextID
         condition.unlock()
         do {
-            return try PostgresConnection.connect(on: group.next(), configuration: location.configuration, id: id, logger: logger).wait()
+            return PooledConnection(
+                try PostgresConnection.connect(on: group.next(), configuration: location.configuration, id: id, logger: logger).wait())
         } catch {
             condition.lock()
             open -= 1
@@ -91,7 +92,8 @@ final class PostgresConnectionPool: @unchecked Sendable {
         }
     }
 
-    private func giveBack(_ connection: PostgresConnection) {
+    private func giveBack(_ pooled: PooledConnection) {
+        let connection = pooled.connection
         condition.lock()
         if connection.isClosed || closed {
             open -= 1
@@ -100,9 +102,54 @@ final class PostgresConnectionPool: @unchecked Sendable {
             if !connection.isClosed { try? connection.close().wait() }
             return
         }
-        idle.append(connection)
+        idle.append(pooled)
         condition.signal()
         condition.unlock()
+    }
+}
+
+/// A pooled connection and the statements prepared on it (`PostgresSession.prepared`).
+///
+/// Lent to one session at a time (`PostgresConnectionPool`), so its cache needs no lock.
+final class PooledConnection: @unchecked Sendable {
+    /// The most statements kept prepared on one connection; past it the cache starts over.
+    static let statementLimit = 256
+    let connection: PostgresConnection
+    var statements: [String: PreparedQuery] = [:]
+
+    init(_ connection: PostgresConnection) {
+        self.connection = connection
+    }
+}
+
+/// A parameter of a prepared statement (`PostgresSession.prepared`), whose SQL casts it to its
+/// type (`$1::bigint`, `$2::text`, `$3::text[]`), so PostgreSQL knows the types at preparation.
+enum PostgresParameter: Sendable {
+    case int64(Int64)
+    case text(String)
+    /// Text or NULL.
+    case optionalText(String?)
+    case textArray([String])
+    case bytea(ByteBuffer)
+
+    /// The cast the statement's SQL gives the parameter.
+    var cast: String {
+        switch self {
+        case .int64: "bigint"
+        case .text, .optionalText: "text"
+        case .textArray: "text[]"
+        case .bytea: "bytea"
+        }
+    }
+
+    var data: PostgresData {
+        switch self {
+        case .int64(let value): PostgresData(int64: value)
+        case .text(let value): PostgresData(string: value)
+        case .optionalText(let value): value.map { PostgresData(string: $0) } ?? PostgresData(type: .text, value: nil)
+        case .textArray(let values): PostgresData(array: values.map { PostgresData(string: $0) }, elementType: .text)
+        case .bytea(let bytes): PostgresData(type: .bytea, formatCode: .binary, value: bytes)
+        }
     }
 }
 
@@ -112,6 +159,68 @@ struct PostgresSession {
     let logger: Logger
     /// The database, for messages.
     let name: String
+    /// The statements prepared on the connection (nil: a connection outside the pool, which
+    /// prepares none).
+    var statements: PooledConnection? = nil
+
+    /// Runs `sql` as a named prepared statement, prepared on this connection the first time:
+    /// PostgreSQL then plans it once (a generic plan, `plan_cache_mode`), not at every run. A
+    /// query's planning took 0.3 of its 0.43 ms, its run as a prepared statement 0.05.
+    /// Every parameter in `sql` is cast to its type (`PostgresParameter.cast`). Each row's cells.
+    func prepared(_ sql: String, _ parameters: [PostgresParameter]) throws(ContainerError) -> [[PostgresCell]] {
+        guard let statements else {
+            return try rows(PostgresQuery(unsafeSQL: sql, binds: Self.bindings(parameters))).map { Array($0.makeRandomAccess()) }
+        }
+        let rows: [PostgresRow]
+        do {
+            let statement: PreparedQuery
+            if let known = statements.statements[sql] {
+                statement = known
+            } else {
+                if statements.statements.count >= PooledConnection.statementLimit {
+                    for old in statements.statements.values { _ = old.deallocate() }
+                    statements.statements = [:]
+                }
+                statement = try connection.prepare(query: sql).wait()
+                statements.statements[sql] = statement
+            }
+            rows = try statement.execute(parameters.map(\.data)).wait()
+        } catch {
+            throw Self.storageError(error, name: name)
+        }
+        // postgres-nio asks for every column in binary but labels a prepared statement's columns
+        // with the format of its description (text).
+        return rows.map { row in
+            row.makeRandomAccess().map { cell in
+                var cell = cell
+                cell.format = .binary
+                return cell
+            }
+        }
+    }
+
+    /// Decodes a cell, a corrupt value becoming the container's error.
+    func decode<Value: PostgresDecodable>(_ cell: PostgresCell, _ type: Value.Type) throws(ContainerError) -> Value {
+        do {
+            return try cell.decode(type)
+        } catch {
+            throw ContainerError(.internalError, "\(name): a stored value could not be read: \(String(reflecting: error))")
+        }
+    }
+
+    static func bindings(_ parameters: [PostgresParameter]) -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: parameters.count)
+        for parameter in parameters {
+            switch parameter {
+            case .int64(let value): bindings.append(value)
+            case .text(let value): bindings.append(value)
+            case .optionalText(let value): bindings.append(value)
+            case .textArray(let values): bindings.append(values)
+            case .bytea(let bytes): bindings.append(bytes)
+            }
+        }
+        return bindings
+    }
 
     /// Runs a statement and returns its rows.
     @discardableResult
@@ -154,21 +263,23 @@ struct PostgresSession {
     /// PostgreSQL's message for the error (postgres-nio's own description hides it).
     static func storageError(_ error: any Error, name: String) -> ContainerError {
         if let error = error as? ContainerError { return error }
+        // The server's message and SQLSTATE: a statement's (PSQLError) or a prepared one's
+        // (postgres-nio's older API: PostgresError).
+        var server: (message: String, state: String?)?
+        if let error = error as? PSQLError, let message = error.serverInfo?[.message] {
+            server = (message, error.serverInfo?[.sqlState])
+        } else if case .server(let fields) = error as? PostgresError, let message = fields.fields[.message] {
+            server = (message, fields.fields[.sqlState])
+        }
+        if let (message, state) = server {
+            let code = state.map { " (\($0))" } ?? ""
+            // Class 22, a data exception, is a value PostgreSQL cannot hold (text with U+0000):
+            // the request's fault, not the server's.
+            return ContainerError(state?.hasPrefix("22") == true ? .badRequest : .internalError, "\(name): \(message)\(code)")
+        }
         if let error = error as? PSQLError {
-            if let message = error.serverInfo?[.message] {
-                let state = error.serverInfo?[.sqlState]
-                let code = state.map { " (\($0))" } ?? ""
-                // Class 22, a data exception, is a value PostgreSQL cannot hold (text with U+0000):
-                // the request's fault, not the server's.
-                return ContainerError(state?.hasPrefix("22") == true ? .badRequest : .internalError, "\(name): \(message)\(code)")
-            }
             return ContainerError(.internalError, "\(name): \(error.code)\(error.underlying.map { ": \($0)" } ?? "")")
         }
         return ContainerError(.internalError, "\(name): \(error)")
-    }
-
-    /// The SQLSTATE of a server error, if the error is one.
-    static func sqlState(_ error: any Error) -> String? {
-        (error as? PSQLError)?.serverInfo?[.sqlState]
     }
 }

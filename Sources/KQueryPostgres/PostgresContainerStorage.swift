@@ -1,5 +1,6 @@
 import KQuery
 import KQueryContainer
+import KQueryStore
 import PostgresNIO
 
 /// A container's data in a PostgreSQL database (SPEC §16), which any number of `kquery serve`
@@ -18,6 +19,10 @@ package final class PostgresContainerStorage: ContainerStorage {
     let containerID: Int64
     /// Closed when the last storage or `PostgresContainers` using it goes.
     let pool: PostgresConnectionPool
+    /// The databases' numbers, which never change once given (no database row is deleted), so
+    /// a query needs no statement to find its database. At most `databaseIDLimit`.
+    private let databaseIDs = Locked<[DatabaseKey: Int64]>([:])
+    private static let databaseIDLimit = 65_536
 
     /// Opens `containerIdentifier` in the database at `location`, creating or migrating the
     /// schema and the container's row as needed. `connections`: the most open at once.
@@ -63,6 +68,30 @@ package final class PostgresContainerStorage: ContainerStorage {
             try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
                 try lock(session)
                 return try body(PostgresTransaction(session: session, containerID: containerID))
+            }
+        }
+    }
+
+    /// A query in one statement and no transaction when one answers it (a page from the first
+    /// rows read: most queries), otherwise in a read-only snapshot. A query was four round trips
+    /// (BEGIN, the database's row, the query, COMMIT), the node's and PostgreSQL's work for each.
+    package func query(_ query: Query, cursor: QueryCursor?, in key: DatabaseKey, now: Int64) throws(ContainerError) -> QueryResult {
+        try pool.withConnection { session throws(ContainerError) -> QueryResult in
+            let tx = PostgresTransaction(session: session, containerID: containerID)
+            let databaseID: Int64
+            if let known = databaseIDs.withLock({ $0[key] }) {
+                databaseID = known
+            } else {
+                guard let found = try tx.database(key)?.id else { return QueryResult(records: [], cursor: nil) }
+                databaseID = found
+                databaseIDs.withLock { ids in
+                    if ids.count >= Self.databaseIDLimit { ids = [:] }
+                    ids[key] = found
+                }
+            }
+            if let page = try tx.query(query, cursor: cursor, databaseID: databaseID, now: now, oneStatement: true) { return page }
+            return try Self.transaction(session, begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") { () throws(ContainerError) -> QueryResult in
+                try tx.query(query, cursor: cursor, databaseID: databaseID, now: now, oneStatement: false) ?? QueryResult(records: [], cursor: nil)
             }
         }
     }

@@ -9,21 +9,68 @@ import PostgresNIO
 /// evaluator's whatever the SQL cannot say (NOT, case- and diacritic-insensitive comparisons,
 /// LIKE, MATCHES, distances). Field sorts are exact in SQL: `sort_key` orders as `SortOrder`.
 struct PostgresQueryCompiler {
-    private(set) var bindings = PostgresBindings()
-    private var count = 0
+    /// The statement's parameters, each cast to its type where the SQL names it (so the
+    /// statement can be prepared once and run with others: `PostgresSession.prepared`).
+    private(set) var parameters: [PostgresParameter] = []
     /// `$1`: the database's ID; `$2`: the record type.
-    let database = "$1"
-    let recordType = "$2"
+    let database = "$1::bigint"
+    let recordType = "$2::text"
 
     init(databaseID: Int64, recordType: String) {
         _ = bind(databaseID)
         _ = bind(recordType)
     }
 
-    mutating func bind<Value: PostgresNonThrowingEncodable>(_ value: Value) -> String {
-        bindings.append(value)
-        count += 1
-        return "$\(count)"
+    mutating func bind(_ value: Int64) -> String { bind(.int64(value)) }
+
+    mutating func bind(_ value: String) -> String { bind(.text(value)) }
+
+    mutating func bind(_ value: [String]) -> String { bind(.textArray(value)) }
+
+    private mutating func bind(_ parameter: PostgresParameter) -> String {
+        parameters.append(parameter)
+        return "$\(parameters.count)::\(parameter.cast)"
+    }
+
+    /// `sql` (written with this compiler's parameters) and the parameters it names, numbered
+    /// anew: a parameter bound for a part the filter then dropped (an OR with a TRUE branch, a
+    /// sort join not used) is no parameter of the statement, whose type PostgreSQL could not
+    /// infer when preparing it.
+    func statement(_ sql: String) -> (sql: String, parameters: [PostgresParameter]) {
+        let bytes = Array(sql.utf8)
+        var numbers: [Int: Int] = [:]
+        var used: [PostgresParameter] = []
+        var output: [UInt8] = []
+        output.reserveCapacity(bytes.count)
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            index += 1
+            guard byte == UInt8(ascii: "$") else {
+                output.append(byte)
+                continue
+            }
+            var number = 0, digits = 0
+            while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9"), digits < 9 {
+                number = number * 10 + Int(bytes[index] - UInt8(ascii: "0"))
+                index += 1
+                digits += 1
+            }
+            guard digits > 0, number >= 1, number <= parameters.count else {
+                output.append(byte)
+                continue
+            }
+            let renumbered: Int
+            if let known = numbers[number] {
+                renumbered = known
+            } else {
+                used.append(parameters[number - 1])
+                renumbered = used.count
+                numbers[number] = renumbered
+            }
+            output.append(contentsOf: Array("$\(renumbered)".utf8))
+        }
+        return (String(decoding: output, as: UTF8.self), used)
     }
 
     // MARK: Filter
@@ -68,7 +115,7 @@ struct PostgresQueryCompiler {
             if tokens.isEmpty { return "FALSE" }
             let keys = bind(Array(Set(tokens)).sorted().map { PostgresValueKey.hex(Array($0.utf8)) })
             let name = bind(PostgresRecordValues.tokensField)
-            return row(named: name, "v.members \(match == .all ? "@>" : "&&") \(keys)::text[]")
+            return row(named: name, "v.members \(match == .all ? "@>" : "&&") \(keys)")
         case .distance(let field, let center, let relation, let kilometres)
             where (relation == .lessThan || relation == .lessThanOrEqual) && kilometres.isFinite && center.latitude.isFinite:
             // Within `kilometres` of the centre is within a band of latitudes: no geodesic between
@@ -110,7 +157,7 @@ struct PostgresQueryCompiler {
                 // A NaN equals nothing.
                 if let key = PostgresValueKey.key(value) { keys.append(key) }
             }
-            return keys.isEmpty ? "FALSE" : "v.sort_key = ANY(\(bind(keys))::text[])"
+            return keys.isEmpty ? "FALSE" : "v.sort_key = ANY(\(bind(keys)))"
         case .string(.beginsWith, let prefix, let options):
             guard options.isEmpty else { return nil }
             let bytes = [PostgresValueKey.Tag.string.rawValue] + Array(prefix.utf8)
@@ -121,7 +168,7 @@ struct PostgresQueryCompiler {
         case .members(.any, .compare(.equal, let operand, let options)) where options.isEmpty:
             let value = constant(operand, now: now)
             guard let key = PostgresValueKey.key(value) else { return "FALSE" }
-            return "v.members @> \(bind([key]))::text[]"
+            return "v.members @> \(bind([key]))"
         case .members:
             return "v.members IS NOT NULL"
         case .containsAll(let operands):
@@ -130,11 +177,11 @@ struct PostgresQueryCompiler {
                 guard let key = PostgresValueKey.key(constant(operand, now: now)) else { return "FALSE" }
                 keys.append(key)
             }
-            return "v.members @> \(bind(keys))::text[]"
+            return "v.members @> \(bind(keys))"
         case .contains(let operand, let options):
             guard options.isEmpty else { return nil }
             let value = constant(operand, now: now)
-            let member = PostgresValueKey.key(value).map { key in "v.members @> \(bind([key]))::text[]" } ?? "FALSE"
+            let member = PostgresValueKey.key(value).map { key in "v.members @> \(bind([key]))" } ?? "FALSE"
             // A string holds a substring: any string may.
             if case .string = value { return "(\(member) OR (\(keyIn(.string))))" }
             return member

@@ -50,13 +50,9 @@ package enum PostgresRecordValues {
         return (fields, keys, members)
     }
 
-    /// Replaces the record's rows.
-    static func save(_ record: Record, databaseID: Int64, _ session: PostgresSession) throws(ContainerError) {
+    /// Writes a stored record's rows (`backfill`; a record's save writes them with the record).
+    private static func save(_ record: Record, databaseID: Int64, _ session: PostgresSession) throws(ContainerError) {
         let id = record.recordID
-        try session.run("""
-            DELETE FROM record_values WHERE database_id = \(databaseID) AND zone_name = \(id.zoneID.zoneName)
-            AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)
-            """)
         let (fields, keys, members) = rows(of: record)
         try session.run("""
             INSERT INTO record_values (database_id, zone_name, owner_name, record_name, record_type, field, sort_key, members)

@@ -18,6 +18,13 @@ extension PostgresTransaction {
     /// distance cannot be ordered in SQL exactly as the evaluator measures: then every candidate
     /// is read, in batches, and the best page kept.
     func query(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> QueryResult? {
+        try self.query(query, cursor: cursor, databaseID: database.id, now: now, oneStatement: false)
+    }
+
+    /// `oneStatement`: outside a transaction, where each statement sees a snapshot of its own, so
+    /// a page read with two could hold a record twice (moved between them): nil when one
+    /// statement does not answer (the caller asks again in a snapshot).
+    func query(_ query: Query, cursor: QueryCursor?, databaseID: Int64, now: Int64, oneStatement: Bool) throws(ContainerError) -> QueryResult? {
         if let cursor, !query.accepts(cursor) { throw ContainerError(.badRequest, "the cursor belongs to a different query") }
         let limit = min(max(query.resultsLimit ?? Database.defaultResultsLimit, 1), Database.maximumResultsLimit)
         let descriptors = query.sortDescriptors
@@ -37,8 +44,11 @@ extension PostgresTransaction {
         // in the order of the sort index (`keyed`); those without one after them.
         var keyed = !sortFields.isEmpty
         if let position, let first = position.keys.first, first == nil { keyed = false }
+        var statements = 0
         while true {
-            var compiler = PostgresQueryCompiler(databaseID: database.id, recordType: query.recordType)
+            if oneStatement && statements == 1 { return nil }
+            statements += 1
+            var compiler = PostgresQueryCompiler(databaseID: databaseID, recordType: query.recordType)
             let ascending = fields == nil ? [] : descriptors.map(\.ascending)
             let joins = compiler.sortJoins(sortFields, firstKeyed: keyed)
             var conditions = ["r.database_id = \(compiler.database)", "r.record_type = \(compiler.recordType)"]
@@ -67,9 +77,9 @@ extension PostgresTransaction {
                 SELECT r.zone_name, r.owner_name, r.record_name, r.body\(columns) FROM records r \(joins)
                 WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed)) LIMIT \(size)
                 """
-            let rows = try session.rows(PostgresQuery(unsafeSQL: sql, binds: compiler.bindings))
-            for row in rows {
-                let cells = row.makeRandomAccess()
+            let statement = compiler.statement(sql)
+            let rows = try session.prepared(statement.sql, statement.parameters)
+            for cells in rows {
                 let zoneName = try cell(cells[0], String.self)
                 let ownerName = try cell(cells[1], String.self)
                 let recordName = try cell(cells[2], String.self)

@@ -31,13 +31,14 @@ struct PostgresTransaction: StorageWriteTransaction {
     // MARK: Reading
 
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
-        let rows = try session.rows("""
-            SELECT id, sequence, horizon FROM databases WHERE container_id = \(containerID) AND environment = \(Int64(key.environment.rawValue))
-            AND scope = \(Int64(key.scope.rawValue)) AND user_record_name = \(key.userRecordName)
-            """)
+        let rows = try session.prepared("""
+            SELECT id, sequence, horizon FROM databases WHERE container_id = $1::bigint AND environment = $2::bigint
+            AND scope = $3::bigint AND user_record_name = $4::text
+            """, [.int64(containerID), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)), .text(key.userRecordName)])
         guard let row = rows.first else { return nil }
-        let (id, sequence, horizon) = try session.decode(row, (Int64, Int64, Int64).self)
-        return StoredDatabase(id: id, sequence: sequence, horizon: horizon)
+        guard row.count == 3 else { throw ContainerError(.internalError, "\(name): the databases row has \(row.count) columns") }
+        return StoredDatabase(
+            id: try session.decode(row[0], Int64.self), sequence: try session.decode(row[1], Int64.self), horizon: try session.decode(row[2], Int64.self))
     }
 
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
@@ -62,13 +63,12 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record? {
-        let rows = try session.rows("""
-            SELECT body FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
-            AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)
-            """)
-        guard let row = rows.first else { return nil }
+        let rows = try session.prepared("""
+            SELECT body FROM records WHERE database_id = $1::bigint AND zone_name = $2::text AND owner_name = $3::text AND record_name = $4::text
+            """, [.int64(database.id), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName)])
+        guard let body = rows.first?.first else { return nil }
         var names = RecordCoding.FieldNames()
-        return try decode(try session.decode(row, ByteBuffer.self), id.recordName, names: &names)
+        return try decode(try session.decode(body, ByteBuffer.self), id.recordName, names: &names)
     }
 
     func records(in database: StoredDatabase) throws(ContainerError) -> [Record] {
@@ -163,8 +163,9 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func subscriptions(in database: StoredDatabase) throws(ContainerError) -> [Subscription] {
-        try session.rows("SELECT body FROM subscriptions WHERE database_id = \(database.id) ORDER BY position").map { row throws(ContainerError) in
-            let body = try session.decode(row, String.self)
+        try session.prepared("SELECT body FROM subscriptions WHERE database_id = $1::bigint ORDER BY position", [.int64(database.id)]).map { row throws(ContainerError) in
+            guard let cell = row.first else { throw ContainerError(.internalError, "\(name): a subscriptions row has no body") }
+            let body = try session.decode(cell, String.self)
             let json: JSON
             do { json = try JSON.parse(body) } catch { throw ContainerError(.internalError, "\(name): a stored subscription is not JSON: \(error)") }
             return try Subscription(storedJSON: json)
@@ -212,7 +213,7 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
-        try session.run("UPDATE databases SET sequence = \(sequence) WHERE id = \(database.id)")
+        try session.prepared("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(database.id)])
     }
 
     func saveZone(_ zone: StoredZone, in database: StoredDatabase) throws(ContainerError) {
@@ -245,19 +246,32 @@ struct PostgresTransaction: StorageWriteTransaction {
 
     func saveRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
         let id = record.recordID
-        let body = ByteBuffer(bytes: RecordCoding.encode(record))
-        // One statement: the tombstone and the old reference rows go, the record is written.
-        try session.run("""
-            WITH t AS (DELETE FROM record_tombstones WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
-                       AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)),
-                 x AS (DELETE FROM record_references WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
-                       AND owner_name = \(id.zoneID.ownerName) AND source_name = \(id.recordName))
+        let (fields, keys, members) = PostgresRecordValues.rows(of: record)
+        // One prepared statement: the tombstone, the old reference rows and the query values of
+        // fields the record no longer has go; the record and its query values are written.
+        // (Four statements, each planned anew, were most of a modify's time in PostgreSQL.)
+        try session.prepared("""
+            WITH t AS (DELETE FROM record_tombstones WHERE database_id = $1::bigint AND zone_name = $2::text
+                       AND owner_name = $3::text AND record_name = $4::text),
+                 x AS (DELETE FROM record_references WHERE database_id = $1::bigint AND zone_name = $2::text
+                       AND owner_name = $3::text AND source_name = $4::text),
+                 d AS (DELETE FROM record_values WHERE database_id = $1::bigint AND zone_name = $2::text
+                       AND owner_name = $3::text AND record_name = $4::text AND field <> ALL($8::text[])),
+                 v AS (INSERT INTO record_values (database_id, zone_name, owner_name, record_name, record_type, field, sort_key, members)
+                       SELECT $1::bigint, $2::text, $3::text, $4::text, $5::text,
+                              f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
+                       FROM unnest($8::text[], $9::text[], $10::text[]) AS u (f, k, m)
+                       ON CONFLICT (database_id, zone_name, owner_name, record_name, field)
+                       DO UPDATE SET record_type = EXCLUDED.record_type, sort_key = EXCLUDED.sort_key, members = EXCLUDED.members)
             INSERT INTO records (database_id, zone_name, owner_name, record_name, record_type, change_sequence, body)
-            VALUES (\(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), \(id.recordName), \(record.recordType), \(sequence), \(body))
+            VALUES ($1::bigint, $2::text, $3::text, $4::text, $5::text, $6::bigint, $7::bytea)
             ON CONFLICT (database_id, zone_name, owner_name, record_name)
             DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
-            """)
-        try PostgresRecordValues.save(record, databaseID: database.id, session)
+            """, [
+                .int64(database.id), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName), .text(record.recordType),
+                .int64(sequence), .bytea(ByteBuffer(bytes: RecordCoding.encode(record))),
+                .textArray(fields), .textArray(keys), .textArray(members),
+            ])
         let references = record.trackedReferences
         guard !references.isEmpty else { return }
         try session.run("""
@@ -379,13 +393,17 @@ struct PostgresTransaction: StorageWriteTransaction {
             let key = new.database
             let payload = new.payload
             let payloadText = String(decoding: payload.serializedBytes, as: UTF8.self)
-            try session.run("""
+            try session.prepared("""
                 INSERT INTO outbox (container_id, id, environment, scope, user_record_name, subscription_id, owner, notification_id, payload,
                                     priority, push_type, created, collapse_id, excluded_device)
-                VALUES (\(containerID), \(nextID), \(Int64(key.environment.rawValue)), \(Int64(key.scope.rawValue)), \(key.userRecordName),
-                        \(new.subscriptionID), \(new.owner), \(payload["ck"]?["nid"]?.stringValue ?? ""), \(payloadText), \(Int64(new.priority)),
-                        \(new.pushType), \(new.created), \(new.collapseID), \(new.excludedDevice))
-                """)
+                VALUES ($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::text, $10::bigint,
+                        $11::text, $12::bigint, $13::text, $14::text)
+                """, [
+                    .int64(containerID), .int64(nextID), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)),
+                    .text(key.userRecordName), .text(new.subscriptionID), .text(new.owner), .text(payload["ck"]?["nid"]?.stringValue ?? ""),
+                    .text(payloadText), .int64(Int64(new.priority)), .text(new.pushType), .int64(new.created), .optionalText(new.collapseID),
+                    .optionalText(new.excludedDevice),
+                ])
             queued[position].id = nextID
             nextID += 1
         }
