@@ -42,6 +42,9 @@ struct Serve: ParsableCommand {
     @Option(help: ArgumentHelp("Keep the containers in this PostgreSQL database (postgresql://user[:password]@host[:port]/database), shared with other servers.", valueName: "URL"))
     var postgres: String?
 
+    @Option(name: .customLong("postgres-connections"), help: ArgumentHelp("With --postgres: the most connections the node opens to it at once (default: four a core).", valueName: "N"))
+    var postgresConnections = PostgresContainers.defaultConnections
+
     @Option(help: "The address to listen on.")
     var host = "127.0.0.1"
 
@@ -97,6 +100,7 @@ struct Serve: ParsableCommand {
         if reset && postgres != nil { throw ValidationError("--reset deletes container files: it does not apply to --postgres") }
         if let webAuthTokenLifetime, webAuthTokenLifetime <= 0 { throw ValidationError("--web-auth-token-lifetime must be a positive number of seconds") }
         if maxRequestsInFlight < 1 { throw ValidationError("--max-requests-in-flight must be at least 1") }
+        if postgresConnections < 1 || postgresConnections > 10_000 { throw ValidationError("--postgres-connections must be from 1 to 10000") }
         if let consoleToken, consoleToken.count < 8 || consoleToken.contains(where: { $0.isWhitespace || $0 == ";" || $0 == "," }) {
             throw ValidationError("--console-token must be at least 8 characters, without spaces, ';' or ','")
         }
@@ -111,7 +115,7 @@ struct Serve: ParsableCommand {
         var configuration = ServerConfiguration(dataDirectory: data)
         if let postgres, let location = PostgresLocation(url: postgres) {
             configuration.sharedStore = try Self.run { () throws(ServerError) in
-                do throws(ContainerError) { return PostgresServerStore(containers: try PostgresContainers(location: location)) } catch {
+                do throws(ContainerError) { return PostgresServerStore(containers: try PostgresContainers(location: location, connections: postgresConnections)) } catch {
                     throw ServerError(error)
                 }
             }
