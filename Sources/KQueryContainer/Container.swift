@@ -300,7 +300,8 @@ public final class Container: Sendable {
         let result: T
         // Other nodes may have changed subscriptions since: read them again, inside this write's
         // transaction (which holds the container's write lock, so what it reads stays current).
-        if storage.isShared { state.forgetAll() }
+        // A batch's writes share one transaction, which forgot them once, at its start.
+        if storage.isShared && batch == nil { state.forgetAll() }
         do throws(ContainerError) {
             if let batch {
                 result = try batch.write { tx throws(ContainerError) -> T in try body(&state, tx) }
@@ -333,6 +334,11 @@ public final class Container: Sendable {
                 let result: T
                 do throws(ContainerError) {
                     result = try storage.batch { writer throws(ContainerError) -> T in
+                        // Other nodes may have changed subscriptions since the last batch: read
+                        // them again in this one's transaction, which holds the write lock till
+                        // the end (a subscription set read by the set's first write then serves
+                        // the rest: each write read it anew, most of a modify's statements).
+                        if storage.isShared && writer != nil { pointer.pointee.forgetAll() }
                         let batch = WriteBatch(container: ObjectIdentifier(self), state: pointer, writer: writer)
                         let result = Self.$currentBatch.withValue(batch) { body() }
                         updates = batch.updates

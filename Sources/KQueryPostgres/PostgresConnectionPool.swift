@@ -61,7 +61,12 @@ final class PostgresConnectionPool: @unchecked Sendable {
     /// is closed, not returned.
     func withConnection<T>(_ body: (PostgresSession) throws(ContainerError) -> T) throws(ContainerError) -> T {
         let pooled = try borrow()
-        defer { giveBack(pooled) }
+        defer {
+            // Statements a body sent and never waited for are done before the next borrower's.
+            for statement in pooled.pending { _ = try? statement.wait() }
+            pooled.pending = []
+            giveBack(pooled)
+        }
         return try body(PostgresSession(connection: pooled.connection, logger: logger, name: location.description, statements: pooled))
     }
 
@@ -120,6 +125,8 @@ final class PooledConnection: @unchecked Sendable {
     static let statementLimit = 256
     let connection: PostgresConnection
     var statements: [String: PreparedQuery] = [:]
+    /// Statements sent and not waited for (`PostgresSession.send`), oldest first.
+    var pending: [EventLoopFuture<Void>] = []
 
     init(_ connection: PostgresConnection) {
         self.connection = connection
@@ -177,21 +184,11 @@ struct PostgresSession {
         }
         let rows: [PostgresRow]
         do {
-            let statement: PreparedQuery
-            if let known = statements.statements[sql] {
-                statement = known
-            } else {
-                if statements.statements.count >= PooledConnection.statementLimit {
-                    for old in statements.statements.values { _ = old.deallocate() }
-                    statements.statements = [:]
-                }
-                statement = try connection.prepare(query: sql).wait()
-                statements.statements[sql] = statement
-            }
-            rows = try statement.execute(parameters.map(\.data)).wait()
+            rows = try statement(sql, statements).execute(parameters.map(\.data)).wait()
         } catch {
-            throw Self.storageError(error, name: name)
+            throw settled(after: error)
         }
+        try settle()
         // postgres-nio asks for every column in binary but labels a prepared statement's columns
         // with the format of its description (text).
         return rows.map { row in
@@ -201,6 +198,69 @@ struct PostgresSession {
                 return cell
             }
         }
+    }
+
+    /// Sends a prepared statement whose rows are not needed, without waiting for it: the
+    /// statements after it on the connection run after it, and its failure is the error of the
+    /// next statement waited for (`settle`). A write's statements were each a round trip the
+    /// committer waited for, most of a modify's time in the node.
+    func send(_ sql: String, _ parameters: [PostgresParameter]) throws(ContainerError) {
+        guard let statements else {
+            _ = try prepared(sql, parameters)
+            return
+        }
+        do {
+            statements.pending.append(try statement(sql, statements).execute(parameters.map(\.data)).map { _ in })
+        } catch {
+            throw settled(after: error)
+        }
+    }
+
+    /// `send` for a statement with inline parameters.
+    func send(_ query: PostgresQuery) throws(ContainerError) {
+        guard let statements else {
+            try run(query)
+            return
+        }
+        statements.pending.append(connection.query(query, logger: logger).map { _ in })
+    }
+
+    /// The statement prepared for `sql` on this connection, prepared now if it is not yet.
+    private func statement(_ sql: String, _ statements: PooledConnection) throws -> PreparedQuery {
+        if let known = statements.statements[sql] { return known }
+        if statements.statements.count >= PooledConnection.statementLimit {
+            for old in statements.statements.values { _ = old.deallocate() }
+            statements.statements = [:]
+        }
+        let statement = try connection.prepare(query: sql).wait()
+        statements.statements[sql] = statement
+        return statement
+    }
+
+    /// Throws the error of the first statement sent and not waited for that failed (they have
+    /// all finished: statements run in order, and one after them has).
+    private func settle() throws(ContainerError) {
+        guard let statements, !statements.pending.isEmpty else { return }
+        let sent = statements.pending
+        statements.pending = []
+        for statement in sent {
+            do {
+                try statement.wait()
+            } catch {
+                throw Self.storageError(error, name: name)
+            }
+        }
+    }
+
+    /// The error to report when a statement waited for failed: an earlier sent one's, which
+    /// aborted the transaction, if one failed; else its own.
+    private func settled(after error: any Error) -> ContainerError {
+        do {
+            try settle()
+        } catch let earlier {
+            return earlier
+        }
+        return Self.storageError(error, name: name)
     }
 
     /// Decodes a cell, a corrupt value becoming the container's error.
@@ -229,21 +289,27 @@ struct PostgresSession {
     /// Runs a statement and returns its rows.
     @discardableResult
     func rows(_ query: PostgresQuery) throws(ContainerError) -> [PostgresRow] {
+        let rows: [PostgresRow]
         do {
-            return try connection.query(query, logger: logger).wait().rows
+            rows = try connection.query(query, logger: logger).wait().rows
         } catch {
-            throw Self.storageError(error, name: name)
+            throw settled(after: error)
         }
+        try settle()
+        return rows
     }
 
     /// Runs a statement and returns how many rows it changed.
     @discardableResult
     func run(_ query: PostgresQuery) throws(ContainerError) -> Int {
+        let count: Int
         do {
-            return try connection.query(query, logger: logger).wait().metadata.rows ?? 0
+            count = try connection.query(query, logger: logger).wait().metadata.rows ?? 0
         } catch {
-            throw Self.storageError(error, name: name)
+            throw settled(after: error)
         }
+        try settle()
+        return count
     }
 
     /// Decodes a row's one column, a corrupt value becoming the container's error.

@@ -67,7 +67,7 @@ package final class PostgresContainerStorage: ContainerStorage {
         try pool.withConnection { session throws(ContainerError) -> T in
             try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
                 try lock(session)
-                return try body(PostgresTransaction(session: session, containerID: containerID))
+                return try body(PostgresTransaction(session: session, containerID: containerID, memo: DatabaseMemo()))
             }
         }
     }
@@ -138,12 +138,13 @@ package final class PostgresContainerStorage: ContainerStorage {
 
     /// Takes the container's write lock until the transaction ends ("KQry", then the container).
     private func lock(_ session: PostgresSession) throws(ContainerError) {
-        try session.run("SELECT pg_advisory_xact_lock(\(Int32(PostgresSchema.migrationLock)), \(Int32(truncatingIfNeeded: containerID)))")
+        // Sent, not waited for: the statements after it wait in PostgreSQL until it holds the lock.
+        try session.send("SELECT pg_advisory_xact_lock(\(Int32(PostgresSchema.migrationLock)), \(Int32(truncatingIfNeeded: containerID)))")
     }
 
     /// Runs `body` between `begin` and COMMIT, rolling back when it throws.
     private static func transaction<T>(_ session: PostgresSession, begin: PostgresQuery, _ body: () throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try session.run(begin)
+        try session.send(begin)
         do throws(ContainerError) {
             let result = try body()
             try session.run("COMMIT")
@@ -161,6 +162,8 @@ private final class PostgresBatch: StorageBatchWriter {
     let containerID: Int64
     /// Why the transaction cannot commit, if a savepoint could not be undone.
     var failure: ContainerError?
+    /// The databases' rows as the released writes left them (`PostgresTransaction.memo`).
+    private var databases: [DatabaseKey: StoredDatabase] = [:]
 
     init(session: PostgresSession, containerID: Int64) {
         self.session = session
@@ -169,10 +172,14 @@ private final class PostgresBatch: StorageBatchWriter {
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         if let failure { throw failure }
-        try session.run("SAVEPOINT kquery_write")
+        try session.send("SAVEPOINT kquery_write")
         do throws(ContainerError) {
-            let result = try body(PostgresTransaction(session: session, containerID: containerID))
+            // The rows as the batch's earlier writes left them; this write's changes count once
+            // it is released (a rolled-back one's are dropped with it).
+            let memo = DatabaseMemo(databases)
+            let result = try body(PostgresTransaction(session: session, containerID: containerID, memo: memo))
             try session.run("RELEASE kquery_write")
+            databases = memo.databases
             return result
         } catch {
             do throws(ContainerError) {

@@ -9,6 +9,10 @@ import PostgresNIO
 struct PostgresTransaction: StorageWriteTransaction {
     let session: PostgresSession
     let containerID: Int64
+    /// The databases' rows as this write transaction read and changed them (nil: read each
+    /// time). A write holds the container's lock, so no other transaction changes them meanwhile:
+    /// a modify read its database's row twice, each a round trip the committer waited for.
+    var memo: DatabaseMemo? = nil
 
     var name: String { session.name }
 
@@ -31,6 +35,13 @@ struct PostgresTransaction: StorageWriteTransaction {
     // MARK: Reading
 
     func database(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
+        if let known = memo?.databases[key] { return known }
+        let found = try storedDatabase(key)
+        if let memo, let found { memo.databases[key] = found }
+        return found
+    }
+
+    private func storedDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
         let rows = try session.prepared("""
             SELECT id, sequence, horizon FROM databases WHERE container_id = $1::bigint AND environment = $2::bigint
             AND scope = $3::bigint AND user_record_name = $4::text
@@ -210,10 +221,12 @@ struct PostgresTransaction: StorageWriteTransaction {
 
     func setHorizon(_ horizon: Int64, of database: StoredDatabase) throws(ContainerError) {
         try session.run("UPDATE databases SET horizon = \(horizon) WHERE id = \(database.id)")
+        memo?.change(database.id) { $0.horizon = horizon }
     }
 
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
-        try session.prepared("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(database.id)])
+        try session.send("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(database.id)])
+        memo?.change(database.id) { $0.sequence = sequence }
     }
 
     func saveZone(_ zone: StoredZone, in database: StoredDatabase) throws(ContainerError) {
@@ -250,7 +263,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         // One prepared statement: the tombstone, the old reference rows and the query values of
         // fields the record no longer has go; the record and its query values are written.
         // (Four statements, each planned anew, were most of a modify's time in PostgreSQL.)
-        try session.prepared("""
+        try session.send("""
             WITH t AS (DELETE FROM record_tombstones WHERE database_id = $1::bigint AND zone_name = $2::text
                        AND owner_name = $3::text AND record_name = $4::text),
                  x AS (DELETE FROM record_references WHERE database_id = $1::bigint AND zone_name = $2::text
@@ -274,7 +287,7 @@ struct PostgresTransaction: StorageWriteTransaction {
             ])
         let references = record.trackedReferences
         guard !references.isEmpty else { return }
-        try session.run("""
+        try session.send("""
             INSERT INTO record_references (database_id, zone_name, owner_name, target_name, action, source_name)
             SELECT \(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), target, action, \(id.recordName)
             FROM unnest(\(references.map(\.recordID.recordName))::text[], \(references.map(\.action.rawValue))::text[]) AS r (target, action)
@@ -349,7 +362,7 @@ struct PostgresTransaction: StorageWriteTransaction {
 
     func deleteRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
         let id = record.recordID
-        try session.run("""
+        try session.send("""
             WITH r AS (DELETE FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
                        AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)),
                  x AS (DELETE FROM record_references WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
@@ -381,7 +394,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         var queued = notifications
         // Wakes the other nodes' couriers when the transaction commits (not before; never if it does not).
         guard !queued.isEmpty else { return queued }
-        try session.run("SELECT pg_notify(\(PostgresContainers.pushChannel), '')")
+        try session.send("SELECT pg_notify(\(PostgresContainers.pushChannel), '')")
         // Numbered by the container's own counter, in the transaction: a write that rolls back
         // takes no number (a PostgreSQL sequence would burn one), and numbers are never reused.
         guard let counter = try session.rows("""
@@ -393,7 +406,7 @@ struct PostgresTransaction: StorageWriteTransaction {
             let key = new.database
             let payload = new.payload
             let payloadText = String(decoding: payload.serializedBytes, as: UTF8.self)
-            try session.prepared("""
+            try session.send("""
                 INSERT INTO outbox (container_id, id, environment, scope, user_record_name, subscription_id, owner, notification_id, payload,
                                     priority, push_type, created, collapse_id, excluded_device)
                 VALUES ($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::text, $10::bigint,
@@ -433,6 +446,20 @@ struct PostgresTransaction: StorageWriteTransaction {
         try session.run("DELETE FROM zone_tombstones WHERE database_id = \(database.id) AND deleted_sequence <= \(newestDropped)")
         let horizon = max(database.horizon, newestDropped)
         try session.run("UPDATE databases SET horizon = \(horizon) WHERE id = \(database.id)")
+        memo?.change(database.id) { $0.horizon = horizon }
         return horizon
+    }
+}
+
+/// The databases' rows a write transaction has read, as it changed them (`PostgresTransaction.memo`).
+final class DatabaseMemo {
+    var databases: [DatabaseKey: StoredDatabase]
+
+    init(_ databases: [DatabaseKey: StoredDatabase] = [:]) {
+        self.databases = databases
+    }
+
+    func change(_ id: Int64, _ body: (inout StoredDatabase) -> Void) {
+        for (key, database) in databases where database.id == id { body(&databases[key, default: database]) }
     }
 }
