@@ -87,10 +87,15 @@ final class PostgresConnectionPool: @unchecked Sendable {
         condition.unlock()
         do {
             let connection = try PostgresConnection.connect(on: group.next(), configuration: location.configuration, id: id, logger: logger).wait()
-            // A prepared statement planned once: left to choose, PostgreSQL planned a query
-            // anew at every run (its generic plan's estimate was higher, though the plan was the
-            // same), and the planning was three quarters of the query's time.
-            _ = try connection.query("SET plan_cache_mode = force_generic_plan", logger: logger).wait()
+            do {
+                // A prepared statement planned once: left to choose, PostgreSQL planned a query
+                // anew at every run (its generic plan's estimate was higher, though the plan was
+                // the same), and the planning was three quarters of the query's time.
+                _ = try connection.query("SET plan_cache_mode = force_generic_plan", logger: logger).wait()
+            } catch {
+                try? connection.close().wait()
+                throw error
+            }
             return PooledConnection(connection)
         } catch {
             condition.lock()
