@@ -133,6 +133,23 @@ struct PostgresSession {
         }
     }
 
+    /// Streams `rows` (`PostgresCopyText`) into `table`'s `columns` with `COPY ... FROM STDIN`.
+    /// False, nothing copied, when a row's key is taken (SQLSTATE 23505): the transaction must
+    /// then roll back to a savepoint before it goes on.
+    func copy(_ rows: ByteBuffer, into table: String, columns: [String]) throws(ContainerError) -> Bool {
+        let promise = connection.eventLoop.makePromise(of: Void.self)
+        promise.completeWithTask { [connection, logger] in
+            try await connection.copyFrom(table: table, columns: columns, logger: logger) { writer in try await writer.write(rows) }
+        }
+        do {
+            try promise.futureResult.wait()
+            return true
+        } catch {
+            if Self.sqlState(error) == "23505" { return false }
+            throw Self.storageError(error, name: name)
+        }
+    }
+
     /// Decodes a row's one column, a corrupt value becoming the container's error.
     func decode<Column: PostgresDecodable>(_ row: PostgresRow, _ type: Column.Type) throws(ContainerError) -> Column {
         do {
