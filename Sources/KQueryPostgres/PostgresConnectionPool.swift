@@ -106,6 +106,20 @@ final class PostgresConnectionPool: @unchecked Sendable {
     }
 }
 
+/// Where COPY's async calls run (postgres-nio has COPY only as an async function): on a queue of
+/// their own, not Swift's cooperative pool. A copy waits for its COPY on the caller's thread; from
+/// a thread of that pool (a test, a request), with every other thread of it waiting too, a task
+/// queued there would never run.
+final class PostgresCopyExecutor: TaskExecutor {
+    static let shared = PostgresCopyExecutor()
+    private let queue = DispatchQueue(label: "kquery.postgres.copy")
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+}
+
 /// One lent connection: runs statements and waits for their rows.
 struct PostgresSession {
     let connection: PostgresConnection
@@ -138,8 +152,13 @@ struct PostgresSession {
     /// then roll back to a savepoint before it goes on.
     func copy(_ rows: ByteBuffer, into table: String, columns: [String]) throws(ContainerError) -> Bool {
         let promise = connection.eventLoop.makePromise(of: Void.self)
-        promise.completeWithTask { [connection, logger] in
-            try await connection.copyFrom(table: table, columns: columns, logger: logger) { writer in try await writer.write(rows) }
+        Task(executorPreference: PostgresCopyExecutor.shared) { [connection, logger] in
+            do {
+                try await connection.copyFrom(table: table, columns: columns, logger: logger) { writer in try await writer.write(rows) }
+                promise.succeed()
+            } catch {
+                promise.fail(error)
+            }
         }
         do {
             try promise.futureResult.wait()
