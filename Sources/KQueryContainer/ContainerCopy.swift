@@ -1,4 +1,6 @@
+import Dispatch
 import KQuery
+import Synchronization
 
 #if canImport(FoundationEssentials)
 import FoundationEssentials
@@ -14,8 +16,10 @@ import Foundation
 ///
 /// Records go a page at a time, each page one write on the destination, read in sequence order
 /// from the source, so what is held in memory is a page. A copy stopped by a crash is resumed by
-/// running it again: every write is an upsert, so the pages already copied are written again the
-/// same, and the outbox, copied in one write, is copied only into an empty one.
+/// running it again: each zone's records continue after the newest change the destination holds
+/// there (`copiedThrough`; a destination that cannot tell writes them again, every write an
+/// upsert), the other writes are upserts, and the outbox, copied in one write, is copied only
+/// into an empty one. The counts are what this run copied.
 /// Asset bytes go a chunk at a time, each chunk one write, and a blob's facts after its last chunk,
 /// so a resumed copy skips the blobs it finished. The copy takes the source's token secret and
 /// each database's horizon, so the sync tokens and continuation markers clients hold read the
@@ -50,6 +54,7 @@ package enum ContainerCopy {
     ) throws(ContainerError) -> Counts {
         var counts = Counts()
         try destination.adoptSecret(source.secret)
+        try destination.loadStarted()
         let now = Int64((Date().timeIntervalSince1970 * 1000).rounded())
         try copyAssetBlobs(from: source, to: destination, counts: &counts, progress: progress)
         let databases = try source.read { tx throws(ContainerError) in try tx.allDatabases() }
@@ -74,27 +79,23 @@ package enum ContainerCopy {
             // the start, and the destination must not hand out a sequence it already holds.
             var highest = zoneLog.map(\.sequence).max() ?? 0
             for zoneID in [ZoneID.default] + zones.map(\.zoneID) {
-                var after: Int64 = 0
-                while true {
-                    let page = try source.read { tx throws(ContainerError) in
+                var after = try destination.read { tx throws(ContainerError) -> Int64 in
+                    guard let database = try tx.database(key) else { return 0 }
+                    return try tx.copiedThrough(zoneID, of: database)
+                }
+                highest = max(highest, after)
+                let reader = PageReader(after: after) { after throws(ContainerError) in
+                    try source.read { tx throws(ContainerError) in
                         try tx.recordChanges(in: zoneID, of: stored, after: after, includingDeletions: true, limit: max(pageSize, 1))
                     }
+                }
+                defer { reader.stop() }
+                while true {
+                    let page = try reader.next()
                     guard let last = page.last else { break }
                     try destination.write { tx throws(ContainerError) in
                         guard let database = try tx.database(key) else { throw ContainerError(.internalError, "the copy of \(key) went missing") }
-                        var saved: [(record: Record, sequence: Int64)] = []
-                        for (sequence, change) in page {
-                            switch change {
-                            case .changed(let record): saved.append((record, sequence))
-                            case .deleted(let id, let recordType):
-                                if !saved.isEmpty {
-                                    try tx.saveRecords(saved, in: database)
-                                    saved = []
-                                }
-                                try tx.deleteRecord(Record(recordType: recordType, recordID: id), sequence: sequence, in: database)
-                            }
-                        }
-                        if !saved.isEmpty { try tx.saveRecords(saved, in: database) }
+                        try tx.appendRecordChanges(page, in: database)
                         // The blobs the records refer to (copied above) are theirs in the copy too.
                         for (_, change) in page {
                             guard case .changed(let record) = change, record.holdsAssets else { continue }
@@ -126,9 +127,58 @@ package enum ContainerCopy {
                 return try tx.enqueue(pending).count
             }
         }
+        try destination.loadFinished()
         try destination.refreshStatistics()
         progress(counts)
         return counts
+    }
+
+    /// A zone's pages of record changes, read on a thread of its own up to two pages ahead of the
+    /// one being written: the source's reads and decoding overlap the destination's writes.
+    private final class PageReader: Sendable {
+        typealias Page = [(sequence: Int64, change: RecordZoneChange)]
+        private let pages = Mutex<[Result<Page, ContainerError>]>([])
+        private let ready = DispatchSemaphore(value: 0)
+        /// Made at 0 and signalled twice: libdispatch traps when a semaphore goes with a value
+        /// below the one it was made with.
+        private let room = DispatchSemaphore(value: 0)
+        private let stopping = Atomic<Bool>(false)
+        private let finished = DispatchSemaphore(value: 0)
+
+        /// Reads pages with `read` (the page after a sequence) from after `start` until one is
+        /// empty or fails.
+        init(after start: Int64, read: @escaping @Sendable (Int64) throws(ContainerError) -> Page) {
+            room.signal()
+            room.signal()
+            DispatchQueue.global().async { [self] in
+                var after = start
+                while true {
+                    room.wait()
+                    if stopping.load(ordering: .relaxed) { break }
+                    let page = Result { () throws(ContainerError) -> Page in try read(after) }
+                    pages.withLock { $0.append(page) }
+                    ready.signal()
+                    guard case .success(let read) = page, let last = read.last else { break }
+                    after = last.sequence
+                }
+                finished.signal()
+            }
+        }
+
+        /// The next page (empty after the last).
+        func next() throws(ContainerError) -> Page {
+            ready.wait()
+            let page = pages.withLock { $0.removeFirst() }
+            room.signal()
+            return try page.get()
+        }
+
+        /// Stops reading, and waits until the thread no longer reads.
+        func stop() {
+            stopping.store(true, ordering: .relaxed)
+            room.signal()
+            finished.wait()
+        }
     }
 
     /// Copies every blob, its bytes a chunk at a time (one write each) and then its facts, so a

@@ -45,6 +45,10 @@ package protocol ContainerStorage: Sendable {
     /// (`kquery migrate`: clients keep their sync tokens). The storage open now keeps the one it
     /// read; the storage opened next uses the new one.
     func adoptSecret(_ secret: (UInt64, UInt64)) throws(ContainerError)
+    /// A copy into the storage (`ContainerCopy`) starts: a storage may put off its secondary
+    /// indexes until `loadFinished`, which builds whatever a crashed copy left unbuilt.
+    func loadStarted() throws(ContainerError)
+    func loadFinished() throws(ContainerError)
 }
 
 /// The writes of a batch in progress (`ContainerStorage.batch`), valid only inside its body.
@@ -84,6 +88,11 @@ extension ContainerStorage {
 
     /// Memory keeps its secret for its life.
     func adoptSecret(_ secret: (UInt64, UInt64)) throws(ContainerError) {}
+
+    /// A file or memory maintains its indexes as it goes.
+    package func loadStarted() throws(ContainerError) {}
+
+    package func loadFinished() throws(ContainerError) {}
 }
 
 /// A database's change bookkeeping, as stored.
@@ -158,9 +167,16 @@ package protocol StorageTransaction: AssetReads {
     /// How many records of each type the database holds, counted by the storage; nil when the
     /// storage does not run queries.
     func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]?
+    /// How far a copy into the storage (`ContainerCopy`) got in the zone: the sequence of the
+    /// newest record change it holds there, every change before it held too (the copy writes a
+    /// zone's changes in sequence order, a page a transaction), so a resumed copy continues after
+    /// it. 0: the copy writes every change again (`appendRecordChanges` then upserts).
+    func copiedThrough(_ zone: ZoneID, of database: StoredDatabase) throws(ContainerError) -> Int64
 }
 
 extension StorageTransaction {
+    package func copiedThrough(_ zone: ZoneID, of database: StoredDatabase) throws(ContainerError) -> Int64 { 0 }
+
     package func query(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> QueryResult? { nil }
 
     package func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]? { nil }
@@ -193,6 +209,33 @@ package protocol StorageWriteTransaction: StorageTransaction, AssetWrites {
     /// Sets the database's horizon (a copy takes its source's: tokens from before it stay
     /// CHANGE_TOKEN_EXPIRED, since the deletions before it are gone).
     func setHorizon(_ horizon: Int64, of database: StoredDatabase) throws(ContainerError)
+    /// Writes a page of a copy's record changes in one zone (`ContainerCopy`), in sequence order,
+    /// as `saveRecords` and `deleteRecord` would: each new to the storage unless the source
+    /// changed while it was copied (a storage then writes the page as those do).
+    func appendRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError)
+}
+
+extension StorageWriteTransaction {
+    package func appendRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError) {
+        try writeRecordChanges(page, in: database)
+    }
+
+    /// Writes record changes with `saveRecords` and `deleteRecord`, in order.
+    package func writeRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError) {
+        var saved: [(record: Record, sequence: Int64)] = []
+        for (sequence, change) in page {
+            switch change {
+            case .changed(let record): saved.append((record, sequence))
+            case .deleted(let id, let recordType):
+                if !saved.isEmpty {
+                    try saveRecords(saved, in: database)
+                    saved = []
+                }
+                try deleteRecord(Record(recordType: recordType, recordID: id), sequence: sequence, in: database)
+            }
+        }
+        if !saved.isEmpty { try saveRecords(saved, in: database) }
+    }
 }
 
 extension StorageWriteTransaction {

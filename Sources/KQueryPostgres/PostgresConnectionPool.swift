@@ -169,6 +169,20 @@ enum PostgresParameter: Sendable {
     }
 }
 
+/// Where COPY's async calls run (postgres-nio has COPY only as an async function): on a queue of
+/// their own, not Swift's cooperative pool. A copy waits for its COPY on the caller's thread; from
+/// a thread of that pool (a test, a request), with every other thread of it waiting too, a task
+/// queued there would never run.
+final class PostgresCopyExecutor: TaskExecutor {
+    static let shared = PostgresCopyExecutor()
+    private let queue = DispatchQueue(label: "kquery.postgres.copy")
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+}
+
 /// One lent connection: runs statements and waits for their rows.
 struct PostgresSession {
     let connection: PostgresConnection
@@ -317,6 +331,32 @@ struct PostgresSession {
         return count
     }
 
+    /// Streams `rows` (`PostgresCopyText`) into `table`'s `columns` with `COPY ... FROM STDIN`.
+    /// False, nothing copied, when a row's key is taken (SQLSTATE 23505): the transaction must
+    /// then roll back to a savepoint before it goes on.
+    func copy(_ rows: ByteBuffer, into table: String, columns: [String]) throws(ContainerError) -> Bool {
+        let promise = connection.eventLoop.makePromise(of: Void.self)
+        Task(executorPreference: PostgresCopyExecutor.shared) { [connection, logger] in
+            do {
+                try await connection.copyFrom(table: table, columns: columns, logger: logger) { writer in try await writer.write(rows) }
+                promise.succeed()
+            } catch {
+                promise.fail(error)
+            }
+        }
+        do {
+            try promise.futureResult.wait()
+        } catch {
+            if Self.sqlState(error) == "23505" {
+                try settle()
+                return false
+            }
+            throw settled(after: error)
+        }
+        try settle()
+        return true
+    }
+
     /// Decodes a row's one column, a corrupt value becoming the container's error.
     func decode<Column: PostgresDecodable>(_ row: PostgresRow, _ type: Column.Type) throws(ContainerError) -> Column {
         do {
@@ -356,5 +396,11 @@ struct PostgresSession {
             return ContainerError(.internalError, "\(name): \(error.code)\(error.underlying.map { ": \($0)" } ?? "")")
         }
         return ContainerError(.internalError, "\(name): \(error)")
+    }
+
+    /// The SQLSTATE of a server error, if the error is one.
+    static func sqlState(_ error: any Error) -> String? {
+        if case .server(let server) = error as? PostgresError { return server.fields[.sqlState] }
+        return (error as? PSQLError)?.serverInfo?[.sqlState]
     }
 }

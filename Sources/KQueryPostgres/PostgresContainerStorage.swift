@@ -25,11 +25,13 @@ package final class PostgresContainerStorage: ContainerStorage {
     private static let databaseIDLimit = 65_536
 
     /// Opens `containerIdentifier` in the database at `location`, creating or migrating the
-    /// schema and the container's row as needed. `connections`: the most open at once.
-    package convenience init(location: PostgresLocation, containerIdentifier: String, connections: Int = 8) throws(ContainerError) {
+    /// schema and the container's row as needed. `connections`: the most open at once. `loading`:
+    /// opened for a copy into it (`kquery migrate`), which builds the indexes a crashed copy left
+    /// unbuilt at its end (`loadFinished`) rather than now, over the rows it is about to add to.
+    package convenience init(location: PostgresLocation, containerIdentifier: String, connections: Int = 8, loading: Bool = false) throws(ContainerError) {
         let pool = PostgresConnectionPool(location: location, limit: connections)
         do {
-            try self.init(pool: pool, containerIdentifier: containerIdentifier, migrated: false)
+            try self.init(pool: pool, containerIdentifier: containerIdentifier, migrated: false, loading: loading)
         } catch {
             pool.shutdown()
             throw error
@@ -37,11 +39,11 @@ package final class PostgresContainerStorage: ContainerStorage {
     }
 
     /// Opens the container on `pool`'s connections; `migrated`: whether the schema is known current.
-    init(pool: PostgresConnectionPool, containerIdentifier: String, migrated: Bool) throws(ContainerError) {
+    init(pool: PostgresConnectionPool, containerIdentifier: String, migrated: Bool, loading: Bool = false) throws(ContainerError) {
         self.pool = pool
         let location = pool.location
         (containerID, secret) = try pool.withConnection { session throws(ContainerError) in
-                if !migrated { try PostgresSchema.migrate(session) }
+                if !migrated { try PostgresSchema.migrate(session, loading: loading) }
                 var generator = SystemRandomNumberGenerator()
                 let high = Int64(bitPattern: generator.next()), low = Int64(bitPattern: generator.next())
                 try session.run("""
@@ -117,6 +119,24 @@ package final class PostgresContainerStorage: ContainerStorage {
                 UPDATE containers SET secret_high = \(Int64(bitPattern: secret.0)), secret_low = \(Int64(bitPattern: secret.1)) WHERE id = \(containerID)
                 """)
         }
+    }
+
+    /// Drops the deferred indexes (`PostgresSchema.deferredIndexes`) when the database holds no
+    /// records, or lacks one of them already (a copy that crashed): the copy then writes its rows
+    /// without them and `loadFinished` builds them. A node opening the database meanwhile builds
+    /// them first (it never serves without them); the copy then goes on maintaining them.
+    package func loadStarted() throws(ContainerError) {
+        try pool.withConnection { session throws(ContainerError) in
+            let empty = try session.rows("SELECT 1 FROM records LIMIT 1").isEmpty
+            let missing = try PostgresSchema.missingIndexes(session)
+            guard empty || !missing.isEmpty else { return }
+            for index in PostgresSchema.deferredIndexes { try session.run(PostgresQuery(unsafeSQL: index.drop)) }
+        }
+    }
+
+    /// Builds the deferred indexes the copy put off (or a crashed one left unbuilt).
+    package func loadFinished() throws(ContainerError) {
+        try pool.withConnection { session throws(ContainerError) in try PostgresSchema.buildMissingIndexes(session) }
     }
 
     package func refreshStatistics() throws(ContainerError) {

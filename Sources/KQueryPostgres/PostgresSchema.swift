@@ -70,24 +70,23 @@ enum PostgresSchema {
                 record_type text NOT NULL, change_sequence bigint NOT NULL, body bytea NOT NULL,
                 PRIMARY KEY (database_id, zone_name, owner_name, record_name))
             """,
-            "CREATE INDEX records_by_change ON records (database_id, zone_name, owner_name, change_sequence)",
-            "CREATE INDEX records_by_database_change ON records (database_id, change_sequence)",
-            // Shares are found without reading a database's other records (who sees what in shared databases).
-            "CREATE INDEX records_shares ON records (database_id, change_sequence) WHERE record_type = 'cloudkit.share'",
+            recordsByChange.create,
+            recordsByDatabaseChange.create,
+            recordsShares.create,
             """
             CREATE TABLE record_tombstones (
                 database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
                 record_type text NOT NULL, deleted_sequence bigint NOT NULL,
                 PRIMARY KEY (database_id, zone_name, owner_name, record_name))
             """,
-            "CREATE INDEX record_tombstones_by_change ON record_tombstones (database_id, zone_name, owner_name, deleted_sequence)",
+            recordTombstonesByChange.create,
             """
             CREATE TABLE record_references (
                 database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL,
                 target_name text NOT NULL, action text NOT NULL, source_name text NOT NULL,
                 PRIMARY KEY (database_id, zone_name, owner_name, target_name, action, source_name))
             """,
-            "CREATE INDEX record_references_by_source ON record_references (database_id, zone_name, owner_name, source_name)",
+            recordReferencesBySource.create,
             """
             CREATE TABLE subscriptions (
                 database_id bigint NOT NULL, subscription_id text NOT NULL, position bigserial, owner text NOT NULL, body text NOT NULL,
@@ -174,15 +173,87 @@ enum PostgresSchema {
                 record_type text NOT NULL, field text NOT NULL, sort_key text COLLATE "C", members text[],
                 PRIMARY KEY (database_id, zone_name, owner_name, record_name, field))
             """,
-            // Equality, ranges, prefixes and sorts on one field of one record type, ties in record ID order.
-            """
-            CREATE INDEX record_values_by_key ON record_values
-                (database_id, record_type, field, sort_key, record_name COLLATE "C", zone_name COLLATE "C", owner_name COLLATE "C")
-            """,
-            // List membership (CONTAINS, IN a list field) and full-text tokens.
-            "CREATE INDEX record_values_members ON record_values USING gin (members)",
+            recordValuesByKey.create,
+            recordValuesMembers.create,
         ],
     ]
+
+    /// An index of the record tables, which a load may build after its rows.
+    struct SecondaryIndex {
+        let name: String
+        let create: String
+        let drop: String
+
+        init(name: String, definition: String) {
+            self.name = name
+            create = "CREATE INDEX IF NOT EXISTS \(name) \(definition)"
+            drop = "DROP INDEX IF EXISTS \(name)"
+        }
+
+        init(name: String, create: String, drop: String) {
+            self.name = name
+            self.create = create
+            self.drop = drop
+        }
+    }
+
+    static let recordsByChange = SecondaryIndex(name: "records_by_change", definition: "ON records (database_id, zone_name, owner_name, change_sequence)")
+    static let recordsByDatabaseChange = SecondaryIndex(name: "records_by_database_change", definition: "ON records (database_id, change_sequence)")
+    // Shares are found without reading a database's other records (who sees what in shared databases).
+    static let recordsShares = SecondaryIndex(
+        name: "records_shares", definition: "ON records (database_id, change_sequence) WHERE record_type = 'cloudkit.share'")
+    static let recordTombstonesByChange = SecondaryIndex(
+        name: "record_tombstones_by_change", definition: "ON record_tombstones (database_id, zone_name, owner_name, deleted_sequence)")
+    static let recordReferencesBySource = SecondaryIndex(
+        name: "record_references_by_source", definition: "ON record_references (database_id, zone_name, owner_name, source_name)")
+    // Equality, ranges, prefixes and sorts on one field of one record type, ties in record ID order.
+    static let recordValuesByKey = SecondaryIndex(name: "record_values_by_key", definition: """
+        ON record_values (database_id, record_type, field, sort_key, record_name COLLATE "C", zone_name COLLATE "C", owner_name COLLATE "C")
+        """)
+    // List membership (CONTAINS, IN a list field) and full-text tokens.
+    static let recordValuesMembers = SecondaryIndex(name: "record_values_members", definition: "ON record_values USING gin (members)")
+
+    // The query values' primary key (`record_values` is written only with its record, whose own
+    // primary key a load keeps: a row twice is found there).
+    static let recordValuesKey = SecondaryIndex(
+        name: "record_values_pkey",
+        create: "ALTER TABLE record_values ADD CONSTRAINT record_values_pkey PRIMARY KEY (database_id, zone_name, owner_name, record_name, field)",
+        drop: "ALTER TABLE record_values DROP CONSTRAINT IF EXISTS record_values_pkey")
+
+    /// The indexes a load into a database without records (`kquery migrate`, `PostgresContainerStorage.loadStarted`)
+    /// drops and builds at its end: one sorted build costs a fraction of maintaining them row by
+    /// row (the 1,000,000-record copy spent most of its time there). The primary keys of the
+    /// other record tables stay: they find a record copied twice. A load that crashed before its end leaves them missing; they are built
+    /// again by the next load's end, and by every node opening the database (`migrate`), so no
+    /// node serves without them.
+    static let deferredIndexes = [
+        recordsByChange, recordsByDatabaseChange, recordsShares, recordTombstonesByChange, recordReferencesBySource, recordValuesKey,
+        recordValuesByKey, recordValuesMembers,
+    ]
+
+    /// The deferred indexes the database lacks.
+    static func missingIndexes(_ session: PostgresSession) throws(ContainerError) -> [SecondaryIndex] {
+        let present = Set(try session.rows("""
+            SELECT indexname::text FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ANY(\(deferredIndexes.map(\.name))::text[])
+            """).map { row throws(ContainerError) in try session.decode(row, String.self) })
+        return deferredIndexes.filter { !present.contains($0.name) }
+    }
+
+    /// Builds the deferred indexes the database lacks, each in a transaction of its own (a crash
+    /// keeps those built), with memory enough to sort a large table's keys in few passes.
+    static func buildMissingIndexes(_ session: PostgresSession) throws(ContainerError) {
+        for index in try missingIndexes(session) {
+            try session.run("BEGIN")
+            do throws(ContainerError) {
+                try session.run("SET LOCAL maintenance_work_mem = '1GB'")
+                try session.run(PostgresQuery(unsafeSQL: index.create))
+                try session.run("COMMIT")
+            } catch {
+                _ = try? session.run("ROLLBACK")
+                throw error
+            }
+        }
+    }
 
     /// Work a migration step does beyond its statements, in its transaction, after them: the step
     /// that creates `record_values` writes the rows of the records already stored.
@@ -190,8 +261,9 @@ enum PostgresSchema {
         if migrations[step].contains(where: { $0.contains("CREATE TABLE record_values") }) { try PostgresRecordValues.backfill(session) }
     }
 
-    /// Brings the database's tables to `version`, creating them in an empty database.
-    static func migrate(_ session: PostgresSession) throws(ContainerError) {
+    /// Brings the database's tables to `version`, creating them in an empty database, and builds
+    /// the deferred indexes a crashed load left missing unless `loading` (the load builds them at its end).
+    static func migrate(_ session: PostgresSession, loading: Bool = false) throws(ContainerError) {
         try session.run("SELECT pg_advisory_lock(\(migrationLock))")
         do throws(ContainerError) {
             try session.run("CREATE TABLE IF NOT EXISTS kquery_schema (version bigint NOT NULL)")
@@ -217,6 +289,7 @@ enum PostgresSchema {
                     throw error
                 }
             }
+            if !loading { try buildMissingIndexes(session) }
         } catch {
             _ = try? session.run("SELECT pg_advisory_unlock(\(migrationLock))")
             throw error

@@ -13,8 +13,10 @@ struct Migrate: ParsableCommand {
         discussion: """
             --from FILE --to-postgres URL --container ID copies the container file into the database (its schema \
             is created when empty); --from-postgres URL --to FILE --container ID copies it back. Records go a page at \
-            a time; a copy stopped by a crash is resumed by running the same command again. Prints the counts; on a \
-            terminal, a progress line while it runs. Assets, the retention horizon and sync tokens are not carried yet.
+            a time; a copy stopped by a crash is resumed by running the same command again (it continues where the \
+            copy got to). Assets, the retention horizon and the secret of sync tokens are carried. Into a database \
+            without records, the record indexes are built once the rows are in; a node opening the database while \
+            they are missing builds them first. Prints what it copied; on a terminal, a progress line while it runs.
             """
     )
 
@@ -54,7 +56,7 @@ struct Migrate: ParsableCommand {
                 // The source is read, never made: a mistyped path is an error, not an empty copy.
                 guard access(from, F_OK) == 0 else { throw ContainerError(.notFound, "no container file at \(from)") }
                 source = try ContainerCopy.fileStorage(path: from)
-                destination = try PostgresContainerStorage(location: location, containerIdentifier: container)
+                destination = try PostgresContainerStorage(location: location, containerIdentifier: container, loading: true)
             } else if let url = fromPostgres, let location = PostgresLocation(url: url), let to {
                 let containers = try PostgresContainers(location: location, connections: 1)
                 defer { containers.close() }

@@ -1,5 +1,5 @@
 import Foundation
-import KQueryPostgres
+@testable import KQueryPostgres
 import KQueryTestSupport
 import Testing
 @testable import KQuery
@@ -12,7 +12,7 @@ import Testing
     typealias F = ContainerFixture
 
     /// Everything a storage's container shows, in a comparable form.
-    static func snapshot(_ storage: any ContainerStorage) throws -> [String] {
+    static func snapshot(_ storage: any ContainerStorage, limit: Int = 1000) throws -> [String] {
         try storage.read { tx throws(ContainerError) in
             var lines: [String] = []
             for (key, stored) in try tx.allDatabases().sorted(by: { $0.key.description < $1.key.description }) {
@@ -20,7 +20,7 @@ import Testing
                 for zone in try tx.zones(in: stored) { lines.append("zone \(zone)") }
                 for change in try tx.zoneChanges(of: stored, after: 0, limit: 1000) { lines.append("zone change \(change)") }
                 for zoneID in [ZoneID.default] + (try tx.zones(in: stored).map(\.zoneID)) {
-                    for (sequence, change) in try tx.recordChanges(in: zoneID, of: stored, after: 0, includingDeletions: true, limit: 1000) {
+                    for (sequence, change) in try tx.recordChanges(in: zoneID, of: stored, after: 0, includingDeletions: true, limit: limit) {
                         lines.append("\(sequence) \(change)")
                     }
                 }
@@ -132,5 +132,173 @@ import Testing
         #expect(noContainer.status == 2 && noContainer.standardError.contains("holds no container iCloud.typo"), "\(noContainer.standardError)")
         let stillOne = try KQueryBinary.run(["migrate", "--from-postgres", url, "--to", F.temporaryPath(), "--container", "iCloud.typo"])
         #expect(stillOne.status == 2, "the refused copy made no container row")
+    }
+
+    /// Names and strings with every character COPY's text format and array literals escape, and
+    /// the ones that test quoting and normalization.
+    static let awkward = [
+        "plain", "new\nline", "cr\rlf\r\n", "back\\slash", "\\N", "\\x41", "quote\"d", "it's", "com,ma", "{brace}", "}{",
+        "NULL", "null", " padded ", "emoji \u{1F389}\u{1F469}\u{200D}\u{1F467}", "caf\u{E9}", "cafe\u{301}", "\u{7F}\u{1}", "tab\there",
+    ]
+
+    /// Records whose names, strings, string lists and references hold `awkward` text (zone names,
+    /// types and field names are identifiers), copied by COPY: the copy reads back the same, and
+    /// answers queries as the file does.
+    @Test func awkwardTextCrossesTheCopyIntactAndAnswersQueriesAsTheFile() throws {
+        let path = F.temporaryPath()
+        defer { F.remove(path) }
+        let zone = ZoneID(zoneName: "z-awkward.1", ownerName: "_u1")
+        do {
+            let container = try F.container(path: path)
+            let database = try container.database(.private, user: "_u1")
+            try database.createZone(zone)
+            for zoneID in [ZoneID.default, zone] {
+                var operations: [RecordOperation] = []
+                for (index, text) in Self.awkward.enumerated() {
+                    var record = F.record("\(text)-\(index)", type: "Item", zone: zoneID, [
+                        "s": .string(text), "l": .list(.string, [.string(text), .string(""), .string("x")]), "i": .int64(Int64(index)),
+                    ])
+                    // Each refers to the one before it (its reference row names that one).
+                    if index > 0 { record.fields["r"] = F.reference("\(Self.awkward[index - 1])-\(index - 1)", zone: zoneID, .deleteSelf) }
+                    operations.append(F.operation(.create, record))
+                }
+                _ = try database.modify(operations)
+            }
+            _ = try database.modify([F.operation(.forceDelete, F.record("tab\there-\(Self.awkward.count - 1)", type: "Item", zone: zone))])
+        }
+        let original = try Self.snapshot(ContainerCopy.fileStorage(path: path))
+        let location = try #require(PostgresLocation(url: try PostgresCluster.start().createDatabase()))
+        let identifier = F.identifier
+        let counts = try ContainerCopy.copy(from: ContainerCopy.fileStorage(path: path), to: PostgresContainerStorage(location: location, containerIdentifier: identifier), pageSize: 5)
+        #expect(counts.records == 2 * Self.awkward.count - 1 && counts.tombstones == 1)
+        #expect(try Self.snapshot(PostgresContainerStorage(location: location, containerIdentifier: identifier)) == original)
+
+        let file = try F.container(path: path).database(.private, user: "_u1")
+        let containers = try PostgresContainers(location: location, connections: 2)
+        defer { containers.close() }
+        let copy = try containers.openContainer(identifier).database(.private, user: "_u1")
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        for text in Self.awkward {
+            let conditions: [Condition] = [
+                .field(.user(FieldKey("s")), .compare(.equal, .value(.string(text)), [])),
+                .field(.user(FieldKey("l")), .contains(.value(.string(text)), [])),
+                .field(.user(FieldKey("s")), .string(.beginsWith, text, [])),
+                .tokens(.all, text: text),
+            ]
+            for zoneID in [ZoneID.default, zone] {
+                for condition in conditions {
+                    let query = Query(recordType: "Item", condition: condition, sortDescriptors: [KQuery.SortDescriptor("s")], resultsLimit: 100, zoneID: zoneID)
+                    let expected = try file.query(query, cursor: nil, now: now).records.map(\.recordID)
+                    #expect(try copy.query(query, cursor: nil, now: now).records.map(\.recordID) == expected, "\(condition) in \(zoneID)")
+                }
+            }
+        }
+        let sorted = Query(recordType: "Item", condition: .constant(true), sortDescriptors: [KQuery.SortDescriptor("s", ascending: false)], resultsLimit: 100, zoneID: zone)
+        #expect(try copy.query(sorted, cursor: nil, now: now).records.map(\.recordID) == file.query(sorted, cursor: nil, now: now).records.map(\.recordID))
+    }
+
+    /// PostgreSQL text cannot hold U+0000: COPY's rows refuse it, and a copy of a record named
+    /// with one fails as a bad request, naming the record.
+    @Test func aNulInANameIsRefused() throws {
+        var rows = PostgresCopyText()
+        #expect(throws: PostgresCopyText.UnstorableText.self) { try rows.text("a\u{0}b") }
+        #expect(throws: PostgresCopyText.UnstorableText.self) { try rows.textArray(["ok", "a\u{0}"]) }
+        let path = F.temporaryPath()
+        defer { F.remove(path) }
+        _ = try F.container(path: path).database(.public).modify([F.operation(.create, F.record("ok")), F.operation(.create, F.record("a\u{0}b"))])
+        let location = try #require(PostgresLocation(url: try PostgresCluster.start().createDatabase()))
+        let error = containerError {
+            _ = try ContainerCopy.copy(from: ContainerCopy.fileStorage(path: path), to: PostgresContainerStorage(location: location, containerIdentifier: "iCloud.nul"))
+        }
+        #expect(error?.code == .badRequest && error?.reason.contains("U+0000") == true, "\(String(describing: error))")
+    }
+
+    /// `kquery migrate` killed with SIGKILL wherever it is (copying pages, building the indexes),
+    /// then run again until it finishes: the copy holds every record, tombstone, subscription and
+    /// asset of the file once, its indexes are all there, and it answers queries as the file.
+    /// A node opening the database after a kill builds the indexes the copy had put off.
+    @Test func aKilledMigrateResumesWithNothingLostOrTwice() throws {
+        let path = F.temporaryPath()
+        defer { F.remove(path) }
+        do {
+            let container = try F.container(path: path)
+            let database = try F.privateDatabase(container)
+            _ = try database.saveSubscription(Subscription(subscriptionID: "db", kind: .database(recordType: nil), options: [.firesOnRecordCreation]))
+            for batch in 0..<80 {
+                let operations = (0..<200).map { index in
+                    let number = batch * 200 + index
+                    return F.operation(.create, F.record("n\(number)", type: "Item", zone: number % 3 == 0 ? .default : F.zone, [
+                        "price": .int64(Int64(number % 1000)), "title": .string("sunset \(number % 7) w\(number)"),
+                        "tags": .list(.string, [.string("t\(number % 5)"), .string("all")]),
+                    ]))
+                }
+                _ = try database.modify(operations)
+            }
+            _ = try database.modify((0..<200).map { F.operation(.forceDelete, F.record("n\($0 * 37)", zone: $0 * 37 % 3 == 0 ? .default : F.zone)) })
+            let file = F.temporaryPath()
+            defer { F.remove(file) }
+            #expect(FileManager.default.createFile(atPath: file, contents: Data((0..<(AssetPolicy.chunkSize + 99)).map { UInt8(truncatingIfNeeded: $0) })))
+            _ = try database.modify(try database.uploadingFiles([F.operation(.create, F.record("a", zone: F.zone, ["file": .assetID(#"{"$file": "\#(file)"}"#)]))]))
+        }
+        let original = try Self.snapshot(ContainerCopy.fileStorage(path: path), limit: 100_000)
+        #expect(original.filter { $0.contains("deleted(") }.count == 200)
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.createDatabase()
+        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let arguments = ["migrate", "--from", path, "--to-postgres", url, "--container", F.identifier]
+        let indexes = "SELECT count(*) FROM pg_indexes WHERE indexname IN (\(PostgresSchema.deferredIndexes.map { "'\($0.name)'" }.joined(separator: ",")))"
+
+        var killed = 0
+        for round in 0..<4 {
+            let process = try StoreCommandLineTests.start(arguments)
+            // Records arriving: the copy is under way (the first round kills it at its first pages).
+            let deadline = Date().addingTimeInterval(120)
+            // (No table yet while the schema is being made: not yet.)
+            while process.isRunning, Date() < deadline,
+                  (Int((try? cluster.psql(name, "SELECT count(*) FROM records"))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0) == 0 {
+                usleep(2_000)
+            }
+            if process.isRunning {
+                usleep(round == 0 ? 0 : UInt32.random(in: 0..<400_000))
+                kill(process.processIdentifier, SIGKILL)
+                killed += 1
+            }
+            process.waitUntilExit()
+            if round == 0, killed == 1 {
+                #expect(try cluster.psql(name, indexes).trimmingCharacters(in: .whitespacesAndNewlines) != "\(PostgresSchema.deferredIndexes.count)", "the indexes are put off until the end")
+            }
+        }
+        #expect(killed > 0, "the copy always finished before it could be killed")
+        // A node opening the database while the copy's indexes are missing builds them.
+        let location = try #require(PostgresLocation(url: url))
+        _ = try PostgresContainerStorage(location: location, containerIdentifier: F.identifier)
+        #expect(try cluster.psql(name, indexes).trimmingCharacters(in: .whitespacesAndNewlines) == "\(PostgresSchema.deferredIndexes.count)")
+
+        let finished = try KQueryBinary.run(arguments)
+        #expect(finished.status == 0, "\(finished.standardError)")
+        #expect(try Self.snapshot(PostgresContainerStorage(location: location, containerIdentifier: F.identifier), limit: 100_000) == original)
+        #expect(try cluster.psql(name, indexes).trimmingCharacters(in: .whitespacesAndNewlines) == "\(PostgresSchema.deferredIndexes.count)")
+        // The query values once per record field: as many as a copy made in one go.
+        let once = try cluster.createDatabase()
+        let onceRun = try KQueryBinary.run(["migrate", "--from", path, "--to-postgres", once, "--container", F.identifier])
+        #expect(onceRun.status == 0, "\(onceRun.standardError)")
+        let valueCount = "SELECT count(*), count(DISTINCT (zone_name, record_name)) FROM record_values"
+        #expect(try cluster.psql(name, valueCount) == cluster.psql(try #require(once.split(separator: "/").last.map(String.init)), valueCount))
+
+        let file = try F.container(path: path).database(.private, user: "_u1")
+        let containers = try PostgresContainers(location: location, connections: 2)
+        defer { containers.close() }
+        let copy = try containers.openContainer(F.identifier).database(.private, user: "_u1")
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        for condition: Condition in [
+            .field(.user(FieldKey("price")), .compare(.equal, .value(.int64(42)), [])),
+            .field(.user(FieldKey("tags")), .contains(.value(.string("t3")), [])),
+            .tokens(.all, text: "sunset 3"),
+        ] {
+            for zoneID in [ZoneID.default, F.zone] {
+                let query = Query(recordType: "Item", condition: condition, sortDescriptors: [KQuery.SortDescriptor("price")], resultsLimit: 400, zoneID: zoneID)
+                #expect(try copy.query(query, cursor: nil, now: now).records.map(\.recordID) == file.query(query, cursor: nil, now: now).records.map(\.recordID))
+            }
+        }
     }
 }

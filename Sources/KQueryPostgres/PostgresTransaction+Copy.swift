@@ -1,0 +1,125 @@
+import KQuery
+import KQueryContainer
+import KQueryStore
+import NIOCore
+import PostgresNIO
+
+/// The writes of `kquery migrate` (`ContainerCopy`): a page of a zone's record changes with
+/// `COPY ... FROM STDIN` (`PostgresCopyText`) rather than upserts of `unnest`ed arrays.
+extension PostgresTransaction {
+    func copiedThrough(_ zone: ZoneID, of database: StoredDatabase) throws(ContainerError) -> Int64 {
+        guard let row = try session.rows("""
+            SELECT greatest(
+                (SELECT max(change_sequence) FROM records
+                 WHERE database_id = \(database.id) AND zone_name = \(zone.zoneName) AND owner_name = \(zone.ownerName)),
+                (SELECT max(deleted_sequence) FROM record_tombstones
+                 WHERE database_id = \(database.id) AND zone_name = \(zone.zoneName) AND owner_name = \(zone.ownerName)))
+            """).first else { return 0 }
+        return try session.decode(row, Int64?.self) ?? 0
+    }
+
+    /// The page's records are copied as new rows: a page follows every change the database holds
+    /// in the zone (`copiedThrough`), so none of its records is there, unless the source changed
+    /// since a record's earlier version was copied. Then its key is taken, the COPY fails, and the
+    /// page is written again with upserts (`writeRecordChanges`). A tombstone in the page is
+    /// written as `deleteRecord` does (it must remove a live copy).
+    ///
+    /// Each page commits without waiting for its log to reach the disk (`synchronous_commit`
+    /// off): a crash loses at most the last pages, which the rerun copies again, and the copy's
+    /// last writes (its subscriptions and sequence) commit durably, syncing the log of every page
+    /// before them.
+    func appendRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError) {
+        try session.run("SET LOCAL synchronous_commit = off")
+        var records = PostgresCopyText(), values = PostgresCopyText(), references = PostgresCopyText()
+        var names: [String] = []
+        var zone: ZoneID?
+        for (sequence, change) in page {
+            guard case .changed(let record) = change else { continue }
+            let id = record.recordID
+            zone = id.zoneID
+            names.append(id.recordName)
+            do throws(PostgresCopyText.UnstorableText) {
+                try Self.copyRows(of: record, sequence: sequence, databaseID: database.id, records: &records, values: &values, references: &references)
+            } catch {
+                throw ContainerError(.badRequest, "\(name): record '\(id.recordName)' holds a U+0000, which PostgreSQL text cannot hold")
+            }
+        }
+        if let zone {
+            try session.run("SAVEPOINT kquery_copy")
+            let copied = try session.copy(records.take(), into: "records", columns: Self.recordColumns)
+            guard copied else {
+                try session.run("ROLLBACK TO kquery_copy")
+                try session.run("RELEASE kquery_copy")
+                return try writeRecordChanges(page, in: database)
+            }
+            try session.run("RELEASE kquery_copy")
+            _ = try session.copy(values.take(), into: "record_values", columns: Self.valueColumns)
+            let referenceRows = references.take()
+            if referenceRows.readableBytes > 0 {
+                _ = try session.copy(referenceRows, into: "record_references", columns: Self.referenceColumns)
+            }
+            // A tombstone the copy wrote before the source saved the record again (checked only
+            // when the zone has any).
+            try session.run("""
+                DELETE FROM record_tombstones WHERE database_id = \(database.id) AND zone_name = \(zone.zoneName)
+                AND owner_name = \(zone.ownerName) AND record_name = ANY(\(names)::text[])
+                AND EXISTS (SELECT 1 FROM record_tombstones WHERE database_id = \(database.id) AND zone_name = \(zone.zoneName)
+                            AND owner_name = \(zone.ownerName))
+                """)
+        }
+        for (sequence, change) in page {
+            guard case .deleted(let id, let recordType) = change else { continue }
+            try deleteRecord(Record(recordType: recordType, recordID: id), sequence: sequence, in: database)
+        }
+    }
+
+    static let recordColumns = ["database_id", "zone_name", "owner_name", "record_name", "record_type", "change_sequence", "body"]
+    static let valueColumns = ["database_id", "zone_name", "owner_name", "record_name", "record_type", "field", "sort_key", "members"]
+    static let referenceColumns = ["database_id", "zone_name", "owner_name", "target_name", "action", "source_name"]
+
+    /// The record's row, its `record_values` rows (`PostgresRecordValues.rows`) and its reference
+    /// rows (each target and action once, as the primary key wants).
+    static func copyRows(
+        of record: Record, sequence: Int64, databaseID: Int64,
+        records: inout PostgresCopyText, values: inout PostgresCopyText, references: inout PostgresCopyText
+    ) throws(PostgresCopyText.UnstorableText) {
+        let id = record.recordID
+        func recordKey(_ rows: inout PostgresCopyText) throws(PostgresCopyText.UnstorableText) {
+            rows.int(databaseID)
+            try rows.text(id.zoneID.zoneName)
+            try rows.text(id.zoneID.ownerName)
+        }
+        try recordKey(&records)
+        try records.text(id.recordName)
+        try records.text(record.recordType)
+        records.int(sequence)
+        records.bytea(RecordCoding.encode(record))
+        records.endRow()
+        let (fields, keys, members) = PostgresRecordValues.rows(of: record)
+        // The columns every values row of the record leads with, escaped once.
+        var lead = PostgresCopyText(capacity: 128)
+        try recordKey(&lead)
+        try lead.text(id.recordName)
+        try lead.text(record.recordType)
+        for index in fields.indices {
+            values.columns(lead)
+            try values.text(fields[index])
+            if keys[index].isEmpty { values.null() } else { try values.text(keys[index]) }
+            let list = members[index]
+            if list == "n" {
+                values.null()
+            } else {
+                try values.textArray(commaSeparated: list)
+            }
+            values.endRow()
+        }
+        var seen = Set<[String]>()
+        for reference in record.trackedReferences where seen.insert([reference.recordID.recordName, reference.action.rawValue]).inserted {
+            try recordKey(&references)
+            try references.text(reference.recordID.recordName)
+            try references.text(reference.action.rawValue)
+            try references.text(id.recordName)
+            references.endRow()
+        }
+    }
+}
