@@ -80,12 +80,12 @@ extension PostgresTransaction {
             let statement = compiler.statement(sql)
             let rows = try session.prepared(statement.sql, statement.parameters)
             for cells in rows {
-                let zoneName = try cell(cells[0], String.self)
-                let ownerName = try cell(cells[1], String.self)
-                let recordName = try cell(cells[2], String.self)
-                let body = try cell(cells[3], ByteBuffer.self)
+                let zoneName = try session.decode(cells[0], String.self)
+                let ownerName = try session.decode(cells[1], String.self)
+                let recordName = try session.decode(cells[2], String.self)
+                let body = try session.decode(cells[3], ByteBuffer.self)
                 var keys: [String?] = []
-                for index in sortFields.indices { keys.append(try cell(cells[4 + index], String?.self)) }
+                for index in sortFields.indices { keys.append(try session.decode(cells[4 + index], String?.self)) }
                 position = (keys, RecordID(recordName: recordName, zoneID: ZoneID(zoneName: zoneName, ownerName: ownerName)))
                 let record = try decode(body, recordName, names: &names)
                 guard query.isInScope(record), query.predicate.matches(record, now: now) else { continue }
@@ -107,14 +107,6 @@ extension PostgresTransaction {
                 return page(&matches, query, limit: limit)
             }
             batch = min(batch * 2, Self.largestBatch)
-        }
-    }
-
-    private func cell<Value: PostgresDecodable>(_ cell: PostgresCell, _ type: Value.Type) throws(ContainerError) -> Value {
-        do {
-            return try cell.decode(type)
-        } catch {
-            throw ContainerError(.internalError, "\(name): a query's row does not decode: \(String(reflecting: error))")
         }
     }
 
