@@ -110,9 +110,6 @@ package final class PostgresContainerStorage: ContainerStorage {
     /// Nothing to start: PostgreSQL syncs its log at each commit.
     package func startWriteback() {}
 
-    /// ANALYZE: after `kquery migrate` PostgreSQL had no statistics for the tables it loaded, and
-    /// planned a record's point lookup on the change-order index (filtering every record of the
-    /// zone: 9 ms at 20,000 records) until autovacuum analyzed them.
     package func adoptSecret(_ secret: (UInt64, UInt64)) throws(ContainerError) {
         try pool.withConnection { session throws(ContainerError) in
             _ = try session.run("""
@@ -139,6 +136,9 @@ package final class PostgresContainerStorage: ContainerStorage {
         try pool.withConnection { session throws(ContainerError) in try PostgresSchema.buildMissingIndexes(session) }
     }
 
+    /// ANALYZE: after `kquery migrate` PostgreSQL had no statistics for the tables it loaded, and
+    /// planned a record's point lookup on the change-order index (filtering every record of the
+    /// zone: 9 ms at 20,000 records) until autovacuum analyzed them.
     package func refreshStatistics() throws(ContainerError) {
         try pool.withConnection { session throws(ContainerError) in try session.run("ANALYZE") }
     }
