@@ -1,14 +1,14 @@
 /// SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012): a keyed hash
 /// made to authenticate short messages, here sync tokens, with a secret kept in the container file.
 /// Without the secret a client cannot forge a token or move one to another database or zone.
-struct SipHash {
+package struct SipHash {
     private var v0: UInt64
     private var v1: UInt64
     private var v2: UInt64
     private var v3: UInt64
 
     /// The 64-bit tag of `message` under the 128-bit key `(k0, k1)`.
-    static func tag(_ message: [UInt8], key k0: UInt64, _ k1: UInt64) -> UInt64 {
+    package static func tag(_ message: [UInt8], key k0: UInt64, _ k1: UInt64) -> UInt64 {
         var state = SipHash(v0: 0x736f_6d65_7073_6575 ^ k0, v1: 0x646f_7261_6e64_6f6d ^ k1,
                             v2: 0x6c79_6765_6e65_7261 ^ k0, v3: 0x7465_6462_7974_6573 ^ k1)
         let whole = message.count / 8 * 8

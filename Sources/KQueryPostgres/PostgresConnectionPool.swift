@@ -146,6 +146,7 @@ enum PostgresParameter: Sendable {
     /// Text or NULL.
     case optionalText(String?)
     case textArray([String])
+    case int64Array([Int64])
     case bytea(ByteBuffer)
 
     /// The cast the statement's SQL gives the parameter.
@@ -154,6 +155,7 @@ enum PostgresParameter: Sendable {
         case .int64: "bigint"
         case .text, .optionalText: "text"
         case .textArray: "text[]"
+        case .int64Array: "bigint[]"
         case .bytea: "bytea"
         }
     }
@@ -164,6 +166,7 @@ enum PostgresParameter: Sendable {
         case .text(let value): PostgresData(string: value)
         case .optionalText(let value): value.map { PostgresData(string: $0) } ?? PostgresData(type: .text, value: nil)
         case .textArray(let values): PostgresData(array: values.map { PostgresData(string: $0) }, elementType: .text)
+        case .int64Array(let values): PostgresData(array: values.map { PostgresData(int64: $0) }, elementType: .int8)
         case .bytea(let bytes): PostgresData(type: .bytea, formatCode: .binary, value: bytes)
         }
     }
@@ -299,6 +302,7 @@ struct PostgresSession {
             case .text(let value): bindings.append(value)
             case .optionalText(let value): bindings.append(value)
             case .textArray(let values): bindings.append(values)
+            case .int64Array(let values): bindings.append(values)
             case .bytea(let bytes): bindings.append(bytes)
             }
         }

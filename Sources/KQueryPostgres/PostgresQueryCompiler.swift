@@ -16,9 +16,18 @@ struct PostgresQueryCompiler {
     let database = "$1::bigint"
     let recordType = "$2::text"
 
+    /// The record type, whose fields `record_values` knows by `PostgresRecordValues.fieldKey`.
+    let type: String
+
     init(databaseID: Int64, recordType: String) {
+        type = recordType
         _ = bind(databaseID)
         _ = bind(recordType)
+    }
+
+    /// A parameter: the number of the record type's `field` (a row name) in `record_values`.
+    mutating func bindField(_ field: String) -> String {
+        bind(PostgresRecordValues.fieldKey(recordType: type, field: field))
     }
 
     mutating func bind(_ value: Int64) -> String { bind(.int64(value)) }
@@ -78,15 +87,12 @@ struct PostgresQueryCompiler {
     /// A test on the record's row for `field` in `record_values` (`v`): true when one exists
     /// and `test` holds on it.
     mutating func row(_ field: FieldReference, _ test: String = "TRUE") -> String {
-        let name = bind(PostgresRecordValues.name(of: field))
+        let name = bindField(PostgresRecordValues.name(of: field))
         return row(named: name, test)
     }
 
     mutating func row(named name: String, _ test: String) -> String {
-        """
-        EXISTS (SELECT 1 FROM record_values v WHERE v.database_id = \(database) AND v.record_type = \(recordType) \
-        AND v.field = \(name) AND v.zone_name = r.zone_name AND v.owner_name = r.owner_name AND v.record_name = r.record_name AND \(test))
-        """
+        "EXISTS (SELECT 1 FROM record_values v WHERE v.database_id = \(database) AND v.field = \(name) AND v.record_id = r.id AND \(test))"
     }
 
     /// A condition true on every record `condition` matches.
@@ -114,7 +120,7 @@ struct PostgresQueryCompiler {
             let tokens = Tokenizer.tokens(of: text)
             if tokens.isEmpty { return "FALSE" }
             let keys = bind(Array(Set(tokens)).sorted().map { PostgresValueKey.hex(Array($0.utf8)) })
-            let name = bind(PostgresRecordValues.tokensField)
+            let name = bindField(PostgresRecordValues.tokensField)
             return row(named: name, "v.members \(match == .all ? "@>" : "&&") \(keys)")
         case .distance(let field, let center, let relation, let kilometres)
             where (relation == .lessThan || relation == .lessThanOrEqual) && kilometres.isFinite && center.latitude.isFinite:
@@ -219,31 +225,28 @@ struct PostgresQueryCompiler {
     // MARK: Order
 
     /// The sort key columns of the field descriptors (`k0`, `k1`, ...), joined to `r`.
-    /// With `firstKeyed`, the first is an inner join on the rows of the record type (the records
-    /// with a value for it, read in the sort index's order).
+    /// With `firstKeyed`, the first is an inner join (the records with a value for it, read in the
+    /// sort index's order).
     mutating func sortJoins(_ fields: [FieldReference], firstKeyed: Bool) -> String {
         fields.enumerated().map { index, field in
-            let name = bind(PostgresRecordValues.name(of: field))
+            let name = bindField(PostgresRecordValues.name(of: field))
             let keyed = firstKeyed && index == 0
             return """
                 \(keyed ? "JOIN" : "LEFT JOIN") record_values k\(index) ON k\(index).database_id = \(database) \
-                \(keyed ? "AND k0.record_type = \(recordType) " : "")AND k\(index).zone_name = r.zone_name \
-                AND k\(index).owner_name = r.owner_name AND k\(index).record_name = r.record_name AND k\(index).field = \(name)
+                AND k\(index).record_id = r.id AND k\(index).field = \(name)
                 """
         }.joined(separator: " ")
     }
 
     /// ORDER BY for the descriptors' keys (missing values last either way), then the record ID as
     /// `RecordID` orders (name bytes, zone name, owner name).
-    /// `keyed`: the first key is never NULL and the names are read from `k0` (the sort index's
-    /// columns, so PostgreSQL can read it in order).
+    /// `keyed`: the first key is never NULL (PostgreSQL reads the sort index in its order, and
+    /// sorts only the records that share a key by their IDs).
     static func orderBy(_ ascending: [Bool], keyed: Bool = false) -> String {
         let keys = ascending.enumerated().map { index, up in
             keyed && index == 0 ? "k0.sort_key \(up ? "ASC" : "DESC")" : "k\(index).sort_key \(up ? "ASC" : "DESC") NULLS LAST"
         }
-        let table = keyed ? "k0" : "r"
-        return (keys + [#"\#(table).record_name COLLATE "C""#, #"\#(table).zone_name COLLATE "C""#, #"\#(table).owner_name COLLATE "C""#])
-            .joined(separator: ", ")
+        return (keys + [#"r.record_name COLLATE "C""#, #"r.zone_name COLLATE "C""#, #"r.owner_name COLLATE "C""#]).joined(separator: ", ")
     }
 
     /// Rows strictly after `position` in that order.

@@ -12,6 +12,11 @@ import PostgresNIO
 /// the record's full-text tokens (those of every STRING and STRING_LIST field) in `members`.
 /// Written in the transaction that writes the record, by every write path (they all end in
 /// `saveRecord`, `deleteRecord` or `deleteZone`).
+///
+/// A row names its record by the record's number (`records.id`, never reused) and its field by
+/// `fieldKey`, a number for the record type and field name together: narrow rows, and keys that
+/// sort in few comparisons (the rows named by text were most of a large database's size and of
+/// the time its indexes took to build).
 package enum PostgresRecordValues {
     /// The row name of a system field: a control character no user field name holds.
     package static func name(of field: FieldReference) -> String {
@@ -21,17 +26,33 @@ package enum PostgresRecordValues {
 
     package static let tokensField = "\u{1}tokens"
 
+    /// The number `record_values` knows a record type's field by: a SipHash of the type and the
+    /// row name (`name(of:)`), under a fixed key. Two fields of one type sharing a number
+    /// (odds of 2^-64 a pair) would share rows: the executor evaluates the predicate on every
+    /// candidate, so a filter would still be exact.
+    package static func fieldKey(recordType: String, field: String) -> Int64 {
+        var message = Array(recordType.utf8)
+        message.append(0)
+        message.append(contentsOf: field.utf8)
+        return Int64(bitPattern: SipHash.tag(message, key: 0x4B51_7565_7279_4669, 0x656C_644B_6579_7331))
+    }
+
+    package static func fieldKey(recordType: String, _ field: FieldReference) -> Int64 {
+        fieldKey(recordType: recordType, field: name(of: field))
+    }
+
     /// The system fields a record has rows for.
     static let systemFields: [FieldReference] = FieldReference.systemFields.map(\.field)
 
-    /// The rows' field names, keys ("" for none) and members ("n" for not a list, else the keys
+    /// The rows' field numbers, keys ("" for none) and members ("n" for not a list, else the keys
     /// joined by commas), as three arrays for one `unnest`.
-    package static func rows(of record: Record) -> (fields: [String], keys: [String], members: [String]) {
-        var fields: [String] = []
+    package static func rows(of record: Record) -> (fields: [Int64], keys: [String], members: [String]) {
+        var fields: [Int64] = []
         var keys: [String] = []
         var members: [String] = []
+        let type = record.recordType
         func add(_ name: String, _ value: FieldValue) {
-            fields.append(name)
+            fields.append(fieldKey(recordType: type, field: name))
             keys.append(PostgresValueKey.key(value) ?? "")
             if case .list(_, let items) = value {
                 members.append(items.compactMap(PostgresValueKey.key).joined(separator: ","))
@@ -44,21 +65,19 @@ package enum PostgresRecordValues {
             if let value = record.value(of: field) { add(name(of: field), value) }
         }
         let tokens = record.searchTokens
-        fields.append(tokensField)
+        fields.append(fieldKey(recordType: type, field: tokensField))
         keys.append("")
         members.append(tokens.sorted().map { PostgresValueKey.hex(Array($0.utf8)) }.joined(separator: ","))
         return (fields, keys, members)
     }
 
     /// Writes a stored record's rows (`backfill`; a record's save writes them with the record).
-    private static func save(_ record: Record, databaseID: Int64, _ session: PostgresSession) throws(ContainerError) {
-        let id = record.recordID
+    private static func save(_ record: Record, id: Int64, databaseID: Int64, _ session: PostgresSession) throws(ContainerError) {
         let (fields, keys, members) = rows(of: record)
         try session.run("""
-            INSERT INTO record_values (database_id, zone_name, owner_name, record_name, record_type, field, sort_key, members)
-            SELECT \(databaseID), \(id.zoneID.zoneName), \(id.zoneID.ownerName), \(id.recordName), \(record.recordType),
-                   f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
-            FROM unnest(\(fields)::text[], \(keys)::text[], \(members)::text[]) AS v (f, k, m)
+            INSERT INTO record_values (database_id, record_id, field, sort_key, members)
+            SELECT \(databaseID), \(id), f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
+            FROM unnest(\(fields)::bigint[], \(keys)::text[], \(members)::text[]) AS v (f, k, m)
             """)
     }
 
@@ -67,25 +86,23 @@ package enum PostgresRecordValues {
     static func backfill(_ session: PostgresSession) throws(ContainerError) {
         let databases = try session.rows("SELECT id FROM databases").map { row throws(ContainerError) in try session.decode(row, Int64.self) }
         for databaseID in databases {
-            var after = ("", "", "")
+            var after: Int64 = .min
             var names = RecordCoding.FieldNames()
             while true {
                 let rows = try session.rows("""
-                    SELECT zone_name, owner_name, record_name, body FROM records WHERE database_id = \(databaseID)
-                    AND (zone_name, owner_name, record_name) > (\(after.0), \(after.1), \(after.2))
-                    ORDER BY zone_name, owner_name, record_name LIMIT 500
+                    SELECT id, record_name, body FROM records WHERE database_id = \(databaseID) AND id > \(after) ORDER BY id LIMIT 500
                     """)
                 if rows.isEmpty { break }
                 for row in rows {
-                    let (zone, owner, recordName, body) = try session.decode(row, (String, String, String, ByteBuffer).self)
+                    let (id, recordName, body) = try session.decode(row, (Int64, String, ByteBuffer).self)
                     let record: Record
                     do {
                         record = try body.withUnsafeReadableBytes { bytes throws(RecordDecodingError) in try RecordCoding.decode(bytes, names: &names) }
                     } catch {
                         throw ContainerError(.internalError, "\(session.name): record '\(recordName)' is corrupt: \(error)")
                     }
-                    try save(record, databaseID: databaseID, session)
-                    after = (zone, owner, recordName)
+                    try save(record, id: id, databaseID: databaseID, session)
+                    after = id
                 }
             }
         }

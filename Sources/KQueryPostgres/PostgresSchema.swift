@@ -20,7 +20,7 @@ import PostgresNIO
 /// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon)
 /// zones(database_id, zone_name, owner_name PK, created_sequence, changed_sequence)
 /// zone_tombstones(database_id, zone_name, owner_name PK, deleted_sequence)
-/// records(database_id, zone_name, owner_name, record_name PK, record_type, change_sequence, body)
+/// records(database_id, zone_name, owner_name, record_name PK, record_type, change_sequence, body, id)   id: record_ids (v6)
 /// record_tombstones(database_id, zone_name, owner_name, record_name PK, record_type, deleted_sequence)
 /// record_references(database_id, zone_name, owner_name, target_name, action, source_name PK)
 /// subscriptions(database_id, subscription_id PK, position, owner, body)
@@ -29,6 +29,7 @@ import PostgresNIO
 /// asset_uploads(container_id, token PK, ...), asset_receipts(container_id, receipt PK, ...),
 /// asset_blobs(container_id, content_hash PK, ...), asset_chunks(container_id, owner, chunk PK, bytes),
 /// asset_blob_chunks(container_id, content_hash PK, owner), asset_references(container_id, database_id, zone_name, owner_name, record_name, content_hash PK)
+/// record_values(database_id, record_id, field PK, sort_key, members)   what queries filter and sort on (v6)
 /// ```
 /// A record's `body` is `RecordCoding`'s binary form, as in a container file.
 enum PostgresSchema {
@@ -165,13 +166,23 @@ enum PostgresSchema {
             "CREATE INDEX spent_web_auth_tokens_by_expiry ON spent_web_auth_tokens (expires)",
         ],
         [
-            // Version 5: the values queries filter and sort on (`PostgresRecordValues`), one row per
-            // record field; the rows of the records already stored are written by `backfill`.
+            // Version 5 created the first `record_values`, its rows named by text (record ID,
+            // record type, field); version 6 replaces it, so a database below 5 skips it.
+            "SELECT 1",
+        ],
+        [
+            // Version 6: records numbered (`records.id`, from `record_ids`, never reused), and the
+            // values queries filter and sort on (`PostgresRecordValues`), one row per record
+            // field, naming the record by number and the field by `fieldKey`; the rows of the
+            // records already stored are written by `backfill`.
+            "DROP TABLE IF EXISTS record_values",
+            "CREATE SEQUENCE IF NOT EXISTS record_ids",
+            "ALTER TABLE records ADD COLUMN IF NOT EXISTS id bigint NOT NULL DEFAULT nextval('record_ids')",
+            recordsByID.create,
             """
             CREATE TABLE record_values (
-                database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
-                record_type text NOT NULL, field text NOT NULL, sort_key text COLLATE "C", members text[],
-                PRIMARY KEY (database_id, zone_name, owner_name, record_name, field))
+                database_id bigint NOT NULL, record_id bigint NOT NULL, field bigint NOT NULL, sort_key text COLLATE "C", members text[],
+                PRIMARY KEY (database_id, record_id, field))
             """,
             recordValuesByKey.create,
             recordValuesMembers.create,
@@ -206,18 +217,23 @@ enum PostgresSchema {
         name: "record_tombstones_by_change", definition: "ON record_tombstones (database_id, zone_name, owner_name, deleted_sequence)")
     static let recordReferencesBySource = SecondaryIndex(
         name: "record_references_by_source", definition: "ON record_references (database_id, zone_name, owner_name, source_name)")
-    // Equality, ranges, prefixes and sorts on one field of one record type, ties in record ID order.
-    static let recordValuesByKey = SecondaryIndex(name: "record_values_by_key", definition: """
-        ON record_values (database_id, record_type, field, sort_key, record_name COLLATE "C", zone_name COLLATE "C", owner_name COLLATE "C")
-        """)
-    // List membership (CONTAINS, IN a list field) and full-text tokens.
-    static let recordValuesMembers = SecondaryIndex(name: "record_values_members", definition: "ON record_values USING gin (members)")
+    // A record by its number (`record_values` names records so).
+    static let recordsByID = SecondaryIndex(
+        name: "records_by_id", create: "CREATE UNIQUE INDEX IF NOT EXISTS records_by_id ON records (database_id, id)",
+        drop: "DROP INDEX IF EXISTS records_by_id")
+    // Equality, ranges, prefixes and sorts on one field of one record type (ties are put in
+    // record ID order by an incremental sort of the few that share a key).
+    static let recordValuesByKey = SecondaryIndex(name: "record_values_by_key", definition: "ON record_values (database_id, field, sort_key, record_id)")
+    // List membership (CONTAINS, IN a list field) and full-text tokens: only lists and token rows
+    // have members (a strict operator such as `@>` implies the index's condition).
+    static let recordValuesMembers = SecondaryIndex(
+        name: "record_values_members", definition: "ON record_values USING gin (members) WHERE members IS NOT NULL")
 
     // The query values' primary key (`record_values` is written only with its record, whose own
     // primary key a load keeps: a row twice is found there).
     static let recordValuesKey = SecondaryIndex(
         name: "record_values_pkey",
-        create: "ALTER TABLE record_values ADD CONSTRAINT record_values_pkey PRIMARY KEY (database_id, zone_name, owner_name, record_name, field)",
+        create: "ALTER TABLE record_values ADD CONSTRAINT record_values_pkey PRIMARY KEY (database_id, record_id, field)",
         drop: "ALTER TABLE record_values DROP CONSTRAINT IF EXISTS record_values_pkey")
 
     /// The indexes a load into a database without records (`kquery migrate`, `PostgresContainerStorage.loadStarted`)
@@ -227,7 +243,7 @@ enum PostgresSchema {
     /// again by the next load's end, and by every node opening the database (`migrate`), so no
     /// node serves without them.
     static let deferredIndexes = [
-        recordsByChange, recordsByDatabaseChange, recordsShares, recordTombstonesByChange, recordReferencesBySource, recordValuesKey,
+        recordsByChange, recordsByDatabaseChange, recordsShares, recordTombstonesByChange, recordReferencesBySource, recordsByID, recordValuesKey,
         recordValuesByKey, recordValuesMembers,
     ]
 

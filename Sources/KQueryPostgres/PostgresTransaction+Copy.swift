@@ -33,13 +33,16 @@ extension PostgresTransaction {
         var records = PostgresCopyText(), values = PostgresCopyText(), references = PostgresCopyText()
         var names: [String] = []
         var zone: ZoneID?
+        let changed = page.count(where: { if case .changed = $0.change { true } else { false } })
+        var numbers = try recordNumbers(changed).makeIterator()
         for (sequence, change) in page {
-            guard case .changed(let record) = change else { continue }
+            guard case .changed(let record) = change, let number = numbers.next() else { continue }
             let id = record.recordID
             zone = id.zoneID
             names.append(id.recordName)
             do throws(PostgresCopyText.UnstorableText) {
-                try Self.copyRows(of: record, sequence: sequence, databaseID: database.id, records: &records, values: &values, references: &references)
+                try Self.copyRows(
+                    of: record, number: number, sequence: sequence, databaseID: database.id, records: &records, values: &values, references: &references)
             } catch {
                 throw ContainerError(.badRequest, "\(name): record '\(id.recordName)' holds a U+0000, which PostgreSQL text cannot hold")
             }
@@ -73,14 +76,22 @@ extension PostgresTransaction {
         }
     }
 
-    static let recordColumns = ["database_id", "zone_name", "owner_name", "record_name", "record_type", "change_sequence", "body"]
-    static let valueColumns = ["database_id", "zone_name", "owner_name", "record_name", "record_type", "field", "sort_key", "members"]
+    /// `count` new record numbers (`records.id`), in one round trip.
+    func recordNumbers(_ count: Int) throws(ContainerError) -> [Int64] {
+        guard count > 0 else { return [] }
+        return try session.rows("SELECT nextval('record_ids') FROM generate_series(1, \(Int64(count)))").map { row throws(ContainerError) in
+            try session.decode(row, Int64.self)
+        }
+    }
+
+    static let recordColumns = ["database_id", "zone_name", "owner_name", "record_name", "record_type", "change_sequence", "body", "id"]
+    static let valueColumns = ["database_id", "record_id", "field", "sort_key", "members"]
     static let referenceColumns = ["database_id", "zone_name", "owner_name", "target_name", "action", "source_name"]
 
-    /// The record's row, its `record_values` rows (`PostgresRecordValues.rows`) and its reference
-    /// rows (each target and action once, as the primary key wants).
+    /// The record's row (numbered `number`), its `record_values` rows (`PostgresRecordValues.rows`)
+    /// and its reference rows (each target and action once, as the primary key wants).
     static func copyRows(
-        of record: Record, sequence: Int64, databaseID: Int64,
+        of record: Record, number: Int64, sequence: Int64, databaseID: Int64,
         records: inout PostgresCopyText, values: inout PostgresCopyText, references: inout PostgresCopyText
     ) throws(PostgresCopyText.UnstorableText) {
         let id = record.recordID
@@ -94,16 +105,16 @@ extension PostgresTransaction {
         try records.text(record.recordType)
         records.int(sequence)
         records.bytea(RecordCoding.encode(record))
+        records.int(number)
         records.endRow()
         let (fields, keys, members) = PostgresRecordValues.rows(of: record)
-        // The columns every values row of the record leads with, escaped once.
-        var lead = PostgresCopyText(capacity: 128)
-        try recordKey(&lead)
-        try lead.text(id.recordName)
-        try lead.text(record.recordType)
+        // The columns every values row of the record leads with.
+        var lead = PostgresCopyText(capacity: 32)
+        lead.int(databaseID)
+        lead.int(number)
         for index in fields.indices {
             values.columns(lead)
-            try values.text(fields[index])
+            values.int(fields[index])
             if keys[index].isEmpty { values.null() } else { try values.text(keys[index]) }
             let list = members[index]
             if list == "n" {

@@ -251,7 +251,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         try session.run(PostgresQuery(unsafeSQL: """
             WITH r AS (DELETE FROM records WHERE \(place)), t AS (DELETE FROM record_tombstones WHERE \(place)),
                  x AS (DELETE FROM record_references WHERE \(place)), z AS (DELETE FROM zones WHERE \(place)),
-                 v AS (DELETE FROM record_values WHERE \(place))
+                 v AS (DELETE FROM record_values WHERE database_id = $1 AND record_id IN (SELECT id FROM records WHERE \(place)))
             INSERT INTO zone_tombstones (database_id, zone_name, owner_name, deleted_sequence) VALUES ($1, $2, $3, $4)
             ON CONFLICT (database_id, zone_name, owner_name) DO UPDATE SET deleted_sequence = EXCLUDED.deleted_sequence
             """, binds: bindings))
@@ -261,29 +261,29 @@ struct PostgresTransaction: StorageWriteTransaction {
         let id = record.recordID
         let (fields, keys, members) = PostgresRecordValues.rows(of: record)
         // One prepared statement: the tombstone, the old reference rows and the query values of
-        // fields the record no longer has go; the record and its query values are written.
+        // fields the record no longer has go; the record and its query values are written (a
+        // record saved again keeps its number, `id`).
         // (Four statements, each planned anew, were most of a modify's time in PostgreSQL.)
         try session.send("""
             WITH t AS (DELETE FROM record_tombstones WHERE database_id = $1::bigint AND zone_name = $2::text
                        AND owner_name = $3::text AND record_name = $4::text),
                  x AS (DELETE FROM record_references WHERE database_id = $1::bigint AND zone_name = $2::text
                        AND owner_name = $3::text AND source_name = $4::text),
-                 d AS (DELETE FROM record_values WHERE database_id = $1::bigint AND zone_name = $2::text
-                       AND owner_name = $3::text AND record_name = $4::text AND field <> ALL($8::text[])),
-                 v AS (INSERT INTO record_values (database_id, zone_name, owner_name, record_name, record_type, field, sort_key, members)
-                       SELECT $1::bigint, $2::text, $3::text, $4::text, $5::text,
-                              f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
-                       FROM unnest($8::text[], $9::text[], $10::text[]) AS u (f, k, m)
-                       ON CONFLICT (database_id, zone_name, owner_name, record_name, field)
-                       DO UPDATE SET record_type = EXCLUDED.record_type, sort_key = EXCLUDED.sort_key, members = EXCLUDED.members)
-            INSERT INTO records (database_id, zone_name, owner_name, record_name, record_type, change_sequence, body)
-            VALUES ($1::bigint, $2::text, $3::text, $4::text, $5::text, $6::bigint, $7::bytea)
-            ON CONFLICT (database_id, zone_name, owner_name, record_name)
-            DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
+                 r AS (INSERT INTO records (database_id, zone_name, owner_name, record_name, record_type, change_sequence, body)
+                       VALUES ($1::bigint, $2::text, $3::text, $4::text, $5::text, $6::bigint, $7::bytea)
+                       ON CONFLICT (database_id, zone_name, owner_name, record_name)
+                       DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
+                       RETURNING id),
+                 d AS (DELETE FROM record_values WHERE database_id = $1::bigint AND record_id = (SELECT id FROM r)
+                       AND field <> ALL($8::bigint[]))
+            INSERT INTO record_values (database_id, record_id, field, sort_key, members)
+            SELECT $1::bigint, (SELECT id FROM r), f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
+            FROM unnest($8::bigint[], $9::text[], $10::text[]) AS u (f, k, m)
+            ON CONFLICT (database_id, record_id, field) DO UPDATE SET sort_key = EXCLUDED.sort_key, members = EXCLUDED.members
             """, [
                 .int64(database.id), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName), .text(record.recordType),
                 .int64(sequence), .bytea(ByteBuffer(bytes: RecordCoding.encode(record))),
-                .textArray(fields), .textArray(keys), .textArray(members),
+                .int64Array(fields), .textArray(keys), .textArray(members),
             ])
         let references = record.trackedReferences
         guard !references.isEmpty else { return }
@@ -305,7 +305,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         }
         var last: [RecordID: Int] = [:]
         for (index, entry) in records.enumerated() { last[entry.record.recordID] = index }
-        var valueRecords: [Int64] = [], valueFields: [String] = [], valueKeys: [String] = [], valueMembers: [String] = []
+        var valueRecords: [Int64] = [], valueFields: [Int64] = [], valueKeys: [String] = [], valueMembers: [String] = []
         var zones: [String] = [], owners: [String] = [], names: [String] = [], types: [String] = [], sequences: [Int64] = [], bodies: [ByteBuffer] = []
         var referenceZones: [String] = [], referenceOwners: [String] = [], targets: [String] = [], actions: [String] = [], sources: [String] = []
         for (index, (record, sequence)) in records.enumerated() where last[record.recordID] == index {
@@ -336,8 +336,9 @@ struct PostgresTransaction: StorageWriteTransaction {
                        AND d.owner_name = i.owner_name AND d.record_name = i.record_name),
                  x AS (DELETE FROM record_references d USING input i WHERE d.database_id = \(database.id) AND d.zone_name = i.zone_name
                        AND d.owner_name = i.owner_name AND d.source_name = i.record_name),
-                 v AS (DELETE FROM record_values d USING input i WHERE d.database_id = \(database.id) AND d.zone_name = i.zone_name
-                       AND d.owner_name = i.owner_name AND d.record_name = i.record_name)
+                 v AS (DELETE FROM record_values d USING records r, input i WHERE d.database_id = \(database.id)
+                       AND r.database_id = \(database.id) AND r.zone_name = i.zone_name AND r.owner_name = i.owner_name
+                       AND r.record_name = i.record_name AND d.record_id = r.id)
             INSERT INTO records (database_id, zone_name, owner_name, record_name, record_type, change_sequence, body)
             SELECT \(database.id), zone_name, owner_name, record_name, record_type, change_sequence, body FROM input
             ON CONFLICT (database_id, zone_name, owner_name, record_name)
@@ -345,10 +346,11 @@ struct PostgresTransaction: StorageWriteTransaction {
             """)
         // The query values (`PostgresRecordValues`), each row naming its record by position.
         try session.run("""
-            INSERT INTO record_values (database_id, zone_name, owner_name, record_name, record_type, field, sort_key, members)
-            SELECT \(database.id), (\(zones)::text[])[i], (\(owners)::text[])[i], (\(names)::text[])[i], (\(types)::text[])[i],
-                   f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
-            FROM unnest(\(valueRecords)::bigint[], \(valueFields)::text[], \(valueKeys)::text[], \(valueMembers)::text[]) AS v (i, f, k, m)
+            INSERT INTO record_values (database_id, record_id, field, sort_key, members)
+            SELECT \(database.id), r.id, f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
+            FROM unnest(\(valueRecords)::bigint[], \(valueFields)::bigint[], \(valueKeys)::text[], \(valueMembers)::text[]) AS v (i, f, k, m)
+            JOIN records r ON r.database_id = \(database.id) AND r.zone_name = (\(zones)::text[])[i] AND r.owner_name = (\(owners)::text[])[i]
+                 AND r.record_name = (\(names)::text[])[i]
             """)
         guard !sources.isEmpty else { return }
         try session.run("""
@@ -367,8 +369,9 @@ struct PostgresTransaction: StorageWriteTransaction {
                        AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)),
                  x AS (DELETE FROM record_references WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
                        AND owner_name = \(id.zoneID.ownerName) AND source_name = \(id.recordName)),
-                 v AS (DELETE FROM record_values WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
-                       AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName))
+                 v AS (DELETE FROM record_values WHERE database_id = \(database.id) AND record_id = (
+                       SELECT id FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+                       AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)))
             INSERT INTO record_tombstones (database_id, zone_name, owner_name, record_name, record_type, deleted_sequence)
             VALUES (\(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), \(id.recordName), \(record.recordType), \(sequence))
             ON CONFLICT (database_id, zone_name, owner_name, record_name)

@@ -203,9 +203,10 @@ import Testing
         }
     }
 
-    /// A database from before `record_values` (records, no query values) is migrated and its
-    /// records are indexed by the migration: queries find them.
-    @Test func theMigrationIndexesRecordsAlreadyStored() throws {
+    /// A database from before `record_values` (version 4: records, no query values) or with its
+    /// first form (version 5: rows named by text, records unnumbered) is migrated and its records
+    /// are numbered and indexed by the migration: queries find them.
+    @Test(arguments: [4, 5]) func theMigrationIndexesRecordsAlreadyStored(version: Int) throws {
         let cluster = try PostgresCluster.start()
         let url = try cluster.createDatabase()
         let name = try #require(url.split(separator: "/").last.map(String.init))
@@ -218,8 +219,18 @@ import Testing
                 RecordOperation(kind: .create, record: Record(recordType: "Note", recordName: "n\($0)", fields: ["v": .int64(Int64($0 % 3))]))
             })
         }
-        // (`record_values` is the newest migration: one version back is before it.)
-        _ = try cluster.psql(name, "DROP TABLE record_values; UPDATE kquery_schema SET version = version - 1")
+        // Back to that version's tables (`records.id` and today's `record_values` came with version 6).
+        var downgrade = "DROP TABLE record_values; DROP INDEX records_by_id; ALTER TABLE records DROP COLUMN id; DROP SEQUENCE record_ids;"
+        if version == 5 {
+            downgrade += """
+                CREATE TABLE record_values (
+                    database_id bigint NOT NULL, zone_name text NOT NULL, owner_name text NOT NULL, record_name text NOT NULL,
+                    record_type text NOT NULL, field text NOT NULL, sort_key text COLLATE "C", members text[],
+                    PRIMARY KEY (database_id, zone_name, owner_name, record_name, field));
+                INSERT INTO record_values SELECT database_id, zone_name, owner_name, record_name, record_type, 'v', NULL, NULL FROM records;
+                """
+        }
+        _ = try cluster.psql(name, downgrade + "UPDATE kquery_schema SET version = \(version)")
         let containers = try PostgresContainers(location: location, connections: 1)
         defer { containers.close() }
         let database = try containers.openContainer("iCloud.migrate").database(.public)
