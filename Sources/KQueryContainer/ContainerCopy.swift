@@ -63,7 +63,7 @@ package enum ContainerCopy {
                 (try tx.zones(in: stored), try tx.zoneChanges(of: stored, after: 0, limit: Int(Int32.max)))
             }
             let live = Dictionary(zones.map { ($0.zoneID, $0) }, uniquingKeysWith: { first, _ in first })
-            try destination.write { tx throws(ContainerError) in
+            let target = try destination.write { tx throws(ContainerError) -> StoredDatabase in
                 let database = try tx.existingOrNewDatabase(key)
                 for entry in zoneLog {
                     if entry.deleted {
@@ -72,6 +72,7 @@ package enum ContainerCopy {
                         try tx.saveZone(zone, in: database)
                     }
                 }
+                return database
             }
             counts.databases += 1
             counts.zones += zones.count
@@ -85,17 +86,18 @@ package enum ContainerCopy {
                 }
                 highest = max(highest, after)
                 let reader = PageReader(after: after) { after throws(ContainerError) in
-                    try source.read { tx throws(ContainerError) in
+                    let page = try source.read { tx throws(ContainerError) in
                         try tx.recordChanges(in: zoneID, of: stored, after: after, includingDeletions: true, limit: max(pageSize, 1))
                     }
+                    return (page, try destination.prepareRecordChanges(page, in: target))
                 }
                 defer { reader.stop() }
                 while true {
-                    let page = try reader.next()
+                    let (page, prepared) = try reader.next()
                     guard let last = page.last else { break }
                     try destination.write { tx throws(ContainerError) in
                         guard let database = try tx.database(key) else { throw ContainerError(.internalError, "the copy of \(key) went missing") }
-                        try tx.appendRecordChanges(page, in: database)
+                        try tx.appendRecordChanges(page, prepared: prepared, in: database)
                         // The blobs the records refer to (copied above) are theirs in the copy too.
                         for (_, change) in page {
                             guard case .changed(let record) = change, record.holdsAssets else { continue }
@@ -133,10 +135,11 @@ package enum ContainerCopy {
         return counts
     }
 
-    /// A zone's pages of record changes, read on a thread of its own up to two pages ahead of the
-    /// one being written: the source's reads and decoding overlap the destination's writes.
+    /// A zone's pages of record changes, read (and prepared for the destination:
+    /// `prepareRecordChanges`) on a thread of its own up to two pages ahead of the one being
+    /// written: the source's reads and decoding overlap the destination's writes.
     private final class PageReader: Sendable {
-        typealias Page = [(sequence: Int64, change: RecordZoneChange)]
+        typealias Page = (changes: [(sequence: Int64, change: RecordZoneChange)], prepared: (any Sendable)?)
         private let pages = Mutex<[Result<Page, ContainerError>]>([])
         private let ready = DispatchSemaphore(value: 0)
         /// Made at 0 and signalled twice: libdispatch traps when a semaphore goes with a value
@@ -158,7 +161,7 @@ package enum ContainerCopy {
                     let page = Result { () throws(ContainerError) -> Page in try read(after) }
                     pages.withLock { $0.append(page) }
                     ready.signal()
-                    guard case .success(let read) = page, let last = read.last else { break }
+                    guard case .success(let read) = page, let last = read.changes.last else { break }
                     after = last.sequence
                 }
                 finished.signal()

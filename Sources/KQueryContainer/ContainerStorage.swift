@@ -49,6 +49,10 @@ package protocol ContainerStorage: Sendable {
     /// indexes until `loadFinished`, which builds whatever a crashed copy left unbuilt.
     func loadStarted() throws(ContainerError)
     func loadFinished() throws(ContainerError)
+    /// The work on a copy's page of record changes that needs no transaction, done ahead of the
+    /// page's write (`ContainerCopy` does it on its reading thread while the page before is
+    /// written), for `appendRecordChanges` to write; nil when a storage has none.
+    func prepareRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError) -> (any Sendable)?
 }
 
 /// The writes of a batch in progress (`ContainerStorage.batch`), valid only inside its body.
@@ -93,6 +97,11 @@ extension ContainerStorage {
     package func loadStarted() throws(ContainerError) {}
 
     package func loadFinished() throws(ContainerError) {}
+
+    /// A file or memory writes a page as it comes.
+    package func prepareRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError) -> (any Sendable)? {
+        nil
+    }
 }
 
 /// A database's change bookkeeping, as stored.
@@ -211,12 +220,15 @@ package protocol StorageWriteTransaction: StorageTransaction, AssetWrites {
     func setHorizon(_ horizon: Int64, of database: StoredDatabase) throws(ContainerError)
     /// Writes a page of a copy's record changes in one zone (`ContainerCopy`), in sequence order,
     /// as `saveRecords` and `deleteRecord` would: each new to the storage unless the source
-    /// changed while it was copied (a storage then writes the page as those do).
-    func appendRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError)
+    /// changed while it was copied (a storage then writes the page as those do). `prepared`: what
+    /// the storage's `prepareRecordChanges` made of the page, if anything.
+    func appendRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], prepared: (any Sendable)?, in database: StoredDatabase) throws(ContainerError)
 }
 
 extension StorageWriteTransaction {
-    package func appendRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError) {
+    package func appendRecordChanges(
+        _ page: [(sequence: Int64, change: RecordZoneChange)], prepared: (any Sendable)?, in database: StoredDatabase
+    ) throws(ContainerError) {
         try writeRecordChanges(page, in: database)
     }
 

@@ -1,3 +1,4 @@
+import Dispatch
 import KQuery
 import KQueryContainer
 import KQueryStore
@@ -131,9 +132,40 @@ package final class PostgresContainerStorage: ContainerStorage {
         }
     }
 
+    /// Numbers the page's records and writes its COPY rows (`PostgresCopyPage`), outside the
+    /// page's transaction: numbers a crash leaves unused are skipped, never reused.
+    package func prepareRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError) -> (any Sendable)? {
+        let count = PostgresCopyPage.recordCount(page)
+        guard count > 0 else { return nil }
+        let (numbers, name) = try pool.withConnection { session throws(ContainerError) in
+            (try PostgresTransaction(session: session, containerID: containerID).recordNumbers(count), session.name)
+        }
+        return try PostgresCopyPage(page, numbers: numbers, databaseID: database.id, storage: name)
+    }
+
     /// Builds the deferred indexes the copy put off (or a crashed one left unbuilt).
+    /// The GIN index is built on a connection of its own beside the others: PostgreSQL builds a
+    /// GIN index in one process, a btree in several, so the two together keep more cores busy.
     package func loadFinished() throws(ContainerError) {
-        try pool.withConnection { session throws(ContainerError) in try PostgresSchema.buildMissingIndexes(session) }
+        let missing = try pool.withConnection { session throws(ContainerError) in try PostgresSchema.missingIndexes(session) }
+        let apart = missing.filter { $0.name == PostgresSchema.recordValuesMembers.name }
+        let rest = missing.filter { $0.name != PostgresSchema.recordValuesMembers.name }
+        let failure = Locked<ContainerError?>(nil)
+        let group = DispatchGroup()
+        if !apart.isEmpty {
+            let pool = pool
+            DispatchQueue.global().async(group: group) {
+                do throws(ContainerError) {
+                    try pool.withConnection { session throws(ContainerError) in try PostgresSchema.build(apart, session) }
+                } catch {
+                    failure.withLock { $0 = error }
+                }
+            }
+        }
+        defer { group.wait() }
+        try pool.withConnection { session throws(ContainerError) in try PostgresSchema.build(rest, session) }
+        group.wait()
+        if let error = failure.withLock({ $0 }) { throw error }
     }
 
     /// ANALYZE: after `kquery migrate` PostgreSQL had no statistics for the tables it loaded, and

@@ -44,30 +44,33 @@ package enum PostgresRecordValues {
     /// The system fields a record has rows for.
     static let systemFields: [FieldReference] = FieldReference.systemFields.map(\.field)
 
+    /// Calls `body` with each of the record's rows: the field's number, its key's bytes (nil:
+    /// none) and its members' keys (nil: not a list; the token row's members are its tokens).
+    package static func forEachRow<E: Error>(of record: Record, _ body: (Int64, [UInt8]?, [[UInt8]]?) throws(E) -> Void) throws(E) {
+        let type = record.recordType
+        func row(_ name: String, _ value: FieldValue) throws(E) {
+            var members: [[UInt8]]?
+            if case .list(_, let items) = value { members = items.compactMap(PostgresValueKey.bytes) }
+            try body(fieldKey(recordType: type, field: name), PostgresValueKey.bytes(value), members)
+        }
+        for (key, value) in record.fields { try row(key.name, value) }
+        for field in systemFields {
+            if let value = record.value(of: field) { try row(name(of: field), value) }
+        }
+        try body(fieldKey(recordType: type, field: tokensField), nil, record.searchTokens.sorted().map { Array($0.utf8) })
+    }
+
     /// The rows' field numbers, keys ("" for none) and members ("n" for not a list, else the keys
     /// joined by commas), as three arrays for one `unnest`.
     package static func rows(of record: Record) -> (fields: [Int64], keys: [String], members: [String]) {
         var fields: [Int64] = []
         var keys: [String] = []
         var members: [String] = []
-        let type = record.recordType
-        func add(_ name: String, _ value: FieldValue) {
-            fields.append(fieldKey(recordType: type, field: name))
-            keys.append(PostgresValueKey.key(value) ?? "")
-            if case .list(_, let items) = value {
-                members.append(items.compactMap(PostgresValueKey.key).joined(separator: ","))
-            } else {
-                members.append("n")
-            }
+        forEachRow(of: record) { (field: Int64, key: [UInt8]?, list: [[UInt8]]?) in
+            fields.append(field)
+            keys.append(key.map(PostgresValueKey.hex) ?? "")
+            members.append(list.map { $0.map(PostgresValueKey.hex).joined(separator: ",") } ?? "n")
         }
-        for (key, value) in record.fields { add(key.name, value) }
-        for field in systemFields {
-            if let value = record.value(of: field) { add(name(of: field), value) }
-        }
-        let tokens = record.searchTokens
-        fields.append(fieldKey(recordType: type, field: tokensField))
-        keys.append("")
-        members.append(tokens.sorted().map { PostgresValueKey.hex(Array($0.utf8)) }.joined(separator: ","))
         return (fields, keys, members)
     }
 

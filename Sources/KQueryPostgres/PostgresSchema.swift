@@ -258,7 +258,12 @@ enum PostgresSchema {
     /// Builds the deferred indexes the database lacks, each in a transaction of its own (a crash
     /// keeps those built), with memory enough to sort a large table's keys in few passes.
     static func buildMissingIndexes(_ session: PostgresSession) throws(ContainerError) {
-        for index in try missingIndexes(session) {
+        try build(missingIndexes(session), session)
+    }
+
+    /// Builds `indexes`, each in a transaction of its own.
+    static func build(_ indexes: [SecondaryIndex], _ session: PostgresSession) throws(ContainerError) {
+        for index in indexes {
             try session.run("BEGIN")
             do throws(ContainerError) {
                 try session.run("SET LOCAL maintenance_work_mem = '1GB'")

@@ -24,48 +24,41 @@ extension PostgresTransaction {
     /// page is written again with upserts (`writeRecordChanges`). A tombstone in the page is
     /// written as `deleteRecord` does (it must remove a live copy).
     ///
+    /// `prepared`: the page's COPY rows (`PostgresCopyPage`), made on the copy's reading thread
+    /// while the page before was written; made here when absent.
+    ///
     /// Each page commits without waiting for its log to reach the disk (`synchronous_commit`
     /// off): a crash loses at most the last pages, which the rerun copies again, and the copy's
     /// last writes (its subscriptions and sequence) commit durably, syncing the log of every page
     /// before them.
-    func appendRecordChanges(_ page: [(sequence: Int64, change: RecordZoneChange)], in database: StoredDatabase) throws(ContainerError) {
+    func appendRecordChanges(
+        _ page: [(sequence: Int64, change: RecordZoneChange)], prepared: (any Sendable)?, in database: StoredDatabase
+    ) throws(ContainerError) {
         try session.run("SET LOCAL synchronous_commit = off")
-        var records = PostgresCopyText(), values = PostgresCopyText(), references = PostgresCopyText()
-        var names: [String] = []
-        var zone: ZoneID?
-        let changed = page.count(where: { if case .changed = $0.change { true } else { false } })
-        var numbers = try recordNumbers(changed).makeIterator()
-        for (sequence, change) in page {
-            guard case .changed(let record) = change, let number = numbers.next() else { continue }
-            let id = record.recordID
-            zone = id.zoneID
-            names.append(id.recordName)
-            do throws(PostgresCopyText.UnstorableText) {
-                try Self.copyRows(
-                    of: record, number: number, sequence: sequence, databaseID: database.id, records: &records, values: &values, references: &references)
-            } catch {
-                throw ContainerError(.badRequest, "\(name): record '\(id.recordName)' holds a U+0000, which PostgreSQL text cannot hold")
-            }
+        var rows: PostgresCopyPage
+        if let prepared = prepared as? PostgresCopyPage, prepared.databaseID == database.id {
+            rows = prepared
+        } else {
+            rows = try PostgresCopyPage(page, numbers: recordNumbers(PostgresCopyPage.recordCount(page)), databaseID: database.id, storage: name)
         }
-        if let zone {
+        if let zone = rows.zone {
             try session.run("SAVEPOINT kquery_copy")
-            let copied = try session.copy(records.take(), into: "records", columns: Self.recordColumns)
+            let copied = try session.copy(rows.records, into: "records", columns: Self.recordColumns)
             guard copied else {
                 try session.run("ROLLBACK TO kquery_copy")
                 try session.run("RELEASE kquery_copy")
                 return try writeRecordChanges(page, in: database)
             }
             try session.run("RELEASE kquery_copy")
-            _ = try session.copy(values.take(), into: "record_values", columns: Self.valueColumns)
-            let referenceRows = references.take()
-            if referenceRows.readableBytes > 0 {
-                _ = try session.copy(referenceRows, into: "record_references", columns: Self.referenceColumns)
+            _ = try session.copy(rows.values, into: "record_values", columns: Self.valueColumns)
+            if rows.references.readableBytes > 0 {
+                _ = try session.copy(rows.references, into: "record_references", columns: Self.referenceColumns)
             }
             // A tombstone the copy wrote before the source saved the record again (checked only
             // when the zone has any).
             try session.run("""
                 DELETE FROM record_tombstones WHERE database_id = \(database.id) AND zone_name = \(zone.zoneName)
-                AND owner_name = \(zone.ownerName) AND record_name = ANY(\(names)::text[])
+                AND owner_name = \(zone.ownerName) AND record_name = ANY(\(rows.names)::text[])
                 AND EXISTS (SELECT 1 FROM record_tombstones WHERE database_id = \(database.id) AND zone_name = \(zone.zoneName)
                             AND owner_name = \(zone.ownerName))
                 """)
@@ -107,21 +100,15 @@ extension PostgresTransaction {
         records.bytea(RecordCoding.encode(record))
         records.int(number)
         records.endRow()
-        let (fields, keys, members) = PostgresRecordValues.rows(of: record)
         // The columns every values row of the record leads with.
         var lead = PostgresCopyText(capacity: 32)
         lead.int(databaseID)
         lead.int(number)
-        for index in fields.indices {
+        PostgresRecordValues.forEachRow(of: record) { (field: Int64, key: [UInt8]?, members: [[UInt8]]?) in
             values.columns(lead)
-            values.int(fields[index])
-            if keys[index].isEmpty { values.null() } else { try values.text(keys[index]) }
-            let list = members[index]
-            if list == "n" {
-                values.null()
-            } else {
-                try values.textArray(commaSeparated: list)
-            }
+            values.int(field)
+            if let key { values.hex(key) } else { values.null() }
+            if let members { values.hexArray(members) } else { values.null() }
             values.endRow()
         }
         var seen = Set<[String]>()
@@ -132,5 +119,44 @@ extension PostgresTransaction {
             try references.text(id.recordName)
             references.endRow()
         }
+    }
+}
+
+/// A copy's page of record changes as COPY rows (`PostgresTransaction.appendRecordChanges`): its
+/// records (numbered ahead), their query values and references, made without a transaction, so
+/// on the copy's reading thread while the page before is written
+/// (`PostgresContainerStorage.prepareRecordChanges`).
+struct PostgresCopyPage: Sendable {
+    let databaseID: Int64
+    var records = ByteBuffer(), values = ByteBuffer(), references = ByteBuffer()
+    /// The names of the page's records, and their zone (nil: the page holds no record).
+    var names: [String] = []
+    var zone: ZoneID?
+
+    static func recordCount(_ page: [(sequence: Int64, change: RecordZoneChange)]) -> Int {
+        page.count(where: { if case .changed = $0.change { true } else { false } })
+    }
+
+    /// `numbers`: one for each record of the page (`recordCount`), in order.
+    init(_ page: [(sequence: Int64, change: RecordZoneChange)], numbers: [Int64], databaseID: Int64, storage: String) throws(ContainerError) {
+        self.databaseID = databaseID
+        var records = PostgresCopyText(), values = PostgresCopyText(), references = PostgresCopyText()
+        var numbers = numbers.makeIterator()
+        for (sequence, change) in page {
+            guard case .changed(let record) = change else { continue }
+            guard let number = numbers.next() else { throw ContainerError(.internalError, "\(storage): a copied page lacks record numbers") }
+            let id = record.recordID
+            zone = id.zoneID
+            names.append(id.recordName)
+            do throws(PostgresCopyText.UnstorableText) {
+                try PostgresTransaction.copyRows(
+                    of: record, number: number, sequence: sequence, databaseID: databaseID, records: &records, values: &values, references: &references)
+            } catch {
+                throw ContainerError(.badRequest, "\(storage): record '\(id.recordName)' holds a U+0000, which PostgreSQL text cannot hold")
+            }
+        }
+        self.records = records.take()
+        self.values = values.take()
+        self.references = references.take()
     }
 }
