@@ -91,8 +91,12 @@ struct PostgresQueryCompiler {
         return row(named: name, test)
     }
 
+    /// (A test on `v.sort_key` alone says the key is not NULL, as the sort index's condition
+    /// does, so PostgreSQL sees that the index serves it; one that may hold on `v.members`, where
+    /// lists have no key, does not.)
     mutating func row(named name: String, _ test: String) -> String {
-        "EXISTS (SELECT 1 FROM record_values v WHERE v.database_id = \(database) AND v.field = \(name) AND v.record_id = r.id AND \(test))"
+        let keyed = test.contains("v.sort_key") && !test.contains("v.members") ? " AND v.sort_key IS NOT NULL" : ""
+        return "EXISTS (SELECT 1 FROM record_values v WHERE v.database_id = \(database) AND v.field = \(name) AND v.record_id = r.id AND \(test)\(keyed))"
     }
 
     /// A condition true on every record `condition` matches.

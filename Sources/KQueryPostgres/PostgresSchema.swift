@@ -222,8 +222,10 @@ enum PostgresSchema {
         name: "records_by_id", create: "CREATE UNIQUE INDEX IF NOT EXISTS records_by_id ON records (database_id, id)",
         drop: "DROP INDEX IF EXISTS records_by_id")
     // Equality, ranges, prefixes and sorts on one field of one record type (ties are put in
-    // record ID order by an incremental sort of the few that share a key).
-    static let recordValuesByKey = SecondaryIndex(name: "record_values_by_key", definition: "ON record_values (database_id, field, sort_key, record_id)")
+    // record ID order by an incremental sort of the few that share a key). Rows without a key
+    // (lists, NaN, the token rows: a tenth of them) are not in it.
+    static let recordValuesByKey = SecondaryIndex(
+        name: "record_values_by_key", definition: "ON record_values (database_id, field, sort_key, record_id) WHERE sort_key IS NOT NULL")
     // List membership (CONTAINS, IN a list field) and full-text tokens: only lists and token rows
     // have members (a strict operator such as `@>` implies the index's condition).
     static let recordValuesMembers = SecondaryIndex(
