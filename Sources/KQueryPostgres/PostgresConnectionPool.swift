@@ -142,6 +142,7 @@ final class PooledConnection: @unchecked Sendable {
 /// type (`$1::bigint`, `$2::text`, `$3::text[]`), so PostgreSQL knows the types at preparation.
 enum PostgresParameter: Sendable {
     case int64(Int64)
+    case double(Double)
     case text(String)
     /// Text or NULL.
     case optionalText(String?)
@@ -153,6 +154,7 @@ enum PostgresParameter: Sendable {
     var cast: String {
         switch self {
         case .int64: "bigint"
+        case .double: "float8"
         case .text, .optionalText: "text"
         case .textArray: "text[]"
         case .int64Array: "bigint[]"
@@ -163,6 +165,7 @@ enum PostgresParameter: Sendable {
     var data: PostgresData {
         switch self {
         case .int64(let value): PostgresData(int64: value)
+        case .double(let value): PostgresData(double: value)
         case .text(let value): PostgresData(string: value)
         case .optionalText(let value): value.map { PostgresData(string: $0) } ?? PostgresData(type: .text, value: nil)
         case .textArray(let values): PostgresData(array: values.map { PostgresData(string: $0) }, elementType: .text)
@@ -299,6 +302,7 @@ struct PostgresSession {
         for parameter in parameters {
             switch parameter {
             case .int64(let value): bindings.append(value)
+            case .double(let value): bindings.append(value)
             case .text(let value): bindings.append(value)
             case .optionalText(let value): bindings.append(value)
             case .textArray(let values): bindings.append(values)

@@ -7,7 +7,9 @@ import PostgresNIO
 /// The filter is conservative: it keeps every record the predicate matches (often exactly those),
 /// and the executor evaluates the predicate itself on each row it returns, so results are the
 /// evaluator's whatever the SQL cannot say (NOT, case- and diacritic-insensitive comparisons,
-/// LIKE, MATCHES, distances). Field sorts are exact in SQL: `sort_key` orders as `SortOrder`.
+/// LIKE, MATCHES, the last millimetre of a distance). Field sorts are exact in SQL: `sort_key`
+/// orders as `SortOrder`; a distance sort reads points nearest first (`<->`, on the sphere) and
+/// the executor puts them in the evaluator's order.
 struct PostgresQueryCompiler {
     /// The statement's parameters, each cast to its type where the SQL names it (so the
     /// statement can be prepared once and run with others: `PostgresSession.prepared`).
@@ -31,6 +33,8 @@ struct PostgresQueryCompiler {
     }
 
     mutating func bind(_ value: Int64) -> String { bind(.int64(value)) }
+
+    mutating func bind(_ value: Double) -> String { bind(.double(value)) }
 
     mutating func bind(_ value: String) -> String { bind(.text(value)) }
 
@@ -60,13 +64,16 @@ struct PostgresQueryCompiler {
                 continue
             }
             var number = 0, digits = 0
+            let start = index
             while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9"), digits < 9 {
                 number = number * 10 + Int(bytes[index] - UInt8(ascii: "0"))
                 index += 1
                 digits += 1
             }
             guard digits > 0, number >= 1, number <= parameters.count else {
+                // No parameter of this compiler's: left as written.
                 output.append(byte)
+                output.append(contentsOf: bytes[start..<index])
                 continue
             }
             let renumbered: Int
@@ -126,18 +133,39 @@ struct PostgresQueryCompiler {
             let keys = bind(Array(Set(tokens)).sorted().map { PostgresValueKey.hex(Array($0.utf8)) })
             let name = bindField(PostgresRecordValues.tokensField)
             return row(named: name, "v.members \(match == .all ? "@>" : "&&") \(keys)")
-        case .distance(let field, let center, let relation, let kilometres)
-            where (relation == .lessThan || relation == .lessThanOrEqual) && kilometres.isFinite && center.latitude.isFinite:
-            // Within `kilometres` of the centre is within a band of latitudes: no geodesic between
-            // two parallels is shorter than the meridian arc between them, at least 110.57 km a
-            // degree on WGS84 (110 here, to spare rounding). Locations' keys lead with latitude.
-            let degrees = max(kilometres, 0) / 110 + 1e-9
-            let lower = PostgresValueKey.locationPrefix(latitude: center.latitude - degrees)
-            let upper = PostgresValueKey.successor(ofPrefix: PostgresValueKey.locationPrefix(latitude: center.latitude + degrees))
-                ?? PostgresValueKey.upper(.location)
-            return row(field, "v.sort_key >= \(bind(PostgresValueKey.hex(lower))) AND v.sort_key < \(bind(upper))")
-        case .distance(let field, _, _, _):
-            return row(field, keyIn(.location))
+        case .distance(let field, let center, let relation, let kilometres):
+            return distance(field, center, relation, Condition.radiusInMetres(kilometres))
+        }
+    }
+
+    /// How far PostGIS's geodesic distance (`ST_DWithin` on geography, GeographicLib's algorithm)
+    /// may lie from the evaluator's: 1.1e-8 m measured (scale-out.md §3.5), so a radius widened
+    /// (or narrowed) by this keeps every match.
+    static func widened(_ metres: Double) -> Double { metres * (1 + 1e-9) + 1e-3 }
+    static func narrowed(_ metres: Double) -> Double { metres * (1 - 1e-9) - 1e-3 }
+
+    /// The centre as a geography parameter; nil when the evaluator measures no distance from it.
+    mutating func point(_ center: Location) -> String? {
+        PostgresRecordValues.point(latitude: center.latitude, longitude: center.longitude).map { "\(bind(PostgresValueKey.hex($0)))::geography" }
+    }
+
+    /// A distance test on the field's point (`record_values.location`, through its GiST index):
+    /// only a point the evaluator can measure has one, and only such a point can match.
+    private mutating func distance(_ field: FieldReference, _ center: Location, _ relation: Relation, _ metres: Double) -> String {
+        guard let point = point(center), !metres.isNaN else { return "FALSE" }
+        let present = "v.location IS NOT NULL"
+        switch relation {
+        case .lessThan, .lessThanOrEqual:
+            if metres == .infinity { return row(field, present) }
+            if metres < 0 { return "FALSE" }
+            return row(field, "\(present) AND ST_DWithin(v.location, \(point), \(bind(Self.widened(metres))))")
+        case .greaterThan, .greaterThanOrEqual:
+            if metres == .infinity { return "FALSE" }
+            let within = Self.narrowed(metres)
+            if within <= 0 { return row(field, present) }
+            return row(field, "\(present) AND NOT ST_DWithin(v.location, \(point), \(bind(within)))")
+        case .equal, .notEqual:
+            return row(field, present)
         }
     }
 

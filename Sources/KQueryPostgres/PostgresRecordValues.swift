@@ -45,38 +45,68 @@ package enum PostgresRecordValues {
     static let systemFields: [FieldReference] = FieldReference.systemFields.map(\.field)
 
     /// Calls `body` with each of the record's rows: the field's number, its key's bytes (nil:
-    /// none) and its members' keys (nil: not a list; the token row's members are its tokens).
-    package static func forEachRow<E: Error>(of record: Record, _ body: (Int64, [UInt8]?, [[UInt8]]?) throws(E) -> Void) throws(E) {
+    /// none), its members' keys (nil: not a list; the token row's members are its tokens) and,
+    /// for a location, its point (`geography`).
+    package static func forEachRow<E: Error>(of record: Record, _ body: (Int64, [UInt8]?, [[UInt8]]?, [UInt8]?) throws(E) -> Void) throws(E) {
         let type = record.recordType
         func row(_ name: String, _ value: FieldValue) throws(E) {
             var members: [[UInt8]]?
             if case .list(_, let items) = value { members = items.compactMap(PostgresValueKey.bytes) }
-            try body(fieldKey(recordType: type, field: name), PostgresValueKey.bytes(value), members)
+            try body(fieldKey(recordType: type, field: name), PostgresValueKey.bytes(value), members, geography(value))
         }
         for (key, value) in record.fields { try row(key.name, value) }
         for field in systemFields {
             if let value = record.value(of: field) { try row(name(of: field), value) }
         }
-        try body(fieldKey(recordType: type, field: tokensField), nil, record.searchTokens.sorted().map { Array($0.utf8) })
+        try body(fieldKey(recordType: type, field: tokensField), nil, record.searchTokens.sorted().map { Array($0.utf8) }, nil)
     }
 
-    /// The rows' field numbers, keys ("" for none) and members ("n" for not a list, else the keys
-    /// joined by commas), as three arrays for one `unnest`.
-    package static func rows(of record: Record) -> (fields: [Int64], keys: [String], members: [String]) {
+    /// The rows' field numbers, keys ("" for none), members ("n" for not a list, else the keys
+    /// joined by commas) and points ("" for none), as four arrays for one `unnest`.
+    package static func rows(of record: Record) -> (fields: [Int64], keys: [String], members: [String], locations: [String]) {
         var fields: [Int64] = []
         var keys: [String] = []
         var members: [String] = []
-        forEachRow(of: record) { (field: Int64, key: [UInt8]?, list: [[UInt8]]?) in
+        var locations: [String] = []
+        forEachRow(of: record) { (field: Int64, key: [UInt8]?, list: [[UInt8]]?, point: [UInt8]?) in
             fields.append(field)
             keys.append(key.map(PostgresValueKey.hex) ?? "")
             members.append(list.map { $0.map(PostgresValueKey.hex).joined(separator: ",") } ?? "n")
+            locations.append(point.map(PostgresValueKey.hex) ?? "")
         }
-        return (fields, keys, members)
+        return (fields, keys, members, locations)
     }
 
-    /// Writes a stored record's rows (`backfill`; a record's save writes them with the record).
+    /// The point PostGIS holds for a location (`record_values.location`, a `geography(Point,4326)`
+    /// that distance predicates and sorts read through a GiST index), as EWKB; nil for any other
+    /// value, and for a location the evaluator measures no distance to (a latitude outside
+    /// [-90, 90] or a coordinate not finite: PostGIS would move it into range).
+    package static func geography(_ value: FieldValue) -> [UInt8]? {
+        guard case .location(let location) = value else { return nil }
+        return point(latitude: location.latitude, longitude: location.longitude)
+    }
+
+    /// A point's EWKB (little-endian, SRID 4326, longitude first), its longitude brought into
+    /// [-180, 180] exactly (the evaluator measures longitudes modulo 360); nil where the
+    /// evaluator measures no distance.
+    package static func point(latitude: Double, longitude: Double) -> [UInt8]? {
+        guard latitude.magnitude <= 90, longitude.isFinite else { return nil }
+        // The remainder is exact, and so is each subtraction (Sterbenz).
+        var longitude = longitude.truncatingRemainder(dividingBy: 360)
+        if longitude > 180 { longitude -= 360 } else if longitude < -180 { longitude += 360 }
+        var bytes: [UInt8] = [0x01, 0x01, 0x00, 0x00, 0x20, 0xE6, 0x10, 0x00, 0x00]
+        bytes.reserveCapacity(25)
+        for coordinate in [longitude, latitude + 0] {
+            let bits = coordinate.bitPattern
+            for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
+        }
+        return bytes
+    }
+
+    /// Writes a stored record's rows (`backfill`, at version 6, before the points of version 7:
+    /// `backfillLocations`; a record's save writes them with the record).
     private static func save(_ record: Record, id: Int64, databaseID: Int64, _ session: PostgresSession) throws(ContainerError) {
-        let (fields, keys, members) = rows(of: record)
+        let (fields, keys, members, _) = rows(of: record)
         try session.run("""
             INSERT INTO record_values (database_id, record_id, field, sort_key, members)
             SELECT \(databaseID), \(id), f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
@@ -107,6 +137,40 @@ package enum PostgresRecordValues {
                     try save(record, id: id, databaseID: databaseID, session)
                     after = id
                 }
+            }
+        }
+    }
+
+    /// Writes the point of every location row already stored (the migration that adds
+    /// `record_values.location`), read from the rows' keys (a location's key holds its latitude
+    /// and longitude exactly): a database at a time, a batch of rows at a time.
+    static func backfillLocations(_ session: PostgresSession) throws(ContainerError) {
+        let databases = try session.rows("SELECT id FROM databases").map { row throws(ContainerError) in try session.decode(row, Int64.self) }
+        let lower = PostgresValueKey.lower(.location), upper = PostgresValueKey.upper(.location)
+        for databaseID in databases {
+            var after: (record: Int64, field: Int64) = (.min, .min)
+            while true {
+                let rows = try session.rows("""
+                    SELECT record_id, field, sort_key FROM record_values
+                    WHERE database_id = \(databaseID) AND sort_key >= \(lower) AND sort_key < \(upper) AND (record_id, field) > (\(after.record), \(after.field))
+                    ORDER BY record_id, field LIMIT 5000
+                    """)
+                if rows.isEmpty { break }
+                var records: [Int64] = [], fields: [Int64] = [], points: [String] = []
+                for row in rows {
+                    let (record, field, key) = try session.decode(row, (Int64, Int64, String).self)
+                    after = (record, field)
+                    guard let location = PostgresValueKey.location(ofKey: key),
+                          let point = point(latitude: location.latitude, longitude: location.longitude)
+                    else { continue }
+                    records.append(record)
+                    fields.append(field)
+                    points.append(PostgresValueKey.hex(point))
+                }
+                try session.run("""
+                    UPDATE record_values v SET location = p::geography FROM unnest(\(records)::bigint[], \(fields)::bigint[], \(points)::text[]) AS u (r, f, p)
+                    WHERE v.database_id = \(databaseID) AND v.record_id = u.r AND v.field = u.f
+                    """)
             }
         }
     }

@@ -29,7 +29,7 @@ import PostgresNIO
 /// asset_uploads(container_id, token PK, ...), asset_receipts(container_id, receipt PK, ...),
 /// asset_blobs(container_id, content_hash PK, ...), asset_chunks(container_id, owner, chunk PK, bytes),
 /// asset_blob_chunks(container_id, content_hash PK, owner), asset_references(container_id, database_id, zone_name, owner_name, record_name, content_hash PK)
-/// record_values(database_id, record_id, field PK, sort_key, members)   what queries filter and sort on (v6)
+/// record_values(database_id, record_id, field PK, sort_key, members, location)   what queries filter and sort on (v6; location: v7)
 /// ```
 /// A record's `body` is `RecordCoding`'s binary form, as in a container file.
 enum PostgresSchema {
@@ -187,6 +187,15 @@ enum PostgresSchema {
             recordValuesByKey.create,
             recordValuesMembers.create,
         ],
+        [
+            // Version 7: each location's point as PostGIS geography, for distance predicates and
+            // sorts through a GiST index (`btree_gist` lets it lead with the database and field);
+            // the points of the rows already stored are written by `backfillLocations`.
+            "CREATE EXTENSION IF NOT EXISTS postgis",
+            "CREATE EXTENSION IF NOT EXISTS btree_gist",
+            "ALTER TABLE record_values ADD COLUMN IF NOT EXISTS location geography(Point, 4326)",
+            recordValuesLocations.create,
+        ],
     ]
 
     /// An index of the record tables, which a load may build after its rows.
@@ -231,6 +240,11 @@ enum PostgresSchema {
     static let recordValuesMembers = SecondaryIndex(
         name: "record_values_members", definition: "ON record_values USING gin (members) WHERE members IS NOT NULL")
 
+    // Distance predicates (`ST_DWithin`) and distance sorts (nearest first: `<->`) on one field
+    // of one record type; only locations have a point.
+    static let recordValuesLocations = SecondaryIndex(
+        name: "record_values_locations", definition: "ON record_values USING gist (database_id, field, location) WHERE location IS NOT NULL")
+
     // The query values' primary key (`record_values` is written only with its record, whose own
     // primary key a load keeps: a row twice is found there).
     static let recordValuesKey = SecondaryIndex(
@@ -246,7 +260,7 @@ enum PostgresSchema {
     /// node serves without them.
     static let deferredIndexes = [
         recordsByChange, recordsByDatabaseChange, recordsShares, recordTombstonesByChange, recordReferencesBySource, recordsByID, recordValuesKey,
-        recordValuesByKey, recordValuesMembers,
+        recordValuesByKey, recordValuesMembers, recordValuesLocations,
     ]
 
     /// The deferred indexes the database lacks.
@@ -279,9 +293,24 @@ enum PostgresSchema {
     }
 
     /// Work a migration step does beyond its statements, in its transaction, after them: the step
-    /// that creates `record_values` writes the rows of the records already stored.
+    /// that creates `record_values` writes the rows of the records already stored, the one that
+    /// adds their points writes those.
     static func afterStep(_ step: Int, _ session: PostgresSession) throws(ContainerError) {
         if migrations[step].contains(where: { $0.contains("CREATE TABLE record_values") }) { try PostgresRecordValues.backfill(session) }
+        if migrations[step].contains(where: { $0.contains("ADD COLUMN IF NOT EXISTS location") }) { try PostgresRecordValues.backfillLocations(session) }
+    }
+
+    /// A migration statement's failure, said so that whoever runs the server can act: an
+    /// extension (PostGIS) that is not installed, or that this database user may not create.
+    static func statementFailure(_ statement: String, _ error: ContainerError, _ session: PostgresSession) -> ContainerError {
+        guard statement.hasPrefix("CREATE EXTENSION") else { return error }
+        let name = statement.split(separator: " ").last.map(String.init) ?? "postgis"
+        return ContainerError(error.code, """
+            \(session.name): the PostgreSQL extension \(name) could not be created (\(error.reason)). KQuery keeps locations \
+            as PostGIS geography: install PostGIS for PostgreSQL 15 (Debian: postgresql-15-postgis-3, which scripts/bootstrap \
+            installs), then as a superuser run `CREATE EXTENSION IF NOT EXISTS postgis; CREATE EXTENSION IF NOT EXISTS btree_gist;` \
+            in this database (or serve it once as a superuser)
+            """)
     }
 
     /// Brings the database's tables to `version`, creating them in an empty database, and builds
@@ -303,7 +332,13 @@ enum PostgresSchema {
             for step in current..<version {
                 try session.run("BEGIN")
                 do throws(ContainerError) {
-                    for statement in migrations[step] { try session.run(PostgresQuery(unsafeSQL: statement)) }
+                    for statement in migrations[step] {
+                        do throws(ContainerError) {
+                            try session.run(PostgresQuery(unsafeSQL: statement))
+                        } catch {
+                            throw statementFailure(statement, error, session)
+                        }
+                    }
                     try afterStep(step, session)
                     try session.run("UPDATE kquery_schema SET version = \(Int64(step + 1))")
                     try session.run("COMMIT")

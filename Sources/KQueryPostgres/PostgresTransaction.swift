@@ -259,7 +259,7 @@ struct PostgresTransaction: StorageWriteTransaction {
 
     func saveRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
         let id = record.recordID
-        let (fields, keys, members) = PostgresRecordValues.rows(of: record)
+        let (fields, keys, members, locations) = PostgresRecordValues.rows(of: record)
         // One prepared statement: the tombstone, the old reference rows and the query values of
         // fields the record no longer has go; the record and its query values are written (a
         // record saved again keeps its number, `id`).
@@ -276,14 +276,16 @@ struct PostgresTransaction: StorageWriteTransaction {
                        RETURNING id),
                  d AS (DELETE FROM record_values WHERE database_id = $1::bigint AND record_id = (SELECT id FROM r)
                        AND field <> ALL($8::bigint[]))
-            INSERT INTO record_values (database_id, record_id, field, sort_key, members)
-            SELECT $1::bigint, (SELECT id FROM r), f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
-            FROM unnest($8::bigint[], $9::text[], $10::text[]) AS u (f, k, m)
-            ON CONFLICT (database_id, record_id, field) DO UPDATE SET sort_key = EXCLUDED.sort_key, members = EXCLUDED.members
+            INSERT INTO record_values (database_id, record_id, field, sort_key, members, location)
+            SELECT $1::bigint, (SELECT id FROM r), f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END,
+                   NULLIF(l, '')::geography
+            FROM unnest($8::bigint[], $9::text[], $10::text[], $11::text[]) AS u (f, k, m, l)
+            ON CONFLICT (database_id, record_id, field)
+            DO UPDATE SET sort_key = EXCLUDED.sort_key, members = EXCLUDED.members, location = EXCLUDED.location
             """, [
                 .int64(database.id), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName), .text(record.recordType),
                 .int64(sequence), .bytea(ByteBuffer(bytes: RecordCoding.encode(record))),
-                .int64Array(fields), .textArray(keys), .textArray(members),
+                .int64Array(fields), .textArray(keys), .textArray(members), .textArray(locations),
             ])
         let references = record.trackedReferences
         guard !references.isEmpty else { return }
@@ -305,7 +307,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         }
         var last: [RecordID: Int] = [:]
         for (index, entry) in records.enumerated() { last[entry.record.recordID] = index }
-        var valueRecords: [Int64] = [], valueFields: [Int64] = [], valueKeys: [String] = [], valueMembers: [String] = []
+        var valueRecords: [Int64] = [], valueFields: [Int64] = [], valueKeys: [String] = [], valueMembers: [String] = [], valueLocations: [String] = []
         var zones: [String] = [], owners: [String] = [], names: [String] = [], types: [String] = [], sequences: [Int64] = [], bodies: [ByteBuffer] = []
         var referenceZones: [String] = [], referenceOwners: [String] = [], targets: [String] = [], actions: [String] = [], sources: [String] = []
         for (index, (record, sequence)) in records.enumerated() where last[record.recordID] == index {
@@ -316,11 +318,12 @@ struct PostgresTransaction: StorageWriteTransaction {
             types.append(record.recordType)
             sequences.append(sequence)
             bodies.append(ByteBuffer(bytes: RecordCoding.encode(record)))
-            let (fields, keys, members) = PostgresRecordValues.rows(of: record)
+            let (fields, keys, members, locations) = PostgresRecordValues.rows(of: record)
             valueRecords.append(contentsOf: repeatElement(Int64(zones.count), count: fields.count))
             valueFields += fields
             valueKeys += keys
             valueMembers += members
+            valueLocations += locations
             for reference in record.trackedReferences {
                 referenceZones.append(id.zoneID.zoneName)
                 referenceOwners.append(id.zoneID.ownerName)
@@ -346,9 +349,10 @@ struct PostgresTransaction: StorageWriteTransaction {
             """)
         // The query values (`PostgresRecordValues`), each row naming its record by position.
         try session.run("""
-            INSERT INTO record_values (database_id, record_id, field, sort_key, members)
-            SELECT \(database.id), r.id, f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
-            FROM unnest(\(valueRecords)::bigint[], \(valueFields)::bigint[], \(valueKeys)::text[], \(valueMembers)::text[]) AS v (i, f, k, m)
+            INSERT INTO record_values (database_id, record_id, field, sort_key, members, location)
+            SELECT \(database.id), r.id, f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END, NULLIF(l, '')::geography
+            FROM unnest(\(valueRecords)::bigint[], \(valueFields)::bigint[], \(valueKeys)::text[], \(valueMembers)::text[], \(valueLocations)::text[])
+                 AS v (i, f, k, m, l)
             JOIN records r ON r.database_id = \(database.id) AND r.zone_name = (\(zones)::text[])[i] AND r.owner_name = (\(owners)::text[])[i]
                  AND r.record_name = (\(names)::text[])[i]
             """)

@@ -98,11 +98,34 @@ package enum PostgresValueKey {
         }
     }
 
-    /// The first bytes of the keys of locations at `latitude` (the latitude leads a location's key).
-    package static func locationPrefix(latitude: Double) -> [UInt8] {
-        var out = [Tag.location.rawValue]
-        appendDouble(latitude, to: &out)
-        return out
+    /// The latitude and longitude a location's key holds (hex, as stored), or nil when `key` is
+    /// no location's.
+    package static func location(ofKey key: String) -> (latitude: Double, longitude: Double)? {
+        let bytes = Array(key.utf8)
+        guard bytes.count == 34 else { return nil }
+        var decoded: [UInt8] = []
+        decoded.reserveCapacity(17)
+        var index = 0
+        while index < bytes.count {
+            guard let high = hexDigit(bytes[index]), let low = hexDigit(bytes[index + 1]) else { return nil }
+            decoded.append(high << 4 | low)
+            index += 2
+        }
+        guard decoded[0] == Tag.location.rawValue else { return nil }
+        func double(at start: Int) -> Double {
+            var ordered: UInt64 = 0
+            for byte in decoded[start..<start + 8] { ordered = ordered << 8 | UInt64(byte) }
+            return Double(bitPattern: ordered & (1 << 63) != 0 ? ordered & ~(1 << 63) : ~ordered)
+        }
+        return (double(at: 1), double(at: 9))
+    }
+
+    private static func hexDigit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        default: nil
+        }
     }
 
     private static func appendDouble(_ x: Double, to out: inout [UInt8]) {

@@ -81,7 +81,17 @@ import Testing
     static let locations = [
         Location(latitude: 89.9999, longitude: 10), Location(latitude: -90, longitude: 0), Location(latitude: 0, longitude: 179.9999),
         Location(latitude: 0, longitude: -179.9999), Location(latitude: 37.33, longitude: -122.03), Location(latitude: 37.34, longitude: -122.02),
+        // A longitude beyond ±180 (the same place as one above), points the evaluator measures no
+        // distance to (PostGIS would move them into range).
+        Location(latitude: 37.33, longitude: 237.97), Location(latitude: 95, longitude: 10), Location(latitude: .nan, longitude: 0),
+        Location(latitude: 10, longitude: .infinity),
     ]
+
+    /// A point anywhere (many distinct distances, so a distance sort reads its points in batches).
+    static func randomLocation(_ rng: inout SplitMix) -> Location {
+        if Bool.random(using: &rng) { return locations.randomElement(using: &rng) ?? Location(latitude: 0, longitude: 0) }
+        return Location(latitude: Double.random(in: -90...90, using: &rng), longitude: Double.random(in: -540...540, using: &rng))
+    }
 
     static func randomRecord(_ rng: inout SplitMix, index: Int) -> Record {
         let zone = zones.randomElement(using: &rng) ?? .default
@@ -96,7 +106,7 @@ import Testing
             .list(.string, (0..<Int.random(in: 0...3, using: &rng)).map { _ in .string(strings.randomElement(using: &rng) ?? "") })
         }
         record.fields["k"] = maybe { rng in .list(.int64, (0..<Int.random(in: 0...3, using: &rng)).map { _ in .int64(Int64.random(in: 0...4, using: &rng)) }) }
-        record.fields["p"] = maybe { .location(locations.randomElement(using: &$0) ?? Location(latitude: 0, longitude: 0)) }
+        record.fields["p"] = maybe { .location(randomLocation(&$0)) }
         record.fields["r"] = maybe { .reference(Reference(recordID: RecordID(recordName: ["r", "s", "a"].randomElement(using: &$0) ?? "r"))) }
         // Either kind in one field across records: the store compares them as the evaluator does.
         record.fields["x"] = maybe { rng in Bool.random(using: &rng) ? .string(strings.randomElement(using: &rng) ?? "") : numbers.randomElement(using: &rng) ?? .int64(0) }
@@ -134,8 +144,10 @@ import Testing
             return .field(reference, .members(quantifier, .compare(relation, .value(randomOperand(field, &rng)), [])))
         case 8: return .tokens(Bool.random(using: &rng) ? .all : .any, text: ["hello", "world", "hello world", "abc", "été"].randomElement(using: &rng) ?? "")
         case 9:
-            let center = locations.randomElement(using: &rng) ?? Location(latitude: 0, longitude: 0)
-            return .distance(.user(FieldKey("p")), center: center, Bool.random(using: &rng) ? .lessThan : .greaterThan, radius: [0.001, 1, 2, 5000, 20_000].randomElement(using: &rng) ?? 1)
+            let center = randomLocation(&rng)
+            let relation = [Relation.lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual].randomElement(using: &rng) ?? .lessThan
+            let radius = [0, -1, 0.001, 1, 2, 5000, 20_000, .infinity, .nan].randomElement(using: &rng) ?? 1
+            return .distance(.user(FieldKey("p")), center: center, relation, radius: radius)
         case 10: return .field(.recordID, .compare(.equal, .value(.reference(Reference(recordID: RecordID(recordName: "r")))), []))
         case 11: return .field(.modificationDate, .compare(relation, .now, []))
         case 12: return .not(randomCondition(&rng, depth: depth + 1))
@@ -147,8 +159,8 @@ import Testing
     static func randomSort(_ rng: inout SplitMix) -> [KQuery.SortDescriptor] {
         (0..<Int.random(in: 0...2, using: &rng)).map { _ in
             let ascending = Bool.random(using: &rng)
-            if Int.random(in: 0..<5, using: &rng) == 0 {
-                return KQuery.SortDescriptor(distanceOf: "p", from: locations.randomElement(using: &rng) ?? Location(latitude: 0, longitude: 0), ascending: ascending)
+            if Int.random(in: 0..<3, using: &rng) == 0 {
+                return KQuery.SortDescriptor(distanceOf: "p", from: randomLocation(&rng), ascending: ascending)
             }
             let field = ["n", "s", "t", "l", "r", "x", "p", "missing", "recordID", "creationDate"].randomElement(using: &rng) ?? "n"
             return KQuery.SortDescriptor(field, ascending: ascending)
@@ -203,10 +215,11 @@ import Testing
         }
     }
 
-    /// A database from before `record_values` (version 4: records, no query values) or with its
-    /// first form (version 5: rows named by text, records unnumbered) is migrated and its records
-    /// are numbered and indexed by the migration: queries find them.
-    @Test(arguments: [4, 5]) func theMigrationIndexesRecordsAlreadyStored(version: Int) throws {
+    /// A database from before `record_values` (version 4: records, no query values), with its
+    /// first form (version 5: rows named by text, records unnumbered) or without points (version
+    /// 6) is migrated and its records are numbered and indexed by the migration: queries find them,
+    /// distance queries too.
+    @Test(arguments: [4, 5, 6]) func theMigrationIndexesRecordsAlreadyStored(version: Int) throws {
         let cluster = try PostgresCluster.start()
         let url = try cluster.createDatabase()
         let name = try #require(url.split(separator: "/").last.map(String.init))
@@ -216,11 +229,15 @@ import Testing
             defer { containers.close() }
             let database = try containers.openContainer("iCloud.migrate").database(.public)
             _ = try database.modify((0..<30).map {
-                RecordOperation(kind: .create, record: Record(recordType: "Note", recordName: "n\($0)", fields: ["v": .int64(Int64($0 % 3))]))
+                RecordOperation(kind: .create, record: Record(recordType: "Note", recordName: "n\($0)", fields: [
+                    "v": .int64(Int64($0 % 3)), "p": .location(Location(latitude: 48 + Double($0) / 100, longitude: 2 - 360)),
+                ]))
             })
         }
-        // Back to that version's tables (`records.id` and today's `record_values` came with version 6).
+        // Back to that version's tables (`records.id` and today's `record_values` came with
+        // version 6, `record_values.location` with 7).
         var downgrade = "DROP TABLE record_values; DROP INDEX records_by_id; ALTER TABLE records DROP COLUMN id; DROP SEQUENCE record_ids;"
+        if version == 6 { downgrade = "DROP INDEX record_values_locations; ALTER TABLE record_values DROP COLUMN location;" }
         if version == 5 {
             downgrade += """
                 CREATE TABLE record_values (
@@ -239,6 +256,14 @@ import Testing
         #expect(found == (0..<30).filter { $0 % 3 == 1 }.map { "n\($0)" }.sorted { ValueOrder.compareBytes($0, $1) < 0 })
         #expect(try database.recordCounts() == ["Note": 30])
         #expect(!database.queriesAreInMemory)
+        // Within 12 km of the 20th (1.1 km apart on a meridian), nearest first.
+        let center = Location(latitude: 48.2, longitude: 2)
+        let near = Query(recordType: "Note", condition: .distance(.user(FieldKey("p")), center: center, .lessThan, radius: 12),
+                         sortDescriptors: [KQuery.SortDescriptor(distanceOf: "p", from: center)], resultsLimit: 200)
+        let nearest = try database.query(near).records.map(\.recordID.recordName)
+        let all = try database.lookup((0..<30).map { RecordID(recordName: "n\($0)") }).compactMap(\.record)
+        #expect(nearest == (try near.perform(on: all, now: 0)).records.map(\.recordID.recordName))
+        #expect(nearest.count == 20 && nearest.first == "n20")
     }
 
     /// Table-driven rules: each predicate's SQL answer on a fixed set of records.

@@ -37,6 +37,16 @@ import Testing
         child.fields["parent"] = .reference(Reference(recordID: parent.recordID, action: .deleteSelf))
         _ = try database.modify([RecordOperation(kind: .create, record: parent), RecordOperation(kind: .create, record: child)])
         _ = try database.query(Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"), zoneID: zone))
+        // Nearest first: the points (more than one statement reads: the records without one follow).
+        var located = Record(recordType: "Note", recordID: RecordID(recordName: "located", zoneID: zone))
+        located.fields["place"] = .location(Location(latitude: 48.85, longitude: 2.35))
+        _ = try database.modify([RecordOperation(kind: .create, record: located)])
+        let center = Location(latitude: 48.8, longitude: 2.3)
+        let nearest = try database.query(Query(
+            recordType: "Note", condition: .distance(.user(FieldKey("place")), center: center, .lessThan, radius: 100),
+            sortDescriptors: [KQuery.SortDescriptor(distanceOf: "place", from: center)], zoneID: zone))
+        #expect(nearest.records.map(\.recordID.recordName) == ["located"])
+        _ = try database.query(Query(recordType: "Note", condition: .constant(true), sortDescriptors: [KQuery.SortDescriptor(distanceOf: "place", from: center)], zoneID: zone))
         _ = try database.zoneChanges(zone, since: nil)
         _ = try database.databaseChanges(since: nil)
         _ = try database.modify([RecordOperation(kind: .forceDelete, record: parent)])
@@ -54,14 +64,18 @@ import Testing
         for line in try cluster.log().split(separator: "\n", omittingEmptySubsequences: false) {
             if line.hasPrefix("@\(name)@") {
                 let entry = line.dropFirst(name.count + 2)
-                for marker in ["LOG:  execute <unnamed>: ", "LOG:  statement: "] {
-                    if let range = entry.range(of: marker) { statements.append(String(entry[range.upperBound...])) }
+                // Statements as sent ("statement: ") and prepared ones, named or not, as run ("execute NAME: ").
+                if let range = entry.range(of: "LOG:  statement: ") {
+                    statements.append(String(entry[range.upperBound...]))
+                } else if let range = entry.range(of: "LOG:  execute "), let name = entry[range.upperBound...].range(of: ": ") {
+                    statements.append(String(entry[name.upperBound...]))
                 }
             } else if line.hasPrefix("\t"), !statements.isEmpty, !line.contains("DETAIL:") {
                 statements[statements.count - 1] += " " + line.trimmingCharacters(in: .whitespaces)
             }
         }
         #expect(statements.count > 50)
+        #expect(statements.contains { $0.hasPrefix("DECLARE kquery_nearest") })
         var touched: Set<String> = []
         for statement in statements {
             let words = statement.split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "(" || $0 == "," }).map(String.init)

@@ -34,10 +34,12 @@ public struct SortDescriptor: Hashable, Sendable {
     package func sortValue(_ value: (FieldReference) -> FieldValue?) -> FieldValue? {
         switch key {
         case .field(let field):
-            // Lists and NaN have no place in the order: they sort with the missing values.
+            // Lists and NaN (a location with a NaN coordinate too) have no place in the order:
+            // they sort with the missing values.
             switch value(field) {
             case .list?: return nil
             case .double(let x)? where x.isNaN: return nil
+            case .location(let x)? where x.latitude.isNaN || x.longitude.isNaN: return nil
             case let value: return value
             }
         case .distance(let field, let center):
