@@ -144,12 +144,14 @@ package final class PostgresContainerStorage: ContainerStorage {
     }
 
     /// Builds the deferred indexes the copy put off (or a crashed one left unbuilt).
-    /// The GIN index is built on a connection of its own beside the others: PostgreSQL builds a
-    /// GIN index in one process, a btree in several, so the two together keep more cores busy.
+    /// The GIN and GiST indexes are built on a connection of their own beside the others:
+    /// PostgreSQL builds them in one process, a btree in several, so the two connections together
+    /// keep more cores busy.
     package func loadFinished() throws(ContainerError) {
         let missing = try pool.withConnection { session throws(ContainerError) in try PostgresSchema.missingIndexes(session) }
-        let apart = missing.filter { $0.name == PostgresSchema.recordValuesMembers.name }
-        let rest = missing.filter { $0.name != PostgresSchema.recordValuesMembers.name }
+        let single = [PostgresSchema.recordValuesMembers.name, PostgresSchema.recordValuesLocations.name]
+        let apart = missing.filter { single.contains($0.name) }
+        let rest = missing.filter { !single.contains($0.name) }
         let failure = Locked<ContainerError?>(nil)
         let group = DispatchGroup()
         if !apart.isEmpty {
