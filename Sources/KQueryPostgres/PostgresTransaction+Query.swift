@@ -30,7 +30,7 @@ extension PostgresTransaction {
         let limit = min(max(query.resultsLimit ?? Database.defaultResultsLimit, 1), Database.maximumResultsLimit)
         if let first = query.sortDescriptors.first, first.ascending, case .distance(let field, let center) = first.key,
            let point = PostgresRecordValues.point(latitude: center.latitude, longitude: center.longitude) {
-            return try nearest(query, field: field, point: point, cursor: cursor, limit: limit, databaseID: databaseID, now: now, oneStatement: oneStatement)
+            return try nearest(query, field: field, center: center, point: point, cursor: cursor, limit: limit, databaseID: databaseID, now: now, oneStatement: oneStatement)
         }
         var matches: [(key: SortKey, record: Record)] = []
         return try scan(query, cursor: cursor, limit: limit, databaseID: databaseID, now: now, oneStatement: oneStatement, matches: &matches)
@@ -47,7 +47,8 @@ extension PostgresTransaction {
     /// come before the page's last (`sphereSlack`). If the points run out first, the records
     /// without one follow (`scan`). A cursor starts the points at its distance.
     private func nearest(
-        _ query: Query, field: FieldReference, point: [UInt8], cursor: QueryCursor?, limit: Int, databaseID: Int64, now: Int64, oneStatement: Bool
+        _ query: Query, field: FieldReference, center: Location, point: [UInt8], cursor: QueryCursor?, limit: Int, databaseID: Int64, now: Int64,
+        oneStatement: Bool
     ) throws(ContainerError) -> QueryResult? {
         let descriptors = query.sortDescriptors
         var matches: [(key: SortKey, record: Record)] = []
@@ -58,7 +59,7 @@ extension PostgresTransaction {
         }
         if let start {
             var compiler = PostgresQueryCompiler(databaseID: databaseID, recordType: query.recordType)
-            let center = compiler.bind(PostgresValueKey.hex(point)) + "::geography"
+            let origin = compiler.bind(PostgresValueKey.hex(point)) + "::geography"
             let fieldKey = compiler.bindField(PostgresRecordValues.name(of: field))
             var conditions = [
                 "p.database_id = \(compiler.database)", "p.field = \(fieldKey)", "p.location IS NOT NULL", "r.record_type = \(compiler.recordType)",
@@ -67,20 +68,26 @@ extension PostgresTransaction {
                 conditions.append("r.zone_name = \(compiler.bind(zoneID.zoneName))")
                 conditions.append("r.owner_name = \(compiler.bind(zoneID.ownerName))")
             }
-            let filter = compiler.filter(query.predicate.condition, now: now)
+            // A radius around the same centre, ANDed with the rest: the points are read nearest first
+            // until they lie beyond it, not found by it first (PostgreSQL, which plans a prepared
+            // statement without its values, sorted every point within it: seconds for a wide one).
+            let (radius, rest) = Self.radius(of: query.predicate.condition, field: field, center: center)
+            let filter = compiler.filter(rest, now: now)
             if filter == "FALSE" { return QueryResult(records: [], cursor: nil) }
             if filter != "TRUE" { conditions.append(filter) }
-            if start > 0 { conditions.append("(p.location <-> \(center)) >= \(compiler.bind(start))") }
+            if start > 0 { conditions.append("(p.location <-> \(origin)) >= \(compiler.bind(start))") }
             let select = """
-                SELECT r.zone_name, r.owner_name, r.record_name, r.body, p.location <-> \(center)
+                SELECT r.zone_name, r.owner_name, r.record_name, r.body, p.location <-> \(origin)
                 FROM record_values p JOIN records r ON r.database_id = \(compiler.database) AND r.id = p.record_id
-                WHERE \(conditions.joined(separator: " AND ")) ORDER BY p.location <-> \(center)
+                WHERE \(conditions.joined(separator: " AND ")) ORDER BY p.location <-> \(origin)
                 """
             var names = RecordCoding.FieldNames()
             // True when no point from `rows` on can come before the page's last.
             func take(_ rows: [[PostgresCell]]) throws(ContainerError) -> Bool {
                 for cells in rows {
                     let sphere = try session.decode(cells[4], Double.self)
+                    // Beyond the radius (on the sphere, with the slack): no match here or after.
+                    if let radius, sphere > radius * Self.sphereSlack + 1 { return true }
                     if matches.count > limit, case .double(let last)? = matches[limit].key.values.first, last < sphere / Self.sphereSlack - 1 {
                         return true
                     }
@@ -99,7 +106,7 @@ extension PostgresTransaction {
                 let statement = compiler.statement(select + " LIMIT \(size)")
                 let rows = try session.prepared(statement.sql, statement.parameters)
                 // The page is whole when the points settle it, or ran out with more matches than it holds.
-                if try take(rows) || (rows.count < batch && matches.count > limit) { return page(&matches, query, limit: limit) }
+                if try take(rows) || (rows.count < batch && (matches.count > limit || radius != nil)) { return page(&matches, query, limit: limit) }
                 return nil
             }
             // In a transaction: one statement read a batch at a time, however many points lie
@@ -114,9 +121,29 @@ extension PostgresTransaction {
                 batch = min(batch * 2, Self.largestBatch)
             }
             try session.run("CLOSE kquery_nearest")
-            if settled || matches.count > limit { return page(&matches, query, limit: limit) }
+            if settled || matches.count > limit || radius != nil { return page(&matches, query, limit: limit) }
         }
+        // (A record without a point matches no radius.)
+        if Self.radius(of: query.predicate.condition, field: field, center: center).metres != nil { return page(&matches, query, limit: limit) }
         return try scan(query, cursor: cursor, limit: limit, databaseID: databaseID, now: now, oneStatement: oneStatement, withoutPoint: field, matches: &matches)
+    }
+
+    /// The least radius in metres that `condition` (or one of the conditions it ANDs) puts
+    /// around `center` on `field` (`< r` or `<= r`), and the condition without those.
+    static func radius(of condition: Condition, field: FieldReference, center: Location) -> (metres: Double?, rest: Condition) {
+        let parts: [Condition]
+        if case .and(let conjuncts) = condition { parts = conjuncts } else { parts = [condition] }
+        var metres: Double?
+        var rest: [Condition] = []
+        for part in parts {
+            if case .distance(field, let around, let relation, let kilometres) = part, relation == .lessThan || relation == .lessThanOrEqual,
+               around.latitude == center.latitude, around.longitude == center.longitude, !kilometres.isNaN {
+                metres = min(metres ?? .infinity, Condition.radiusInMetres(kilometres))
+            } else {
+                rest.append(part)
+            }
+        }
+        return (metres, rest.count == 1 ? rest[0] : .and(rest))
     }
 
     /// Reads the query's candidates in its order (by record ID when SQL cannot order them: then
@@ -176,41 +203,62 @@ extension PostgresTransaction {
             }
             if let position { conditions.append(compiler.after(keys: position.keys, ascending: ascending, id: position.id)) }
             let columns = (0..<sortFields.count).map { ", k\($0).sort_key" }.joined()
-            let size = compiler.bind(Int64(batch))
-            let sql = """
+            let select = """
                 SELECT r.zone_name, r.owner_name, r.record_name, r.body\(columns) FROM records r \(joins)
-                WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed)) LIMIT \(size)
+                WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed))
                 """
-            let statement = compiler.statement(sql)
-            let rows = try session.prepared(statement.sql, statement.parameters)
-            for cells in rows {
-                let zoneName = try session.decode(cells[0], String.self)
-                let ownerName = try session.decode(cells[1], String.self)
-                let recordName = try session.decode(cells[2], String.self)
-                let body = try session.decode(cells[3], ByteBuffer.self)
-                var keys: [String?] = []
-                for index in sortFields.indices { keys.append(try session.decode(cells[4 + index], String?.self)) }
-                position = (keys, RecordID(recordName: recordName, zoneID: ZoneID(zoneName: zoneName, ownerName: ownerName)))
-                let record = try decode(body, recordName, names: &names)
-                guard query.isInScope(record), query.predicate.matches(record, now: now) else { continue }
-                let key = SortKey(record, descriptors)
-                if fields != nil {
-                    // In order already: the page is the first matches.
-                    matches.append((key, record))
-                    if matches.count > limit { return page(&matches, query, limit: limit) }
-                } else {
-                    if let cursor, SortOrder.compare(key, cursor.position, descriptors) <= 0 { continue }
-                    Self.insert((key, record), into: &matches, keeping: limit + 1, descriptors)
+            // The rows of a batch: nil when they complete the page (returned).
+            func take(_ rows: [[PostgresCell]]) throws(ContainerError) -> QueryResult? {
+                for cells in rows {
+                    let zoneName = try session.decode(cells[0], String.self)
+                    let ownerName = try session.decode(cells[1], String.self)
+                    let recordName = try session.decode(cells[2], String.self)
+                    let body = try session.decode(cells[3], ByteBuffer.self)
+                    var keys: [String?] = []
+                    for index in sortFields.indices { keys.append(try session.decode(cells[4 + index], String?.self)) }
+                    position = (keys, RecordID(recordName: recordName, zoneID: ZoneID(zoneName: zoneName, ownerName: ownerName)))
+                    let record = try decode(body, recordName, names: &names)
+                    guard query.isInScope(record), query.predicate.matches(record, now: now) else { continue }
+                    let key = SortKey(record, descriptors)
+                    if fields != nil {
+                        // In order already: the page is the first matches.
+                        matches.append((key, record))
+                        if matches.count > limit { return page(&matches, query, limit: limit) }
+                    } else {
+                        if let cursor, SortOrder.compare(key, cursor.position, descriptors) <= 0 { continue }
+                        Self.insert((key, record), into: &matches, keeping: limit + 1, descriptors)
+                    }
                 }
+                return nil
             }
-            if rows.count < batch {
-                if keyed {
-                    keyed = false
-                    continue
+            if oneStatement {
+                let size = compiler.bind(Int64(batch))
+                let statement = compiler.statement(select + " LIMIT \(size)")
+                let rows = try session.prepared(statement.sql, statement.parameters)
+                if let result = try take(rows) { return result }
+                // More rows than the batch: the next statement (none, outside a transaction).
+                if rows.count == batch { continue }
+            } else {
+                // In a transaction: one statement read a batch at a time, however many rows it
+                // takes to fill the page (a statement per batch sorted its candidates anew each
+                // time: a predicate SQL cannot narrow, on a million records, took minutes).
+                let statement = compiler.statement(select)
+                try session.rows(PostgresQuery(unsafeSQL: "DECLARE kquery_scan NO SCROLL CURSOR FOR " + statement.sql, binds: PostgresSession.bindings(statement.parameters)))
+                var result: QueryResult?
+                while result == nil {
+                    let rows = try session.rows(PostgresQuery(unsafeSQL: "FETCH \(batch) FROM kquery_scan")).map { Array($0.makeRandomAccess()) }
+                    result = try take(rows)
+                    if rows.count < batch { break }
+                    batch = min(batch * 2, Self.largestBatch)
                 }
-                return page(&matches, query, limit: limit)
+                try session.run("CLOSE kquery_scan")
+                if let result { return result }
             }
-            batch = min(batch * 2, Self.largestBatch)
+            if keyed {
+                keyed = false
+                continue
+            }
+            return page(&matches, query, limit: limit)
         }
     }
 

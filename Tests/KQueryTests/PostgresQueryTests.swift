@@ -191,9 +191,16 @@ import Testing
                 try memory.importRecords(stored)
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 for _ in 0..<25 {
-                    let condition = Self.randomCondition(&rng)
+                    var condition = Self.randomCondition(&rng)
                     let zone: ZoneID? = Int.random(in: 0..<3, using: &rng) == 0 ? Self.zones.randomElement(using: &rng) : nil
-                    let query = Query(recordType: "Item", condition: condition, sortDescriptors: Self.randomSort(&rng),
+                    let sort = Self.randomSort(&rng)
+                    // Nearest first within a radius of the same centre (read by distance until beyond it).
+                    if case .distance(let field, let center)? = sort.first?.key, Bool.random(using: &rng) {
+                        let radius = [0.001, 2, 5000, 20_000, .infinity, -1].randomElement(using: &rng) ?? 1
+                        let within = Condition.distance(field, center: center, Bool.random(using: &rng) ? .lessThan : .lessThanOrEqual, radius: radius)
+                        condition = Bool.random(using: &rng) ? within : .and([within, condition])
+                    }
+                    let query = Query(recordType: "Item", condition: condition, sortDescriptors: sort,
                                       resultsLimit: Int.random(in: 1...9, using: &rng), zoneID: zone)
                     var cursor: QueryCursor?
                     var pages = 0
