@@ -100,7 +100,7 @@ extension PostgresTransaction {
                 }
                 return false
             }
-            var batch = 2 * (limit + 1)
+            let batch = 2 * (limit + 1)
             if oneStatement {
                 let size = compiler.bind(Int64(batch))
                 let statement = compiler.statement(select + " LIMIT \(size)")
@@ -111,16 +111,7 @@ extension PostgresTransaction {
             }
             // In a transaction: one statement read a batch at a time, however many points lie
             // nearer than the page's last match.
-            let statement = compiler.statement(select)
-            try session.rows(PostgresQuery(unsafeSQL: "DECLARE kquery_nearest NO SCROLL CURSOR FOR " + statement.sql, binds: PostgresSession.bindings(statement.parameters)))
-            var settled = false
-            while !settled {
-                let rows = try session.rows(PostgresQuery(unsafeSQL: "FETCH \(batch) FROM kquery_nearest")).map { Array($0.makeRandomAccess()) }
-                settled = try take(rows)
-                if rows.count < batch { break }
-                batch = min(batch * 2, Self.largestBatch)
-            }
-            try session.run("CLOSE kquery_nearest")
+            let settled = try readThroughCursor("kquery_nearest", compiler.statement(select), batch: batch, take)
             if settled || matches.count > limit || radius != nil { return page(&matches, query, limit: limit) }
         }
         // (A record without a point matches no radius.)
@@ -163,7 +154,7 @@ extension PostgresTransaction {
         var position: (keys: [String?], id: RecordID)? = fields == nil ? nil : cursor.map { cursor in
             (cursor.position.values.map { $0.flatMap(PostgresValueKey.key) }, cursor.position.recordID)
         }
-        var batch = limit + 1
+        let batch = limit + 1
         let sortFields = fields ?? []
         // With a field sort, the records that have a key for the first sort field come first, read
         // in the order of the sort index (`keyed`); those without one after them.
@@ -242,16 +233,11 @@ extension PostgresTransaction {
                 // In a transaction: one statement read a batch at a time, however many rows it
                 // takes to fill the page (a statement per batch sorted its candidates anew each
                 // time: a predicate SQL cannot narrow, on a million records, took minutes).
-                let statement = compiler.statement(select)
-                try session.rows(PostgresQuery(unsafeSQL: "DECLARE kquery_scan NO SCROLL CURSOR FOR " + statement.sql, binds: PostgresSession.bindings(statement.parameters)))
                 var result: QueryResult?
-                while result == nil {
-                    let rows = try session.rows(PostgresQuery(unsafeSQL: "FETCH \(batch) FROM kquery_scan")).map { Array($0.makeRandomAccess()) }
+                _ = try readThroughCursor("kquery_scan", compiler.statement(select), batch: batch) { rows throws(ContainerError) in
                     result = try take(rows)
-                    if rows.count < batch { break }
-                    batch = min(batch * 2, Self.largestBatch)
+                    return result != nil
                 }
-                try session.run("CLOSE kquery_scan")
                 if let result { return result }
             }
             if keyed {
@@ -260,6 +246,26 @@ extension PostgresTransaction {
             }
             return page(&matches, query, limit: limit)
         }
+    }
+
+    /// Runs `statement` as the cursor `name` (in the transaction) and hands its rows to `take` a
+    /// batch at a time, `batch` rows first and then twice as many each time up to
+    /// `largestBatch`, until `take` has enough (true, returned) or the rows run out (false).
+    private func readThroughCursor(
+        _ name: String, _ statement: (sql: String, parameters: [PostgresParameter]), batch first: Int,
+        _ take: ([[PostgresCell]]) throws(ContainerError) -> Bool
+    ) throws(ContainerError) -> Bool {
+        try session.rows(PostgresQuery(unsafeSQL: "DECLARE \(name) NO SCROLL CURSOR FOR " + statement.sql, binds: PostgresSession.bindings(statement.parameters)))
+        var batch = first
+        var enough = false
+        while !enough {
+            let rows = try session.rows(PostgresQuery(unsafeSQL: "FETCH \(batch) FROM \(name)")).map { Array($0.makeRandomAccess()) }
+            enough = try take(rows)
+            if rows.count < batch { break }
+            batch = min(batch * 2, Self.largestBatch)
+        }
+        try session.run(PostgresQuery(unsafeSQL: "CLOSE \(name)"))
+        return enough
     }
 
     func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]? {
