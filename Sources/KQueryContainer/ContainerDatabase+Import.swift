@@ -35,8 +35,24 @@ extension ContainerDatabase {
         }
     }
 
-    /// How the database's query store would answer `query`: the plan `kquery query --explain` and
-    /// the shell's `.explain` print.
+    /// How the database would answer `query`, in words (`kquery query --explain`): a storage that
+    /// runs queries itself (PostgreSQL) says which statements it runs, with their plans; otherwise
+    /// the plan of the database's in-memory query store.
+    public func explanation(_ query: Query, cursor: QueryCursor? = nil, now: Int64? = nil) throws(ContainerError) -> String {
+        let time = now ?? container.clock()
+        if container.storage.runsQueries {
+            if let cursor, !query.accepts(cursor) { throw ContainerError(.badRequest, "the cursor belongs to a different query") }
+            let explained = try container.storage.read { tx throws(ContainerError) -> String? in
+                guard let database = try tx.database(key) else { return "The database holds no records yet: nothing to run." }
+                return try tx.explain(query, cursor: cursor, in: database, now: time)
+            }
+            if let explained { return explained }
+        }
+        return try plan(query, now: time).description
+    }
+
+    /// How the database's query store would answer `query`: the plan the shell's `.explain`
+    /// prints, and `kquery query --explain` on a container file.
     public func plan(_ query: Query, now: Int64? = nil) throws(ContainerError) -> QueryPlan {
         let time = now ?? container.clock()
         return try container.withQueryStore(key) { store throws(ContainerError) in

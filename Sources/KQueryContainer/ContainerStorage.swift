@@ -176,6 +176,9 @@ package protocol StorageTransaction: AssetReads {
     /// How many records of each type the database holds, counted by the storage; nil when the
     /// storage does not run queries.
     func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]?
+    /// How the storage would run `query`, in words (its statements and their plans); nil when the
+    /// storage does not run queries.
+    func explain(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> String?
     /// How far a copy into the storage (`ContainerCopy`) got in the zone: the sequence of the
     /// newest record change it holds there, every change before it held too (the copy writes a
     /// zone's changes in sequence order, a page a transaction), so a resumed copy continues after
@@ -189,6 +192,8 @@ extension StorageTransaction {
     package func query(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> QueryResult? { nil }
 
     package func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]? { nil }
+
+    package func explain(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> String? { nil }
 }
 
 /// The writes a request makes, inside one transaction.

@@ -162,6 +162,20 @@ enum PostgresParameter: Sendable {
         }
     }
 
+    /// The value as a SQL literal would spell it (`kquery query --explain`).
+    var literal: String {
+        func quoted(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "''") + "'" }
+        switch self {
+        case .int64(let value): return String(value)
+        case .double(let value): return value.isFinite ? "\(value)" : quoted("\(value)")
+        case .text(let value): return quoted(value)
+        case .optionalText(let value): return value.map(quoted) ?? "NULL"
+        case .textArray(let values): return "ARRAY[" + values.map(quoted).joined(separator: ", ") + "]"
+        case .int64Array(let values): return "ARRAY[" + values.map(String.init).joined(separator: ", ") + "]"
+        case .bytea(let bytes): return "'\\x" + PostgresValueKey.hex(Array(bytes.readableBytesView)) + "'::bytea"
+        }
+    }
+
     var data: PostgresData {
         switch self {
         case .int64(let value): PostgresData(int64: value)

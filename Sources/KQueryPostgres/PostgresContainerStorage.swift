@@ -174,7 +174,7 @@ package final class PostgresContainerStorage: ContainerStorage {
     /// planned a record's point lookup on the change-order index (filtering every record of the
     /// zone: 9 ms at 20,000 records) until autovacuum analyzed them.
     package func refreshStatistics() throws(ContainerError) {
-        try pool.withConnection { session throws(ContainerError) in try session.run("ANALYZE") }
+        _ = try pool.withConnection { session throws(ContainerError) in try session.run("ANALYZE") }
     }
 
     /// One transaction for the whole batch, each write in a savepoint of its own.

@@ -103,7 +103,7 @@ public final class PostgresContainers: Sendable {
 
     /// Registers a device token (again: registering twice keeps one).
     public func registerDevice(containerIdentifier: String, environment: String, user: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError) {
-        try pool.withConnection { session throws(ContainerError) in
+        _ = try pool.withConnection { session throws(ContainerError) in
             try session.run("""
                 INSERT INTO device_tokens (container_id, environment, user_record_name, apns_environment, apns_token)
                 SELECT id, \(environment), \(user), \(apnsEnvironment), \(apnsToken) FROM containers WHERE identifier = \(containerIdentifier)
@@ -114,7 +114,7 @@ public final class PostgresContainers: Sendable {
 
     /// Forgets a device token of a container.
     public func removeDevice(containerIdentifier: String, apnsEnvironment: String, apnsToken: String) throws(ContainerError) {
-        try pool.withConnection { session throws(ContainerError) in
+        _ = try pool.withConnection { session throws(ContainerError) in
             try session.run("""
                 DELETE FROM device_tokens WHERE container_id = (SELECT id FROM containers WHERE identifier = \(containerIdentifier))
                 AND apns_environment = \(apnsEnvironment) AND apns_token = \(apnsToken)
@@ -175,7 +175,7 @@ public final class PostgresContainers: Sendable {
 
     /// Takes back the spending of a token whose request failed.
     public func giveBackWebAuthToken(_ key: String) throws(ContainerError) {
-        try pool.withConnection { session throws(ContainerError) in try session.run("DELETE FROM spent_web_auth_tokens WHERE token_key = \(key)") }
+        _ = try pool.withConnection { session throws(ContainerError) in try session.run("DELETE FROM spent_web_auth_tokens WHERE token_key = \(key)") }
     }
 
     /// The web auth secret all nodes share: 32 random bytes, made by the first node that asks.

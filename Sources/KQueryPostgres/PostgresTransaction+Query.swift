@@ -92,11 +92,9 @@ extension PostgresTransaction {
                         return true
                     }
                     let recordName = try session.decode(cells[2], String.self)
-                    let record = try decode(try session.decode(cells[3], ByteBuffer.self), recordName, names: &names)
-                    guard query.isInScope(record), query.predicate.matches(record, now: now) else { continue }
-                    let key = SortKey(record, descriptors)
-                    if let cursor, SortOrder.compare(key, cursor.position, descriptors) <= 0 { continue }
-                    Self.insert((key, record), into: &matches, keeping: limit + 1, descriptors)
+                    guard let match = try candidate(recordName, try session.decode(cells[3], ByteBuffer.self), query, after: cursor, now: now, names: &names)
+                    else { continue }
+                    Self.insert(match, into: &matches, keeping: limit + 1, descriptors)
                 }
                 return false
             }
@@ -111,7 +109,10 @@ extension PostgresTransaction {
             }
             // In a transaction: one statement read a batch at a time, however many points lie
             // nearer than the page's last match.
-            let settled = try readThroughCursor("kquery_nearest", compiler.statement(select), batch: batch, take)
+            let purpose = radius == nil
+                ? "the points nearest first (on the sphere), until no point unread can come before the page's last"
+                : "the points nearest first (on the sphere), until the page is full or they lie beyond the radius"
+            let settled = try readThroughCursor("kquery_nearest", compiler.statement(select), batch: batch, purpose: purpose, take)
             if settled || matches.count > limit || radius != nil { return page(&matches, query, limit: limit) }
         }
         // (A record without a point matches no radius.)
@@ -208,16 +209,14 @@ extension PostgresTransaction {
                     var keys: [String?] = []
                     for index in sortFields.indices { keys.append(try session.decode(cells[4 + index], String?.self)) }
                     position = (keys, RecordID(recordName: recordName, zoneID: ZoneID(zoneName: zoneName, ownerName: ownerName)))
-                    let record = try decode(body, recordName, names: &names)
-                    guard query.isInScope(record), query.predicate.matches(record, now: now) else { continue }
-                    let key = SortKey(record, descriptors)
+                    // (In a field sort's order, SQL starts after the cursor.)
+                    guard let match = try candidate(recordName, body, query, after: fields == nil ? cursor : nil, now: now, names: &names) else { continue }
                     if fields != nil {
                         // In order already: the page is the first matches.
-                        matches.append((key, record))
+                        matches.append(match)
                         if matches.count > limit { return page(&matches, query, limit: limit) }
                     } else {
-                        if let cursor, SortOrder.compare(key, cursor.position, descriptors) <= 0 { continue }
-                        Self.insert((key, record), into: &matches, keeping: limit + 1, descriptors)
+                        Self.insert(match, into: &matches, keeping: limit + 1, descriptors)
                     }
                 }
                 return nil
@@ -234,7 +233,12 @@ extension PostgresTransaction {
                 // takes to fill the page (a statement per batch sorted its candidates anew each
                 // time: a predicate SQL cannot narrow, on a million records, took minutes).
                 var result: QueryResult?
-                _ = try readThroughCursor("kquery_scan", compiler.statement(select), batch: batch) { rows throws(ContainerError) in
+                let purpose = withoutPoint != nil ? "then the records without a point, by record ID"
+                    : fields == nil ? "every candidate, by record ID, keeping the best page (SQL cannot order them as the evaluator does)"
+                    : sortFields.isEmpty ? "the candidates by record ID, until the page is full"
+                    : keyed ? "the candidates with a value for the first sort field, in the sort's order, until the page is full"
+                    : "then the candidates without a value for the first sort field"
+                _ = try readThroughCursor("kquery_scan", compiler.statement(select), batch: batch, purpose: purpose) { rows throws(ContainerError) in
                     result = try take(rows)
                     return result != nil
                 }
@@ -248,13 +252,35 @@ extension PostgresTransaction {
         }
     }
 
+    /// A candidate row's record and its sort key, when the record is in the query's scope, matches
+    /// its predicate (the evaluator has the last word) and comes after `cursor`; nil otherwise.
+    private func candidate(
+        _ recordName: String, _ body: ByteBuffer, _ query: Query, after cursor: QueryCursor?, now: Int64, names: inout RecordCoding.FieldNames
+    ) throws(ContainerError) -> (key: SortKey, record: Record)? {
+        let record = try decode(body, recordName, names: &names)
+        guard query.isInScope(record), query.predicate.matches(record, now: now) else { return nil }
+        let key = SortKey(record, query.sortDescriptors)
+        if let cursor, SortOrder.compare(key, cursor.position, query.sortDescriptors) <= 0 { return nil }
+        return (key, record)
+    }
+
     /// Runs `statement` as the cursor `name` (in the transaction) and hands its rows to `take` a
     /// batch at a time, `batch` rows first and then twice as many each time up to
     /// `largestBatch`, until `take` has enough (true, returned) or the rows run out (false).
+    /// While explaining, PostgreSQL plans the cursor instead, and no rows are read (`purpose`
+    /// says what the statement is for).
     private func readThroughCursor(
-        _ name: String, _ statement: (sql: String, parameters: [PostgresParameter]), batch first: Int,
+        _ name: String, _ statement: (sql: String, parameters: [PostgresParameter]), batch first: Int, purpose: String,
         _ take: ([[PostgresCell]]) throws(ContainerError) -> Bool
     ) throws(ContainerError) -> Bool {
+        if let explanation {
+            let declare = "DECLARE \(name) NO SCROLL CURSOR FOR " + statement.sql
+            let rows = try session.rows(PostgresQuery(unsafeSQL: "EXPLAIN " + declare, binds: PostgresSession.bindings(statement.parameters)))
+            var plan: [String] = []
+            for row in rows { plan.append(try session.decode(row, String.self)) }
+            explanation.statements.append(.init(purpose: purpose, sql: statement.sql, parameters: statement.parameters, plan: plan))
+            return false
+        }
         try session.rows(PostgresQuery(unsafeSQL: "DECLARE \(name) NO SCROLL CURSOR FOR " + statement.sql, binds: PostgresSession.bindings(statement.parameters)))
         var batch = first
         var enough = false
@@ -266,6 +292,16 @@ extension PostgresTransaction {
         }
         try session.run(PostgresQuery(unsafeSQL: "CLOSE \(name)"))
         return enough
+    }
+
+    /// How `query` runs on the database: each statement it may need, in turn, with PostgreSQL's
+    /// plan for it (`kquery query --postgres URL --explain`). Nothing is read but the plans.
+    func explain(_ query: Query, cursor: QueryCursor?, in database: StoredDatabase, now: Int64) throws(ContainerError) -> String? {
+        var explaining = self
+        let explanation = PostgresExplanation()
+        explaining.explanation = explanation
+        _ = try explaining.query(query, cursor: cursor, databaseID: database.id, now: now, oneStatement: false)
+        return explanation.description(of: query)
     }
 
     func recordCounts(in database: StoredDatabase) throws(ContainerError) -> [String: Int]? {

@@ -13,6 +13,8 @@ struct PostgresTransaction: StorageWriteTransaction {
     /// time). A write holds the container's lock, so no other transaction changes them meanwhile:
     /// a modify read its database's row twice, each a round trip the committer waited for.
     var memo: DatabaseMemo? = nil
+    /// Set while explaining a query (`explain`): its statements are planned, not run.
+    var explanation: PostgresExplanation? = nil
 
     var name: String { session.name }
 

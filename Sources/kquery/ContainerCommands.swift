@@ -44,11 +44,17 @@ struct ContainerDatabaseSelection: ParsableArguments {
     /// Whether a database was named, which only a container file has.
     var namesADatabase: Bool { database != nil || user != nil }
 
-    /// Opens the file and the database the flags name (exit 2 when either cannot be).
-    func open(_ db: String) throws -> ContainerDatabase {
+    /// The environment --environment names.
+    func environmentValue() throws -> ContainerEnvironment {
         guard let environment = ContainerEnvironment(name: environment) else {
             throw ValidationError("--environment must be development or production")
         }
+        return environment
+    }
+
+    /// Opens the file and the database the flags name (exit 2 when either cannot be).
+    func open(_ db: String) throws -> ContainerDatabase {
+        let environment = try environmentValue()
         let scope = try scope
         let opened = try ContainerFiles.open(db, identifier: container)
         return try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in

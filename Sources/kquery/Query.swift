@@ -1,6 +1,7 @@
 import ArgumentParser
 import KQuery
 import KQueryContainer
+import KQueryPostgres
 import KQueryStore
 
 #if canImport(FoundationEssentials)
@@ -15,7 +16,9 @@ struct Query: ParsableCommand {
         discussion: """
             With --records the file is scanned and every match printed (unless --limit). With --db the \
             database's indexes answer the query and results come in pages as from CloudKit: 100 records \
-            unless --limit, at most 200. --explain prints the plan instead of the records. \
+            unless --limit, at most 200; with --postgres URL the container --container holds there (what \
+            `kquery serve --postgres` serves) answers it in SQL. --explain prints the plan instead of the \
+            records (with --postgres: each statement, its values and PostgreSQL's plan for it). \
             Exit status: 0 success, 1 invalid predicate or a query the schema refuses (error with position \
             and caret on stderr), 2 bad file or flags. When a page is cut, the cursor for the next page is \
             printed on stderr as `next page: --cursor TOKEN`.
@@ -31,6 +34,9 @@ struct Query: ParsableCommand {
 
     @Option(help: ArgumentHelp("A database file (see kquery import) or a container file (see kquery modify).", valueName: "FILE"))
     var db: String?
+
+    @Option(help: ArgumentHelp("A PostgreSQL database that `kquery serve --postgres` serves (the container --container there).", valueName: "URL"))
+    var postgres: String?
 
     @OptionGroup var selection: ContainerDatabaseSelection
 
@@ -68,8 +74,11 @@ struct Query: ParsableCommand {
 
     func validate() throws {
         if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
-        if (records == nil) == (db == nil) { throw ValidationError("give one of --records FILE or --db FILE") }
-        if selection.namesADatabase, db == nil { throw ValidationError("--database and --user read a container file (--db FILE)") }
+        if [records, db, postgres].compactMap({ $0 }).count != 1 { throw ValidationError("give one of --records FILE, --db FILE or --postgres URL") }
+        if selection.namesADatabase, db == nil, postgres == nil {
+            throw ValidationError("--database and --user read a container (--db FILE or --postgres URL)")
+        }
+        if let postgres, PostgresLocation(url: postgres) == nil { throw ValidationError("--postgres: not a postgresql://user@host[:port]/database URL") }
     }
 
     func run() throws {
@@ -89,8 +98,21 @@ struct Query: ParsableCommand {
             zoneID: zone.map { ZoneID(zoneName: $0) },
             desiredKeys: desiredKeys.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) } })
         let result: QueryResult
-        if let db, Container.isContainerFile(atPath: db) {
-            result = try runOnContainer(db, query, cursor: resume, now: nowMilliseconds)
+        if let postgres, let location = PostgresLocation(url: postgres) {
+            let containers = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try PostgresContainers(location: location, connections: 1) }
+            defer { containers.close() }
+            let (scope, environment) = (try selection.scope, try selection.environmentValue())
+            let opened = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) -> ContainerDatabase in
+                // Read, never made: a mistyped identifier is an error, not an empty container.
+                guard try containers.containerIdentifiers().contains(selection.container) else {
+                    throw ContainerError(.notFound, "\(location) holds no container \(selection.container)")
+                }
+                return try containers.openContainer(selection.container).database(scope, environment: environment, user: selection.user)
+            }
+            result = try runOnContainer(opened, query, cursor: resume, now: nowMilliseconds)
+            if format == .count { return }
+        } else if let db, Container.isContainerFile(atPath: db) {
+            result = try runOnContainer(try selection.open(db), query, cursor: resume, now: nowMilliseconds)
             if format == .count { return }
         } else if let db {
             let database = try StoreFiles.open(db)
@@ -149,13 +171,12 @@ struct Query: ParsableCommand {
         }
     }
 
-    /// The query on one database of a container file (the public database's default zone unless
+    /// The query on one database of a container (the public database's default zone unless
     /// --database, --user or --zone say otherwise). `--format count` pages through every match;
-    /// `--explain` prints the plan of the database's query store.
-    private func runOnContainer(_ path: String, _ query: KQuery.Query, cursor: QueryCursor?, now: Int64) throws -> QueryResult {
-        let opened = try selection.open(path)
+    /// `--explain` prints how the database runs it.
+    private func runOnContainer(_ opened: ContainerDatabase, _ query: KQuery.Query, cursor: QueryCursor?, now: Int64) throws -> QueryResult {
         if explain {
-            print(try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try opened.plan(query, now: now) })
+            print(try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try opened.explanation(query, cursor: cursor, now: now) })
             throw ExitCode.success
         }
         var page = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try opened.query(query, cursor: cursor, now: now) }

@@ -134,6 +134,36 @@ import Testing
         #expect(stillOne.status == 2, "the refused copy made no container row")
     }
 
+    /// `kquery query --postgres URL`: the container a served database holds answers in SQL, a page
+    /// at a time with a cursor, counts every match, and `--explain` prints each statement with
+    /// PostgreSQL's plan, reading no records into memory.
+    @Test func theQueryCommandRunsOnPostgreSQL() throws {
+        let path = F.temporaryPath()
+        defer { F.remove(path) }
+        _ = try F.container(path: path).database(.public).modify((0..<5).map { F.operation(.create, F.record("p\($0)", ["n": .int64(Int64($0))])) })
+        let url = try PostgresCluster.start().createDatabase()
+        let into = try KQueryBinary.run(["migrate", "--from", path, "--to-postgres", url, "--container", "iCloud.q"])
+        #expect(into.status == 0, "\(into.standardError)")
+        let query = ["query", "--postgres", url, "--container", "iCloud.q", "--type", "Note", "--sort", "n:desc"]
+        let page = try KQueryBinary.run(query + ["--format", "names", "--limit", "2", "n >= 1"])
+        #expect(page.status == 0 && page.standardOutput == "p4\np3\n", "\(page.standardOutput) \(page.standardError)")
+        let cursor = try #require(page.standardError.components(separatedBy: "--cursor ").last?.trimmingCharacters(in: .whitespacesAndNewlines))
+        let next = try KQueryBinary.run(query + ["--format", "names", "--limit", "2", "--cursor", cursor, "n >= 1"])
+        #expect(next.standardOutput == "p2\np1\n", "\(next.standardOutput) \(next.standardError)")
+        let count = try KQueryBinary.run(query + ["--format", "count", "--limit", "2", "n >= 1"])
+        #expect(count.standardOutput == "4\n", "\(count.standardOutput) \(count.standardError)")
+        let explained = try KQueryBinary.run(query + ["--explain", "n >= 1"])
+        #expect(explained.status == 0 && explained.standardOutput.contains("Statement 1 of 2") && explained.standardOutput.contains("Plan:"),
+                "\(explained.standardOutput) \(explained.standardError)")
+        // The private database of a user with no records, and a container that is not there.
+        let empty = try KQueryBinary.run(query + ["--user", "_nobody", "--format", "count", "n >= 1"])
+        #expect(empty.status == 0 && empty.standardOutput == "0\n", "\(empty.standardOutput) \(empty.standardError)")
+        let typo = try KQueryBinary.run(["query", "--postgres", url, "--container", "iCloud.typo", "--type", "Note", "n >= 1"])
+        #expect(typo.status == 2 && typo.standardError.contains("holds no container iCloud.typo"), "\(typo.standardError)")
+        let both = try KQueryBinary.run(["query", "--postgres", url, "--db", path, "--type", "Note", "n >= 1"])
+        #expect(both.status != 0 && both.standardError.contains("give one of --records FILE, --db FILE or --postgres URL"), "\(both.standardError)")
+    }
+
     /// Names and strings with every character COPY's text format and array literals escape, and
     /// the ones that test quoting and normalization.
     static let awkward = [

@@ -273,6 +273,36 @@ import Testing
         #expect(nearest.count == 20 && nearest.first == "n20")
     }
 
+    /// `explanation` on PostgreSQL: every statement a query may run, in turn, with what it is for,
+    /// its values and PostgreSQL's plan for it as a cursor; no record is read.
+    @Test func theExplanationListsEachStatementWithItsValuesAndPlan() throws {
+        let container = try ContainerFixture.container(.postgres)
+        let database = try container.database(.public)
+        _ = try database.modify((0..<20).map { index in
+            RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: [
+                "n": .int64(Int64(index)), "place": .location(Location(latitude: 48 + Double(index) / 100, longitude: 2)),
+            ]))
+        })
+        let sorted = Query(recordType: "R", predicate: try ValidatedPredicate("n > 5"), sortDescriptors: [KQuery.SortDescriptor("n", ascending: false)])
+        let text = try database.explanation(sorted)
+        #expect(text.contains("Statement 1 of 2: the candidates with a value for the first sort field, in the sort's order"), "\(text)")
+        #expect(text.contains("Statement 2 of 2: then the candidates without a value for the first sort field"), "\(text)")
+        #expect(text.contains("= 'R'") && text.contains("ORDER BY"), "\(text)")
+        #expect(text.components(separatedBy: "Plan:").count == 3 && text.contains("Scan"), "\(text)")
+
+        let paris = Location(latitude: 48.85, longitude: 2.35)
+        let near = Query(recordType: "R", predicate: try ValidatedPredicate("n > 5"), sortDescriptors: [KQuery.SortDescriptor(distanceOf: "place", from: paris)])
+        let nearText = try database.explanation(near)
+        #expect(nearText.contains("Statement 1 of 2: the points nearest first (on the sphere)"), "\(nearText)")
+        #expect(nearText.contains("<->") && nearText.contains("::geography"), "\(nearText)")
+        #expect(nearText.contains("Statement 2 of 2: then the records without a point"), "\(nearText)")
+
+        let unsorted = try database.explanation(Query(recordType: "R", predicate: try ValidatedPredicate("n IN {}")))
+        #expect(unsorted.contains("No statement runs"), "\(unsorted)")
+        // Explaining reads nothing and leaves no cursor open: the query still answers.
+        #expect(try database.query(sorted).records.first?.recordID.recordName == "r19")
+    }
+
     /// Table-driven rules: each predicate's SQL answer on a fixed set of records.
     @Test(arguments: [
         ("n == 1", ["int1", "double1"]),
