@@ -178,6 +178,64 @@ public final class PostgresContainers: Sendable {
         _ = try pool.withConnection { session throws(ContainerError) in try session.run("DELETE FROM spent_web_auth_tokens WHERE token_key = \(key)") }
     }
 
+    // MARK: The user directory and learned schemas, shared by the nodes
+
+    /// The user directory's entries (each one user's JSON object), by name.
+    public func directoryUsers() throws(ContainerError) -> [(name: String, entry: String)] {
+        try pool.withConnection { session throws(ContainerError) in
+            try session.rows("SELECT name, entry FROM directory_users ORDER BY name").map { row throws(ContainerError) in
+                let (name, entry) = try session.decode(row, (String, String).self)
+                return (name, entry)
+            }
+        }
+    }
+
+    /// Saves a user's entry (again: replaces it) for every node.
+    public func saveDirectoryUser(name: String, entry: String) throws(ContainerError) {
+        _ = try pool.withConnection { session throws(ContainerError) in
+            try session.run("""
+                INSERT INTO directory_users (name, entry) VALUES (\(name), \(entry)) ON CONFLICT (name) DO UPDATE SET entry = EXCLUDED.entry
+                """)
+        }
+    }
+
+    /// Removes a user from the directory: false when there was none of that name.
+    public func removeDirectoryUser(name: String) throws(ContainerError) -> Bool {
+        try pool.withConnection { session throws(ContainerError) in try session.run("DELETE FROM directory_users WHERE name = \(name)") == 1 }
+    }
+
+    /// The schema container `identifier` learned (Schema Language text) and its version; nil when
+    /// it learned none yet (or there is no such container).
+    public func learnedSchema(_ identifier: String) throws(ContainerError) -> (text: String, version: Int64)? {
+        try pool.withConnection { session throws(ContainerError) -> (text: String, version: Int64)? in
+            guard let row = try session.rows("""
+                SELECT l.schema, l.version FROM learned_schemas l JOIN containers c ON c.id = l.container_id WHERE c.identifier = \(identifier)
+                """).first else { return nil }
+            let (text, version) = try session.decode(row, (String, Int64).self)
+            return (text, version)
+        }
+    }
+
+    /// Replaces container `identifier`'s learned schema with `text` as version `version + 1`, if
+    /// it is still at `version` (0: none yet): false when another node changed it first (read it
+    /// again, and grow that).
+    public func replaceLearnedSchema(_ identifier: String, text: String, version: Int64) throws(ContainerError) -> Bool {
+        try pool.withConnection { session throws(ContainerError) -> Bool in
+            guard let row = try session.rows("SELECT id FROM containers WHERE identifier = \(identifier)").first else {
+                throw ContainerError(.notFound, "\(location) holds no container \(identifier)")
+            }
+            let container = try session.decode(row, Int64.self)
+            if version == 0 {
+                return try session.run("""
+                    INSERT INTO learned_schemas (container_id, version, schema) VALUES (\(container), 1, \(text)) ON CONFLICT (container_id) DO NOTHING
+                    """) == 1
+            }
+            return try session.run("""
+                UPDATE learned_schemas SET version = \(version + 1), schema = \(text) WHERE container_id = \(container) AND version = \(version)
+                """) == 1
+        }
+    }
+
     /// The web auth secret all nodes share: 32 random bytes, made by the first node that asks.
     public func serverSecret() throws(ContainerError) -> [UInt8] {
         var generator = SystemRandomNumberGenerator()

@@ -16,6 +16,8 @@ import PostgresNIO
 /// courier_claims(container_id, id PK, holder, until)   pushes a node's web courier is handing out (v2)
 /// device_tokens(container_id, environment, user_record_name, apns_environment, apns_token PK)   APNs devices (v3)
 /// spent_web_auth_tokens(token_key PK, expires)   single-use web auth tokens spent on any node (server-wide, like server_secrets)
+/// directory_users(name PK, entry)                the user directory, one JSON object a user (v8, server-wide)
+/// learned_schemas(container_id PK, version, schema)   a container's learned schema, in the Schema Language (v8)
 /// containers(id PK, identifier UNIQUE, secret_high, secret_low, outbox_sequence)
 /// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon)
 /// zones(database_id, zone_name, owner_name PK, created_sequence, changed_sequence)
@@ -199,6 +201,16 @@ enum PostgresSchema {
             // The key index without the record's number (version 6 had it).
             recordValuesByKey.drop,
             recordValuesByKey.create,
+        ],
+        [
+            // Version 8: what each node kept in files of its own, for every node: the user
+            // directory (`kquery users --postgres`) and each container's learned schema, its
+            // version counting the changes (a node writes only over the version it read).
+            "CREATE TABLE directory_users (name text PRIMARY KEY, entry text NOT NULL)",
+            """
+            CREATE TABLE learned_schemas (
+                container_id bigint PRIMARY KEY REFERENCES containers (id), version bigint NOT NULL, schema text NOT NULL)
+            """,
         ],
     ]
 

@@ -228,7 +228,7 @@ public final class CloudKitServer: Sendable {
             let learnedSchema = self.configuration.schema == nil && operation == "records/modify"
                 ? try self.containers.learnedSchema(containerIdentifier) : nil
             let users = operation.hasPrefix("users/") || DatabaseService.shareOperations.contains(operation)
-                ? try UserDirectory.load(directory: self.configuration.dataDirectory).overlaying(self.configuration.users) : UserDirectory()
+                ? try self.configuration.userDirectory() : UserDirectory()
             let service = DatabaseService(database: database, schema: self.configuration.schema, learnedSchema: learnedSchema, users: users,
                                           assetLinks: self.assetLinks(request, containerIdentifier: containerIdentifier))
             // A GET takes no body (`users/discover` tells GET from POST by it).

@@ -101,16 +101,22 @@ public final class ContainerDirectory: Sendable {
         }
     }
 
-    /// The schema container `identifier` learned from its saves (kept in `DIR/<identifier>.container.ckdb`),
-    /// for a server without `--schema`.
+    /// The schema container `identifier` learned from its saves (kept in `DIR/<identifier>.container.ckdb`,
+    /// or in the shared database for every node), for a server without `--schema`.
     func learnedSchema(_ identifier: String) throws(ServerError) -> LearnedSchema {
         guard Self.isValidIdentifier(identifier) else {
             throw ServerError.badRequest("invalid container identifier '\(identifier)'")
         }
         return try learned.withLock { schemas throws(ServerError) -> LearnedSchema in
             if let schema = schemas[identifier] { return schema }
-            let file = (path as NSString).appendingPathComponent("\(identifier).\(Self.fileExtension).ckdb")
-            let schema = try LearnedSchema(path: file)
+            let schema: LearnedSchema
+            if let shared {
+                // The container's row must be there for the schema's (a modify opened it already).
+                _ = try container(identifier)
+                schema = try LearnedSchema(keeper: shared.learnedSchemaKeeper(identifier))
+            } else {
+                schema = try LearnedSchema(path: (path as NSString).appendingPathComponent("\(identifier).\(Self.fileExtension).ckdb"))
+            }
             schemas[identifier] = schema
             return schema
         }

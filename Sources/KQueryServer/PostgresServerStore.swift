@@ -1,5 +1,7 @@
 import KQueryContainer
 import KQueryPostgres
+import KQueryStore
+import KQueryWebServices
 
 /// `kquery serve --postgres URL`: the server's shared store is a PostgreSQL database's containers.
 public struct PostgresServerStore: SharedContainerStore {
@@ -35,4 +37,29 @@ public struct PostgresServerStore: SharedContainerStore {
     }
 
     public func giveBackWebAuthToken(_ key: String) throws(ContainerError) { try containers.giveBackWebAuthToken(key) }
+
+    public func userDirectory() throws(ServerError) -> UserDirectory {
+        let entries: [(name: String, entry: String)]
+        do throws(ContainerError) { entries = try containers.directoryUsers() } catch { throw ServerError(error) }
+        return try UserDirectory(entries: entries, in: "\(containers.location)'s directory_users")
+    }
+
+    public func learnedSchemaKeeper(_ identifier: String) -> any LearnedSchemaKeeper {
+        PostgresLearnedSchema(containers: containers, identifier: identifier)
+    }
+}
+
+/// A container's learned schema in PostgreSQL, for every node (`learned_schemas`).
+struct PostgresLearnedSchema: LearnedSchemaKeeper {
+    let containers: PostgresContainers
+    let identifier: String
+
+    func load() throws(ContainerError) -> (schema: Schema, version: Int64) {
+        guard let kept = try containers.learnedSchema(identifier) else { return (Schema(), 0) }
+        return (try LearnedSchema.schema(kept.text, "\(containers.location) (\(identifier))"), kept.version)
+    }
+
+    func replace(_ schema: Schema, over version: Int64) throws(ContainerError) -> Bool {
+        try containers.replaceLearnedSchema(identifier, text: LearnedSchema.text(schema), version: version)
+    }
 }

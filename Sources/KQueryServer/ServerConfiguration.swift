@@ -58,6 +58,14 @@ public struct ServerConfiguration: Sendable {
     /// node of many (nil: container files and the secret in `dataDirectory`, SPEC §16).
     public var sharedStore: (any SharedContainerStore)?
 
+    /// The user directory requests see: the shared database's (`kquery users --postgres`, every
+    /// node's) when the containers live there, otherwise `DIR/users.json`; over the configuration
+    /// file's users, a name in both taking the kept entry.
+    public func userDirectory() throws(ServerError) -> UserDirectory {
+        let kept = if let sharedStore { try sharedStore.userDirectory() } else { try UserDirectory.load(directory: dataDirectory) }
+        return kept.overlaying(users)
+    }
+
     /// The console's credential (`--console-token`): with one, `/console` asks for it; without,
     /// the console is served on a loopback address only.
     public var consoleToken: String?

@@ -1,4 +1,5 @@
 import KQueryContainer
+import KQueryWebServices
 
 /// Where a server's containers live when it is one node of many on one database (`kquery serve
 /// --postgres URL`, SPEC §16) instead of files in its data directory: the containers, the secret
@@ -35,4 +36,9 @@ public protocol SharedContainerStore: Sendable {
     func spendWebAuthToken(_ key: String, expires: Int64) throws(ContainerError) -> Bool
     /// Takes back the spending of a token whose request was not answered with success.
     func giveBackWebAuthToken(_ key: String) throws(ContainerError)
+    /// The user directory every node shares (`kquery users --postgres`), without the server
+    /// configuration's users.
+    func userDirectory() throws(ServerError) -> UserDirectory
+    /// Where container `identifier`'s learned schema is kept for every node.
+    func learnedSchemaKeeper(_ identifier: String) -> any LearnedSchemaKeeper
 }

@@ -203,6 +203,18 @@ public struct UserDirectory: Hashable, Sendable {
 
     public var json: JSON { .array(users.map(\.json)) }
 
+    /// Reads a directory kept as one JSON object a user (`kquery users --postgres`); `what` says
+    /// where, in errors.
+    public init(entries: [(name: String, entry: String)], in what: String) throws(ServerError) {
+        for (name, entry) in entries {
+            do {
+                save(try DirectoryUser(json: try JSON.parse(entry)))
+            } catch {
+                throw ServerError("INTERNAL_ERROR", "\(what): the entry of '\(name)' does not read: \(error)", httpStatus: 500)
+            }
+        }
+    }
+
     /// The directory kept in the data directory `directory` (empty when there is no file yet).
     public static func load(directory: String) throws(ServerError) -> UserDirectory {
         let path = Self.path(directory: directory)

@@ -1,6 +1,13 @@
 import ArgumentParser
 import KQueryContainer
 import KQueryPostgres
+import KQueryWebServices
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
 
 #if canImport(Glibc)
 import Glibc
@@ -14,7 +21,8 @@ struct Migrate: ParsableCommand {
             --from FILE --to-postgres URL --container ID copies the container file into the database (its schema \
             is created when empty); --from-postgres URL --to FILE --container ID copies it back. Records go a page at \
             a time; a copy stopped by a crash is resumed by running the same command again (it continues where the \
-            copy got to). Assets, the retention horizon and the secret of sync tokens are carried. Into a database \
+            copy got to). Assets, the retention horizon, the secret of sync tokens and the learned schema (FILE.ckdb) \
+            are carried. Into a database \
             without records, the record indexes are built once the rows are in; a node opening the database while \
             they are missing builds them first. Prints what it copied; on a terminal, a progress line while it runs.
             """
@@ -73,6 +81,7 @@ struct Migrate: ParsableCommand {
                 Terminal.writeAll("\rmigrate: \(counts.assets) assets, \(counts.databases) databases, \(counts.records) records, \(counts.tombstones) tombstones", to: 2)
             }
             try destination.waitUntilDurable()
+            try carryLearnedSchema()
         } catch {
             if onTerminal { Terminal.writeAll("\n", to: 2) }
             Terminal.writeError("error: \(error.code.rawValue): \(error.reason)")
@@ -84,5 +93,24 @@ struct Migrate: ParsableCommand {
             \(counts.subscriptions) subscriptions, \(counts.notifications) queued notifications, \(counts.assets) assets (\(counts.assetBytes) bytes)
 
             """, to: 1)
+    }
+
+    /// The schema the container learned (`FILE.ckdb` beside a container file, `learned_schemas` in
+    /// PostgreSQL), carried with it where the destination has none yet.
+    private func carryLearnedSchema() throws(ContainerError) {
+        if let from, let url = toPostgres, let location = PostgresLocation(url: url) {
+            guard let text = FileManager.default.contents(atPath: from + ".ckdb").map({ String(decoding: $0, as: UTF8.self) }) else { return }
+            _ = try LearnedSchema.schema(text, from + ".ckdb")
+            let containers = try PostgresContainers(location: location, connections: 1)
+            defer { containers.close() }
+            guard try containers.learnedSchema(container) == nil else { return }
+            _ = try containers.replaceLearnedSchema(container, text: text, version: 0)
+        } else if let url = fromPostgres, let location = PostgresLocation(url: url), let to {
+            let file = LearnedSchemaFile(path: to + ".ckdb")
+            let containers = try PostgresContainers(location: location, connections: 1)
+            defer { containers.close() }
+            guard let kept = try containers.learnedSchema(container), try file.load().version == 0 else { return }
+            _ = try file.replace(try LearnedSchema.schema(kept.text, "\(location) (\(container))"), over: 0)
+        }
     }
 }

@@ -1,15 +1,19 @@
 import ArgumentParser
 import KQuery
+import KQueryContainer
+import KQueryPostgres
 import KQueryServer
 import KQueryWebServices
 
 struct Users: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Add or list the local users of `kquery serve --data DIR` (user discovery's directory).",
+        abstract: "Add or list the local users of `kquery serve --data DIR` or `--postgres URL` (user discovery's directory).",
         discussion: """
             `add NAME` saves a user (again: replaces it) in DIR/users.json, which a running server reads on each \
             users/* request: NAME is the userRecordName (what `kquery token --user` signs in), and users/discover \
             and users/lookup/* find the user by email address, phone number or name only with --discoverable. \
+            With --postgres URL the directory is the one every `kquery serve --postgres URL` node reads, kept \
+            in that database (DIR/users.json is not read there). \
             `list` prints one JSON object per user. Exit status: 0 success, 2 a bad flag or value.
             """
     )
@@ -19,7 +23,10 @@ struct Users: ParsableCommand {
     }
 
     @Option(help: ArgumentHelp("The server's data directory.", valueName: "DIR"))
-    var data: String
+    var data: String?
+
+    @Option(help: ArgumentHelp("The PostgreSQL database the servers share (postgresql://user[:password]@host[:port]/database).", valueName: "URL"))
+    var postgres: String?
 
     @Argument(help: "add or list.")
     var action: Action
@@ -43,6 +50,8 @@ struct Users: ParsableCommand {
     var discoverable = false
 
     func validate() throws {
+        if (data == nil) == (postgres == nil) { throw ValidationError("give one of --data DIR and --postgres URL") }
+        if let postgres, PostgresLocation(url: postgres) == nil { throw ValidationError("--postgres: not a postgresql://user@host[:port]/database URL") }
         switch action {
         case .add:
             guard name != nil else { throw ValidationError("add needs the user's NAME") }
@@ -54,13 +63,14 @@ struct Users: ParsableCommand {
     }
 
     func run() throws {
-        let data = data
+        if let postgres, let location = PostgresLocation(url: postgres) {
+            try runOnPostgres(location)
+            return
+        }
+        let data = data ?? ""
         switch action {
         case .add:
-            let user = try Serve.run { () throws(ServerError) in
-                try DirectoryUser(
-                    name: name ?? "", emailAddress: email, phoneNumber: phone, givenName: given, familyName: family, discoverable: discoverable)
-            }
+            let user = try newUser()
             try Serve.run { () throws(ServerError) in
                 _ = try ContainerDirectory(path: data)
                 var directory = try UserDirectory.load(directory: data)
@@ -71,5 +81,26 @@ struct Users: ParsableCommand {
             let directory = try Serve.run { () throws(ServerError) in try UserDirectory.load(directory: data) }
             Terminal.writeAll(directory.users.map { $0.json.serialized + "\n" }.joined(), to: 1)
         }
+    }
+
+    private func newUser() throws -> DirectoryUser {
+        try Serve.run { () throws(ServerError) in
+            try DirectoryUser(name: name ?? "", emailAddress: email, phoneNumber: phone, givenName: given, familyName: family, discoverable: discoverable)
+        }
+    }
+
+    /// The directory the nodes on `location` share (`directory_users`).
+    private func runOnPostgres(_ location: PostgresLocation) throws {
+        let user = action == .add ? try newUser() : nil
+        let containers = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try PostgresContainers(location: location, connections: 1) }
+        defer { containers.close() }
+        if let user {
+            try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try containers.saveDirectoryUser(name: user.name, entry: user.json.serialized) }
+            return
+        }
+        let directory = try Serve.run { () throws(ServerError) in
+            try PostgresServerStore(containers: containers).userDirectory()
+        }
+        Terminal.writeAll(directory.users.map { $0.json.serialized + "\n" }.joined(), to: 1)
     }
 }

@@ -119,6 +119,68 @@ import Testing
         #expect((first.json["records"]?.elements.count ?? 0) + (rest.json["records"]?.elements.count ?? 0) == 6)
     }
 
+    /// `kquery` with `arguments`: its exit status and standard output.
+    static func runKQuery(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = kquery
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    /// What each node kept in a file of its own is every node's on PostgreSQL: the user directory
+    /// `kquery users --postgres` keeps, and a container's learned schema. A node that read the
+    /// schema before another grew it still refuses a value of another type than the other node
+    /// learned, and nodes learning fields at the same moment all keep theirs.
+    @Test func theUserDirectoryAndTheLearnedSchemaAreEveryNodes() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
+        let url = try PostgresCluster.start().createDatabase()
+        let (nodeA, portA) = try Self.startNode(url)
+        defer { Self.kill9(nodeA) }
+        let (nodeB, portB) = try Self.startNode(url)
+        defer { Self.kill9(nodeB) }
+        let added = try await offThePool {
+            try Self.runKQuery(["users", "--postgres", url, "add", "_ann", "--email", "ann@example.com", "--given", "Ann", "--discoverable"])
+        }
+        #expect(added.status == 0)
+        let listed = try await offThePool { try Self.runKQuery(["users", "--postgres", url, "list"]) }
+        #expect(listed.status == 0 && listed.output.contains("\"_ann\"") && listed.output.contains("ann@example.com"), "\(listed.output)")
+        let clients = try await Self.clients(url, users: ["_k"], ports: [portA, portB])
+        let (a, b) = (clients[0], clients[1])
+        for client in [a, b] {
+            let found = try await client.post("public", "users/lookup/email", #"{"users": [{"emailAddress": "ann@example.com"}]}"#, user: "_k")
+            #expect(found.json["users"]?[0]?["userRecordName"] == .string("_ann"), "\(found.text)")
+        }
+
+        func save(_ client: ServerClient, _ name: String, _ type: String, _ fields: String) async throws -> ServerClient.Answer {
+            try await client.post("public", "records/modify", """
+                {"operations": [{"operationType": "create", "record": {"recordName": "\(name)", "recordType": "\(type)", "fields": {\(fields)}}}]}
+                """, user: "_k")
+        }
+        // B reads the schema (title only), then A learns price as INT64.
+        #expect(try await save(b, "a1", "Artwork", #""title": {"value": "Dawn"}"#).status == 200)
+        #expect(try await save(a, "a2", "Artwork", #""price": {"value": 80}"#).status == 200)
+        let refused = try await save(b, "a3", "Artwork", #""price": {"value": "cheap"}"#)
+        #expect(refused.status == 400)
+        #expect(refused.json["reason"] == .string("operations[0]: invalid attempt to set value type STRING for field 'price' for type 'Artwork', defined to be: INT64"))
+
+        // Twelve saves at once, through both nodes, each learning a field of its own.
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for index in 0..<12 {
+                group.addTask { try await save(index % 2 == 0 ? a : b, "g\(index)", "Grow", #""f\#(index)": {"value": \#(index)}"#).status }
+            }
+            for try await status in group { #expect(status == 200) }
+        }
+        for (client, field) in [(a, "f1"), (b, "f0"), (a, "f11"), (b, "f10")] {
+            let wrong = try await save(client, "w\(field)", "Grow", "\"\(field)\": {\"value\": \"text\"}")
+            #expect(wrong.json["reason"]?.stringValue?.hasSuffix("for field '\(field)' for type 'Grow', defined to be: INT64") == true, "\(wrong.text)")
+        }
+    }
+
     /// With single-use web auth tokens, a token spent on one node is spent on every node (the
     /// nodes share the ledger in PostgreSQL), and a request that failed on one gives it back.
     @Test func aSingleUseTokenSpentOnOneNodeIsSpentOnEvery() async throws {

@@ -113,13 +113,24 @@ import Testing
         defer { F.remove(path) }
         _ = try F.container(path: path).database(.public).modify([F.operation(.create, F.record("p"))])
         let url = try PostgresCluster.start().createDatabase()
+        // The schema the container learned, beside its file, goes with it.
+        let learned = "DEFINE SCHEMA\n    RECORD TYPE Note (\n        title STRING\n    );\n"
+        try Data(learned.utf8).write(to: URL(fileURLWithPath: path + ".ckdb"))
+        defer { F.remove(path + ".ckdb") }
         let into = try KQueryBinary.run(["migrate", "--from", path, "--to-postgres", url, "--container", "iCloud.cli"])
         #expect(into.status == 0, "\(into.standardError)")
         #expect(into.standardOutput.contains("copied 1 databases, 0 zones, 1 records"))
+        let location = try #require(PostgresLocation(url: url))
+        do {
+            let containers = try PostgresContainers(location: location, connections: 1)
+            defer { containers.close() }
+            #expect(try containers.learnedSchema("iCloud.cli")?.text == learned)
+        }
         let back = F.temporaryPath()
-        defer { F.remove(back) }
+        defer { F.remove(back); F.remove(back + ".ckdb") }
         let out = try KQueryBinary.run(["migrate", "--from-postgres", url, "--to", back, "--container", "iCloud.cli"])
         #expect(out.status == 0, "\(out.standardError)")
+        #expect(try String(contentsOfFile: back + ".ckdb", encoding: .utf8).contains("RECORD TYPE Note"))
         #expect(try Container(containerIdentifier: "iCloud.cli", path: back).database(.public).record(RecordID(recordName: "p")) != nil)
         let refused = try KQueryBinary.run(["migrate", "--from", path, "--to-postgres", "postgresql://nobody", "--container", "x"])
         #expect(refused.status != 0)

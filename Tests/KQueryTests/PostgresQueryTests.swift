@@ -224,9 +224,9 @@ import Testing
 
     /// A database from before `record_values` (version 4: records, no query values), with its
     /// first form (version 5: rows named by text, records unnumbered) or without points (version
-    /// 6) is migrated and its records are numbered and indexed by the migration: queries find them,
-    /// distance queries too.
-    @Test(arguments: [4, 5, 6]) func theMigrationIndexesRecordsAlreadyStored(version: Int) throws {
+    /// 6) or without the shared user directory and learned schemas (version 7) is migrated and its
+    /// records are numbered and indexed by the migration: queries find them, distance queries too.
+    @Test(arguments: [4, 5, 6, 7]) func theMigrationIndexesRecordsAlreadyStored(version: Int) throws {
         let cluster = try PostgresCluster.start()
         let url = try cluster.createDatabase()
         let name = try #require(url.split(separator: "/").last.map(String.init))
@@ -245,6 +245,9 @@ import Testing
         // version 6, `record_values.location` with 7).
         var downgrade = "DROP TABLE record_values; DROP INDEX records_by_id; ALTER TABLE records DROP COLUMN id; DROP SEQUENCE record_ids;"
         if version == 6 { downgrade = "DROP INDEX record_values_locations; ALTER TABLE record_values DROP COLUMN location;" }
+        if version == 7 { downgrade = "" }
+        // (`directory_users` and `learned_schemas` came with version 8.)
+        downgrade = "DROP TABLE learned_schemas; DROP TABLE directory_users; " + downgrade
         if version == 5 {
             downgrade += """
                 CREATE TABLE record_values (

@@ -116,7 +116,7 @@ extension CloudKitServer {
     func consoleOverview() throws(ServerError) -> JSON {
         var failures: [String] = []
         let containers = containers.allContainers(failures: &failures).map(\.containerIdentifier)
-        let users = try UserDirectory.load(directory: configuration.dataDirectory).overlaying(configuration.users).users.map(\.name)
+        let users = try configuration.userDirectory().users.map(\.name)
         return .object([
             ("containers", .array(containers.map(JSON.string))), ("users", .array(users.map(JSON.string))),
             ("environments", .array(["development", "production"].map(JSON.string))),
@@ -344,7 +344,10 @@ extension CloudKitServer {
             return .object([("source", .string("enforced (--schema)")), ("text", .string(schema.text))])
         }
         let learned = try containers.learnedSchema(containerIdentifier)
-        return .object([("source", .string("learned from the container's saves")), ("text", .string(learned.current.text))])
+        // Read again: other nodes on the same database learn too.
+        let text: String
+        do throws(ContainerError) { text = try learned.kept().text } catch { throw ServerError(error) }
+        return .object([("source", .string("learned from the container's saves")), ("text", .string(text))])
     }
 
     /// `?container&environment&database&user`: the database's zones, each with its current change
