@@ -119,19 +119,6 @@ import Testing
         #expect((first.json["records"]?.elements.count ?? 0) + (rest.json["records"]?.elements.count ?? 0) == 6)
     }
 
-    /// `kquery` with `arguments`: its exit status and standard output.
-    static func runKQuery(_ arguments: [String]) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = kquery
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-    }
-
     /// What each node kept in a file of its own is every node's on PostgreSQL: the user directory
     /// `kquery users --postgres` keeps, and a container's learned schema. A node that read the
     /// schema before another grew it still refuses a value of another type than the other node
@@ -144,10 +131,10 @@ import Testing
         let (nodeB, portB) = try Self.startNode(url)
         defer { Self.kill9(nodeB) }
         let added = try await offThePool {
-            try Self.runKQuery(["users", "--postgres", url, "add", "_ann", "--email", "ann@example.com", "--given", "Ann", "--discoverable"])
+            try ServerKeyValueStoreProcessTests.run(["users", "--postgres", url, "add", "_ann", "--email", "ann@example.com", "--given", "Ann", "--discoverable"])
         }
         #expect(added.status == 0)
-        let listed = try await offThePool { try Self.runKQuery(["users", "--postgres", url, "list"]) }
+        let listed = try await offThePool { try ServerKeyValueStoreProcessTests.run(["users", "--postgres", url, "list"]) }
         #expect(listed.status == 0 && listed.output.contains("\"_ann\"") && listed.output.contains("ann@example.com"), "\(listed.output)")
         let clients = try await Self.clients(url, users: ["_k"], ports: [portA, portB])
         let (a, b) = (clients[0], clients[1])
