@@ -59,10 +59,11 @@ public struct ServerConfiguration: Sendable {
     public var sharedStore: (any SharedContainerStore)?
 
     /// The user directory requests see: the shared database's (`kquery users --postgres`, every
-    /// node's) when the containers live there, otherwise `DIR/users.json`; over the configuration
-    /// file's users, a name in both taking the kept entry.
+    /// node's) when the containers live there, over `DIR/users.json` (a node's own), over the
+    /// configuration file's users; a name in several takes the first's entry.
     public func userDirectory() throws(ServerError) -> UserDirectory {
-        let kept = if let sharedStore { try sharedStore.userDirectory() } else { try UserDirectory.load(directory: dataDirectory) }
+        let file = try UserDirectory.load(directory: dataDirectory)
+        let kept = if let sharedStore { try sharedStore.userDirectory().overlaying(file) } else { file }
         return kept.overlaying(users)
     }
 

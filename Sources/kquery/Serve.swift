@@ -119,10 +119,6 @@ struct Serve: ParsableCommand {
                     throw ServerError(error)
                 }
             }
-            let file = data + "/" + UserDirectory.fileName
-            if FileManager.default.fileExists(atPath: file) {
-                Terminal.writeError("warning: \(file) is not read with --postgres: the nodes share the directory `kquery users --postgres URL add` keeps")
-            }
         }
         configuration.host = host
         configuration.port = port

@@ -13,7 +13,7 @@ struct Users: ParsableCommand {
             users/* request: NAME is the userRecordName (what `kquery token --user` signs in), and users/discover \
             and users/lookup/* find the user by email address, phone number or name only with --discoverable. \
             With --postgres URL the directory is the one every `kquery serve --postgres URL` node reads, kept \
-            in that database (DIR/users.json is not read there). \
+            in that database (a node's own DIR/users.json is read under it). \
             `list` prints one JSON object per user. Exit status: 0 success, 2 a bad flag or value.
             """
     )

@@ -3,6 +3,7 @@ import HummingbirdTesting
 import KQuery
 import KQueryPostgres
 import KQueryServer
+import KQueryStore
 import ServiceLifecycle
 import KQueryTestSupport
 import Testing
@@ -31,6 +32,17 @@ struct ServerHarness {
     /// throwaway cluster, as `kquery serve --postgres` does.
     static let onPostgres = ProcessInfo.processInfo.environment["KQUERY_SERVER_STORAGE"] == "postgres"
     private static let databases = Locked<[String: String]>([:])
+
+    /// The schema container `identifier` learned, where this harness's servers keep it: beside the
+    /// container file, or in the PostgreSQL database of the directory.
+    func learnedSchema(_ identifier: String) throws -> Schema {
+        guard Self.onPostgres, let url = Self.databases.withLock({ $0[directory] }), let location = PostgresLocation(url: url) else {
+            return try Schema(contentsOfFile: directory + "/\(identifier).container.ckdb")
+        }
+        let containers = try PostgresContainers(location: location, connections: 1)
+        defer { containers.close() }
+        return try Schema(text: try #require(try containers.learnedSchema(identifier)?.text))
+    }
 
     /// Runs `body` against a running server; the server shuts down gracefully afterwards.
     func run<T: Sendable>(_ body: @escaping @Sendable (ServerClient) async throws -> T) async throws -> T {

@@ -83,8 +83,7 @@ import Testing
                 """)
             #expect(answer.status == 200)
         }
-        let file = harness.directory + "/iCloud.com.example.tests.container.ckdb"
-        let learned = try Schema(contentsOfFile: file)
+        let learned = try harness.learnedSchema("iCloud.com.example.tests")
         #expect(learned["Artwork"]?.fields.map(\.type.description) == ["INT64", "TIMESTAMP"])
         #expect(learned["Painter"]?.fields.map(\.type.description) == ["STRING"])
         #expect(learned["Artwork"]?.field(FieldReference(webServicesName: "title")) == nil)
