@@ -199,11 +199,6 @@ public final class PostgresContainers: Sendable {
         }
     }
 
-    /// Removes a user from the directory: false when there was none of that name.
-    public func removeDirectoryUser(name: String) throws(ContainerError) -> Bool {
-        try pool.withConnection { session throws(ContainerError) in try session.run("DELETE FROM directory_users WHERE name = \(name)") == 1 }
-    }
-
     /// The schema container `identifier` learned (Schema Language text) and its version; nil when
     /// it learned none yet (or there is no such container).
     public func learnedSchema(_ identifier: String) throws(ContainerError) -> (text: String, version: Int64)? {
