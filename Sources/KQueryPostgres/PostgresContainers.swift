@@ -34,10 +34,17 @@ public final class PostgresContainers: Sendable {
     public static let defaultConnections = 4 * max(ProcessInfo.processInfo.activeProcessorCount, 1)
 
     /// Connects, and creates or migrates the schema. `connections`: the most open at once.
-    public init(location: PostgresLocation, connections: Int = defaultConnections) throws(ContainerError) {
+    /// `loading`: opened for a copy into it (`kquery migrate`), which builds the indexes a crashed
+    /// copy left unbuilt at its end rather than now, over the rows it is about to add to.
+    public init(location: PostgresLocation, connections: Int = defaultConnections, loading: Bool = false) throws(ContainerError) {
         self.location = location
         pool = PostgresConnectionPool(location: location, limit: connections)
-        try pool.withConnection { session throws(ContainerError) in try PostgresSchema.migrate(session) }
+        do {
+            try pool.withConnection { session throws(ContainerError) in try PostgresSchema.migrate(session, loading: loading) }
+        } catch {
+            pool.shutdown()
+            throw error
+        }
     }
 
     deinit {
@@ -149,6 +156,12 @@ public final class PostgresContainers: Sendable {
             containers[identifier] = container
             return container
         }
+    }
+
+    /// Container `identifier`'s storage on these connections (created when new), to copy into or
+    /// out of (`kquery migrate`).
+    package func storage(_ identifier: String) throws(ContainerError) -> PostgresContainerStorage {
+        try PostgresContainerStorage(pool: pool, containerIdentifier: identifier, migrated: true)
     }
 
     /// Every container the database holds.

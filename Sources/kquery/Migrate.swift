@@ -31,11 +31,11 @@ struct Migrate: ParsableCommand {
     @Option(help: ArgumentHelp("The container file to copy from.", valueName: "FILE"))
     var from: String?
 
-    @Option(name: .customLong("to-postgres"), help: ArgumentHelp("The PostgreSQL database to copy into.", valueName: "URL"))
-    var toPostgres: String?
+    @Option(name: .customLong("to-postgres"), help: ArgumentHelp("The PostgreSQL database to copy into.", valueName: "URL"), transform: PostgresLocation.argument)
+    var toPostgres: PostgresLocation?
 
-    @Option(name: .customLong("from-postgres"), help: ArgumentHelp("The PostgreSQL database to copy from.", valueName: "URL"))
-    var fromPostgres: String?
+    @Option(name: .customLong("from-postgres"), help: ArgumentHelp("The PostgreSQL database to copy from.", valueName: "URL"), transform: PostgresLocation.argument)
+    var fromPostgres: PostgresLocation?
 
     @Option(help: ArgumentHelp("The container file to copy into (created if missing).", valueName: "FILE"))
     var to: String?
@@ -49,9 +49,6 @@ struct Migrate: ParsableCommand {
         guard intoDatabase || outOfDatabase else {
             throw ValidationError("give --from FILE --to-postgres URL, or --from-postgres URL --to FILE")
         }
-        for url in [toPostgres, fromPostgres].compactMap({ $0 }) where PostgresLocation(url: url) == nil {
-            throw ValidationError("not a postgresql://user@host[:port]/database URL: \(url)")
-        }
         if container.isEmpty { throw ValidationError("--container must name a container") }
     }
 
@@ -59,19 +56,21 @@ struct Migrate: ParsableCommand {
         let onTerminal = isatty(2) == 1
         let counts: ContainerCopy.Counts
         do throws(ContainerError) {
+            // One pool serves the copy and the learned schema; a copy into the database is a load.
+            guard let location = toPostgres ?? fromPostgres else { throw ContainerError(.badRequest, "nothing to copy") }
+            let containers = try PostgresContainers(location: location, connections: 8, loading: toPostgres != nil)
+            defer { containers.close() }
             let source: any ContainerStorage, destination: any ContainerStorage
-            if let from, let url = toPostgres, let location = PostgresLocation(url: url) {
+            if let from, toPostgres != nil {
                 // The source is read, never made: a mistyped path is an error, not an empty copy.
                 guard access(from, F_OK) == 0 else { throw ContainerError(.notFound, "no container file at \(from)") }
                 source = try ContainerCopy.fileStorage(path: from)
-                destination = try PostgresContainerStorage(location: location, containerIdentifier: container, loading: true)
-            } else if let url = fromPostgres, let location = PostgresLocation(url: url), let to {
-                let containers = try PostgresContainers(location: location, connections: 1)
-                defer { containers.close() }
+                destination = try containers.storage(container)
+            } else if let to {
                 guard try containers.containerIdentifiers().contains(container) else {
                     throw ContainerError(.notFound, "\(location) holds no container \(container)")
                 }
-                source = try PostgresContainerStorage(location: location, containerIdentifier: container)
+                source = try containers.storage(container)
                 destination = try ContainerCopy.fileStorage(path: to)
             } else {
                 throw ContainerError(.badRequest, "nothing to copy")
@@ -81,7 +80,7 @@ struct Migrate: ParsableCommand {
                 Terminal.writeAll("\rmigrate: \(counts.assets) assets, \(counts.databases) databases, \(counts.records) records, \(counts.tombstones) tombstones", to: 2)
             }
             try destination.waitUntilDurable()
-            try carryLearnedSchema()
+            try carryLearnedSchema(containers)
         } catch {
             if onTerminal { Terminal.writeAll("\n", to: 2) }
             Terminal.writeError("error: \(error.code.rawValue): \(error.reason)")
@@ -97,20 +96,16 @@ struct Migrate: ParsableCommand {
 
     /// The schema the container learned (`FILE.ckdb` beside a container file, `learned_schemas` in
     /// PostgreSQL), carried with it where the destination has none yet.
-    private func carryLearnedSchema() throws(ContainerError) {
-        if let from, let url = toPostgres, let location = PostgresLocation(url: url) {
+    private func carryLearnedSchema(_ containers: PostgresContainers) throws(ContainerError) {
+        if let from, toPostgres != nil {
             guard let text = FileManager.default.contents(atPath: from + ".ckdb").map({ String(decoding: $0, as: UTF8.self) }) else { return }
             _ = try LearnedSchema.schema(text, from + ".ckdb")
-            let containers = try PostgresContainers(location: location, connections: 1)
-            defer { containers.close() }
             guard try containers.learnedSchema(container) == nil else { return }
             _ = try containers.replaceLearnedSchema(container, text: text, version: 0)
-        } else if let url = fromPostgres, let location = PostgresLocation(url: url), let to {
+        } else if let to {
             let file = LearnedSchemaFile(path: to + ".ckdb")
-            let containers = try PostgresContainers(location: location, connections: 1)
-            defer { containers.close() }
             guard let kept = try containers.learnedSchema(container), try file.load().version == 0 else { return }
-            _ = try file.replace(try LearnedSchema.schema(kept.text, "\(location) (\(container))"), over: 0)
+            _ = try file.replace(try LearnedSchema.schema(kept.text, "\(containers.location) (\(container))"), over: 0)
         }
     }
 }

@@ -35,8 +35,8 @@ struct Query: ParsableCommand {
     @Option(help: ArgumentHelp("A database file (see kquery import) or a container file (see kquery modify).", valueName: "FILE"))
     var db: String?
 
-    @Option(help: ArgumentHelp("A PostgreSQL database that `kquery serve --postgres` serves (the container --container there).", valueName: "URL"))
-    var postgres: String?
+    @Option(help: ArgumentHelp("A PostgreSQL database that `kquery serve --postgres` serves (the container --container there).", valueName: "URL"), transform: PostgresLocation.argument)
+    var postgres: PostgresLocation?
 
     @OptionGroup var selection: ContainerDatabaseSelection
 
@@ -74,11 +74,10 @@ struct Query: ParsableCommand {
 
     func validate() throws {
         if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
-        if [records, db, postgres].compactMap({ $0 }).count != 1 { throw ValidationError("give one of --records FILE, --db FILE or --postgres URL") }
+        if [records != nil, db != nil, postgres != nil].filter({ $0 }).count != 1 { throw ValidationError("give one of --records FILE, --db FILE or --postgres URL") }
         if selection.namesADatabase, db == nil, postgres == nil {
             throw ValidationError("--database and --user read a container (--db FILE or --postgres URL)")
         }
-        if let postgres, PostgresLocation(url: postgres) == nil { throw ValidationError("--postgres: not a postgresql://user@host[:port]/database URL") }
     }
 
     func run() throws {
@@ -98,7 +97,7 @@ struct Query: ParsableCommand {
             zoneID: zone.map { ZoneID(zoneName: $0) },
             desiredKeys: desiredKeys.map { $0.split(separator: ",").map { String($0.filter { $0 != " " }) } })
         let result: QueryResult
-        if let postgres, let location = PostgresLocation(url: postgres) {
+        if let location = postgres {
             let containers = try ContainerFiles.run(exitCode: 2) { () throws(ContainerError) in try PostgresContainers(location: location, connections: 1) }
             defer { containers.close() }
             let (scope, environment) = (try selection.scope, try selection.environmentValue())

@@ -39,8 +39,8 @@ struct Serve: ParsableCommand {
     @Option(help: ArgumentHelp("The data directory (created if missing).", valueName: "DIR"))
     var data: String?
 
-    @Option(help: ArgumentHelp("Keep the containers in this PostgreSQL database (postgresql://user[:password]@host[:port]/database), shared with other servers.", valueName: "URL"))
-    var postgres: String?
+    @Option(help: ArgumentHelp("Keep the containers in this PostgreSQL database (postgresql://user[:password]@host[:port]/database), shared with other servers.", valueName: "URL"), transform: PostgresLocation.argument)
+    var postgres: PostgresLocation?
 
     @Option(name: .customLong("postgres-connections"), help: ArgumentHelp("With --postgres: the most connections the node opens to it at once (default: four a core).", valueName: "N"))
     var postgresConnections = PostgresContainers.defaultConnections
@@ -96,7 +96,6 @@ struct Serve: ParsableCommand {
 
     func validate() throws {
         if data == nil && postgres == nil { throw ValidationError("give --data DIR, --postgres URL, or both") }
-        if let postgres, PostgresLocation(url: postgres) == nil { throw ValidationError("--postgres: not a postgresql://user@host[:port]/database URL") }
         if reset && postgres != nil { throw ValidationError("--reset deletes container files: it does not apply to --postgres") }
         if let webAuthTokenLifetime, webAuthTokenLifetime <= 0 { throw ValidationError("--web-auth-token-lifetime must be a positive number of seconds") }
         if maxRequestsInFlight < 1 { throw ValidationError("--max-requests-in-flight must be at least 1") }
@@ -113,7 +112,7 @@ struct Serve: ParsableCommand {
         // Without --data a node on PostgreSQL keeps its few local files in a directory of its own.
         let data = data ?? FileManager.default.temporaryDirectory.appendingPathComponent("kquery-serve-\(ProcessInfo.processInfo.processIdentifier)").path
         var configuration = ServerConfiguration(dataDirectory: data)
-        if let postgres, let location = PostgresLocation(url: postgres) {
+        if let location = postgres {
             configuration.sharedStore = try Self.run { () throws(ServerError) in
                 do throws(ContainerError) { return PostgresServerStore(containers: try PostgresContainers(location: location, connections: postgresConnections)) } catch {
                     throw ServerError(error)
@@ -167,7 +166,7 @@ struct Serve: ParsableCommand {
         Task {
             do {
                 try await server.run { port in
-                    let place = postgres.flatMap(PostgresLocation.init(url:)).map { "containers in \($0)" } ?? "data in \(server.configuration.dataDirectory)"
+                    let place = postgres.map { "containers in \($0)" } ?? "data in \(server.configuration.dataDirectory)"
                     Terminal.writeError("kquery serve: listening on http://\(server.configuration.host):\(port), \(place)")
                     if server.configuration.servesConsole {
                         let address = "http://\(server.configuration.host):\(port)/console"
@@ -206,15 +205,14 @@ struct Token: ParsableCommand {
     @Option(help: ArgumentHelp("The server's data directory.", valueName: "DIR"))
     var data: String?
 
-    @Option(help: ArgumentHelp("The servers' PostgreSQL database (their shared secret signs the token).", valueName: "URL"))
-    var postgres: String?
+    @Option(help: ArgumentHelp("The servers' PostgreSQL database (their shared secret signs the token).", valueName: "URL"), transform: PostgresLocation.argument)
+    var postgres: PostgresLocation?
 
     @Option(help: ArgumentHelp("The user record name (such as _alice).", valueName: "NAME"))
     var user: String
 
     func validate() throws {
         if (data == nil) == (postgres == nil) { throw ValidationError("give one of --data DIR and --postgres URL") }
-        if let postgres, PostgresLocation(url: postgres) == nil { throw ValidationError("--postgres: not a postgresql://user@host[:port]/database URL") }
         if user.isEmpty || user.contains("\n") { throw ValidationError("--user must be a non-empty name on one line") }
     }
 
@@ -222,7 +220,7 @@ struct Token: ParsableCommand {
         let name = user
         let (data, postgres) = (data, postgres)
         let token = try Serve.run { () throws(ServerError) -> String in
-            if let postgres, let location = PostgresLocation(url: postgres) {
+            if let location = postgres {
                 let keyBytes: [UInt8]
                 do throws(ContainerError) {
                     let containers = try PostgresContainers(location: location, connections: 1)

@@ -25,8 +25,8 @@ struct Users: ParsableCommand {
     @Option(help: ArgumentHelp("The server's data directory.", valueName: "DIR"))
     var data: String?
 
-    @Option(help: ArgumentHelp("The PostgreSQL database the servers share (postgresql://user[:password]@host[:port]/database).", valueName: "URL"))
-    var postgres: String?
+    @Option(help: ArgumentHelp("The PostgreSQL database the servers share (postgresql://user[:password]@host[:port]/database).", valueName: "URL"), transform: PostgresLocation.argument)
+    var postgres: PostgresLocation?
 
     @Argument(help: "add or list.")
     var action: Action
@@ -51,7 +51,6 @@ struct Users: ParsableCommand {
 
     func validate() throws {
         if (data == nil) == (postgres == nil) { throw ValidationError("give one of --data DIR and --postgres URL") }
-        if let postgres, PostgresLocation(url: postgres) == nil { throw ValidationError("--postgres: not a postgresql://user@host[:port]/database URL") }
         switch action {
         case .add:
             guard name != nil else { throw ValidationError("add needs the user's NAME") }
@@ -63,7 +62,7 @@ struct Users: ParsableCommand {
     }
 
     func run() throws {
-        if let postgres, let location = PostgresLocation(url: postgres) {
+        if let location = postgres {
             try runOnPostgres(location)
             return
         }

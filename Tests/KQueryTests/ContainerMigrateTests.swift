@@ -133,7 +133,11 @@ import Testing
         #expect(try String(contentsOfFile: back + ".ckdb", encoding: .utf8).contains("RECORD TYPE Note"))
         #expect(try Container(containerIdentifier: "iCloud.cli", path: back).database(.public).record(RecordID(recordName: "p")) != nil)
         let refused = try KQueryBinary.run(["migrate", "--from", path, "--to-postgres", "postgresql://nobody", "--container", "x"])
-        #expect(refused.status != 0)
+        #expect(refused.status != 0 && refused.standardError.contains("not a postgresql://user[:password]@host[:port]/database URL"), "\(refused.standardError)")
+        for command in [["serve", "--postgres"], ["token", "--user", "_a", "--postgres"], ["users", "list", "--postgres"], ["query", "--type", "Note", "n >= 1", "--postgres"]] {
+            let bad = try KQueryBinary.run(command + ["postgresql://nobody@127.0.0.1:99999/k"])
+            #expect(bad.status != 0 && bad.standardError.contains("not a postgresql://"), "\(command): \(bad.standardError)")
+        }
         // A mistyped source is an error, and nothing is made for it.
         let missing = path + "-typo"
         let noFile = try KQueryBinary.run(["migrate", "--from", missing, "--to-postgres", url, "--container", "iCloud.other"])
