@@ -27,6 +27,11 @@ public final class PostgresContainers: Sendable {
 
     /// The channel nodes NOTIFY when a transaction queued pushes.
     static let pushChannel = "kquery_pushes"
+    /// The channel nodes NOTIFY with a copy of a push one of their WebSocket streams took, for
+    /// the user's streams on the other nodes.
+    static let copyChannel = "kquery_stream_copies"
+    /// The longest copy a NOTIFY carries, in UTF-8 bytes (PostgreSQL refuses 8,000 and more).
+    public static let copyLimit = 7_900
 
     /// The most connections a node opens by default: four a core. More made the tail worse, not
     /// the throughput better: with 64 on a 2-core machine (node and PostgreSQL on it) indexed
@@ -260,10 +265,21 @@ public final class PostgresContainers: Sendable {
         }
     }
 
-    /// Calls `wake` each time any node commits a transaction that queued pushes, until
-    /// `stopListening`; a lost connection is made again (a second later), then `wake` is called
-    /// once, since pushes may have been queued while nobody listened.
-    public func listenForPushes(_ wake: @escaping @Sendable () -> Void) {
+    /// Sends `message` (a copy of a push a stream took, at most `copyLimit` bytes) to every
+    /// node's `listen(copied:)`, this one's too. A copy that cannot be sent is dropped: it is
+    /// a courtesy to the user's other devices, the push itself was delivered.
+    public func publishStreamCopy(_ message: String) {
+        guard message.utf8.count <= Self.copyLimit else { return }
+        _ = try? pool.withConnection { session throws(ContainerError) in
+            try session.run("SELECT pg_notify(\(Self.copyChannel), \(message))")
+        }
+    }
+
+    /// Calls `wake` each time any node commits a transaction that queued pushes, and `copied`
+    /// with each message any node publishes (`publishStreamCopy`), until `stopListening`; a lost
+    /// connection is made again (a second later), then `wake` is called once, since pushes may
+    /// have been queued while nobody listened (copies sent meanwhile are missed).
+    public func listen(wake: @escaping @Sendable () -> Void, copied: @escaping @Sendable (String) -> Void) {
         let location = location
         let task = Task.detached {
             var logger = Logger(label: "kquery.postgres.listen")
@@ -275,8 +291,20 @@ public final class PostgresContainers: Sendable {
                     let connection = try await PostgresConnection.connect(configuration: location.configuration, id: attempt, logger: logger)
                     defer { Task { try? await connection.close() } }
                     if attempt > 1 { wake() }
-                    try await connection.listen(on: Self.pushChannel) { notifications in
-                        for try await _ in notifications { wake() }
+                    // Both channels on the one connection; when either ends, the connection is made again.
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask {
+                            try await connection.listen(on: Self.pushChannel) { notifications in
+                                for try await _ in notifications { wake() }
+                            }
+                        }
+                        group.addTask {
+                            try await connection.listen(on: Self.copyChannel) { notifications in
+                                for try await notification in notifications { copied(notification.payload) }
+                            }
+                        }
+                        try await group.next()
+                        group.cancelAll()
                     }
                 } catch {
                     if Task.isCancelled { return }

@@ -78,12 +78,17 @@ public final class CloudKitServer: Sendable {
             apns = nil
         }
         if let shared = configuration.sharedStore {
-            // Another node's modify queued pushes: the polls and APNs delivery here look again.
+            // Another node's modify queued pushes: the polls and APNs delivery here look again;
+            // another node's stream took a push: the user's streams here get a copy.
             let courier = courier, apns = apns
-            shared.listenForPushes {
+            let (copies, arriving) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(1_000))
+            Task {
+                for await message in copies { await courier.copied(message) }   // in the order they came
+            }
+            shared.listen(wake: {
                 Task { await courier.pushesQueued() }
                 apns?.pushesQueued()
-            }
+            }, copied: { arriving.yield($0) })
         }
     }
 

@@ -15,7 +15,10 @@ public struct PostgresServerStore: SharedContainerStore {
 
     public func containerIdentifiers() throws(ContainerError) -> [String] { try containers.containerIdentifiers() }
     public func serverSecret() throws(ContainerError) -> [UInt8] { try containers.serverSecret() }
-    public func listenForPushes(_ wake: @escaping @Sendable () -> Void) { containers.listenForPushes(wake) }
+    public func listen(wake: @escaping @Sendable () -> Void, copied: @escaping @Sendable (String) -> Void) {
+        containers.listen(wake: wake, copied: copied)
+    }
+    public func publishStreamCopy(_ message: String) { containers.publishStreamCopy(message) }
     public func stopListening() { containers.stopListening() }
     public func holdsAPNsDuty() -> Bool { containers.holdsAPNsDuty() }
     public func claimPush(_ id: Int64, of identifier: String, seconds: Int) -> Bool { containers.claimPush(id, of: identifier, seconds: seconds) }

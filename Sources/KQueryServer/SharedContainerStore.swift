@@ -13,8 +13,12 @@ public protocol SharedContainerStore: Sendable {
     func containerIdentifiers() throws(ContainerError) -> [String]
     /// The web auth secret all nodes share, made by the first node that asks.
     func serverSecret() throws(ContainerError) -> [UInt8]
-    /// Calls `wake` whenever any node has queued pushes, until `stopListening`.
-    func listenForPushes(_ wake: @escaping @Sendable () -> Void)
+    /// Calls `wake` whenever any node has queued pushes, and `copied` with each message any node
+    /// (this one too) publishes, until `stopListening`.
+    func listen(wake: @escaping @Sendable () -> Void, copied: @escaping @Sendable (String) -> Void)
+    /// Sends `message` to every node's `listen(copied:)`: a copy of a push one of this node's
+    /// WebSocket streams took, for the user's streams on other nodes (dropped when it cannot go).
+    func publishStreamCopy(_ message: String)
     func stopListening()
     /// Whether this node delivers to APNs now: one node at a time holds the duty (so a push goes
     /// to APNs once), and another takes it over when that node stops or dies.

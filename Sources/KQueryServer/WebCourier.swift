@@ -54,8 +54,10 @@ actor WebCourier {
     private var waiters: [UUID: CheckedContinuation<Void, Never>] = [:]
     /// Each user's open streams: a push is taken from the user's queue once, and every other open
     /// stream of the user gets a copy, so each listening device hears it (but the one that made
-    /// the change).
+    /// the change). On many nodes the copy goes to the other nodes' streams too (`shared`).
     private var streams: [Subscriber: [UUID: Stream]] = [:]
+    /// This courier, in the copies it sends other nodes (so it passes over its own).
+    private let node = UUID().uuidString
     private var isShuttingDown = false
     /// The channels a pop acknowledges: the courier's own, and APNs' too when the server does not
     /// deliver to APNs (so the row leaves the outbox).
@@ -65,9 +67,21 @@ actor WebCourier {
     /// too before it is handed out.
     let shared: (any SharedContainerStore)?
 
+    /// The copies going to other nodes, sent one at a time in the order delivered.
+    private let outgoing: AsyncStream<String>.Continuation?
+
     init(acknowledges: DeliveryChannel = .all, shared: (any SharedContainerStore)? = nil) {
         self.acknowledges = acknowledges
         self.shared = shared
+        if let shared {
+            let (messages, outgoing) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingNewest(1_000))
+            self.outgoing = outgoing
+            Task.detached {
+                for await message in messages { shared.publishStreamCopy(message) }
+            }
+        } else {
+            outgoing = nil
+        }
     }
 
     /// The token of a web courier URL (the client's `apnsToken`), and back. `client` tells the
@@ -126,9 +140,34 @@ actor WebCourier {
     /// acknowledged it in the outbox, on `acknowledges`).
     func delivered(_ delivery: Delivery) {
         reserved[delivery.id] = nil
-        for stream in streams[delivery.subscriber, default: [:]].values where stream.device != delivery.takenBy && stream.device != delivery.excludedDevice {
-            stream.copies.yield(delivery.payload)
+        copy(delivery.payload, to: delivery.subscriber, takenBy: delivery.takenBy, excluded: delivery.excludedDevice)
+        if let outgoing {
+            let message = JSON.object([
+                ("node", .string(node)), ("container", .string(delivery.subscriber.containerIdentifier)),
+                ("environment", .string(delivery.subscriber.environment.name)), ("user", .string(delivery.subscriber.user)),
+                ("takenBy", .string(delivery.takenBy)), ("excluded", delivery.excludedDevice.map(JSON.string) ?? .null),
+                ("payload", delivery.payload),
+            ]).serialized
+            outgoing.yield(message)
         }
+    }
+
+    /// Hands `payload` to each of `subscriber`'s streams here but the one that took it and the
+    /// device whose change it tells of.
+    private func copy(_ payload: JSON, to subscriber: Subscriber, takenBy: String, excluded: String?) {
+        for stream in streams[subscriber, default: [:]].values where stream.device != takenBy && stream.device != excluded {
+            stream.copies.yield(payload)
+        }
+    }
+
+    /// A copy another node published (`delivered` there): handed to this node's streams of the
+    /// user. Copies this courier sent, and messages that do not read as copies, are passed over.
+    func copied(_ message: String) {
+        guard let json = try? JSON.parse(message), let from = json["node"]?.stringValue, from != node,
+              let container = json["container"]?.stringValue, let environment = json["environment"]?.stringValue.flatMap(ContainerEnvironment.init(name:)),
+              let user = json["user"]?.stringValue, let takenBy = json["takenBy"]?.stringValue, let payload = json["payload"]
+        else { return }
+        copy(payload, to: Subscriber(containerIdentifier: container, environment: environment, user: user), takenBy: takenBy, excluded: json["excluded"]?.stringValue)
     }
 
     /// Opens a stream for `device`: the copies of pushes others take for its user arrive on the
@@ -194,6 +233,7 @@ actor WebCourier {
         isShuttingDown = true
         for stream in streams.values.flatMap(\.values) { stream.copies.finish() }
         streams = [:]
+        outgoing?.finish()
         pushesQueued()
     }
 }

@@ -1,8 +1,10 @@
 import Crypto
 import Foundation
+import HummingbirdWSClient
 import KQuery
 import KQueryServer
 import KQueryTestSupport
+import Logging
 import Testing
 
 /// Several `kquery serve --postgres URL` processes on one PostgreSQL (SPEC §16, issue #36): any
@@ -253,6 +255,64 @@ import Testing
         let answers = try await [onA, onB]
         #expect(answers.filter { $0.status == 200 }.count == 1)
         #expect(answers.filter { $0.status == 204 }.count == 1)
+    }
+
+    /// One user's two devices, each with a WebSocket stream, one on each node: a push is taken
+    /// from the user's queue once, by either stream, and the other hears it too through
+    /// PostgreSQL's NOTIFY, once.
+    @Test(.timeLimit(.minutes(2))) func everyStreamOfAUserOnEveryNodeHearsEachPush() async throws {
+        let nodes = try await Self.twoNodes(["--courier-timeout", "300"])
+        defer { nodes.stop() }
+        let (a, b) = (nodes.a, nodes.b)
+        let subscribed = try await a.post("private", "subscriptions/modify", """
+            {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "msgs", "subscriptionType": "query",
+              "query": {"recordType": "Msg"}, "firesOn": ["create"], "notificationInfo": {"shouldSendContentAvailable": true}}}]}
+            """, user: "_k")
+        #expect(subscribed.status == 200)
+        func stream(_ client: ServerClient, device: String) async throws -> String {
+            let made = try await client.send(.post, "/device/1/\(client.container)/development/tokens/create", body: #"{"clientId": "\#(device)"}"#, user: "_k")
+            let url = try #require(made.json["webcourierURL"]?.stringValue)
+            let query = try #require(url.split(separator: "?").last)
+            return "ws://127.0.0.1:\(client.port)/aps/stream?\(query)"
+        }
+        let onA = try await stream(a, device: "device-a"), onB = try await stream(b, device: "device-b")
+        let heard = Locked<[String: [String]]>([:])
+        @Sendable func listen(_ url: String, as name: String) async throws {
+            try await WebSocketClient.connect(url: url, logger: Logger(label: "ws-test")) { inbound, _, _ in
+                for try await message in inbound.messages(maxSize: 1 << 20) {
+                    guard case .text(let text) = message, let rid = try? JSON.parse(text)["ck"]?["qry"]?["rid"]?.stringValue else { continue }
+                    heard.withLock { $0[name, default: []].append(rid) }
+                }
+            }
+        }
+        func create(_ name: String) async throws {
+            let saved = try await a.post("private", "records/modify", """
+                {"operations": [{"operationType": "create", "record": {"recordName": "\(name)", "recordType": "Msg"}}]}
+                """, user: "_k")
+            #expect(saved.status == 200)
+        }
+        func heardBy(_ name: String) -> [String] { heard.withLock { $0[name, default: []] }.filter { !$0.hasPrefix("probe-") } }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await listen(onA, as: "a") }
+            group.addTask { try await listen(onB, as: "b") }
+            // Probes until both streams are open and have heard one (taken, or a copy).
+            var probes = 0
+            while heard.withLock({ $0["a"] == nil || $0["b"] == nil }) && probes < 100 {
+                probes += 1
+                try await create("probe-\(probes)")
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            try #require(probes < 100, "both streams open")
+            for name in ["m1", "m2", "m3"] { try await create(name) }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline && (heardBy("a").count < 3 || heardBy("b").count < 3) {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            try await Task.sleep(for: .milliseconds(500))   // a copy twice would come by now
+            #expect(heardBy("a").sorted() == ["m1", "m2", "m3"])
+            #expect(heardBy("b").sorted() == ["m1", "m2", "m3"])
+            group.cancelAll()
+        }
     }
 
     /// SIGKILL of a node under a load of modifies: every acknowledged modify is read through the
