@@ -22,14 +22,28 @@ request = function()
   return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, body)
 end
 
--- With RATE set (requests/s over all CONNECTIONS), each connection waits a random time between a
--- response and its next request (exponentially distributed, so the requests arrive as a Poisson
--- stream would): the load offered at that rate rather than as fast as the server answers.
+-- With RATE set (requests/s over all THREADS, default 2), requests arrive open-loop: each thread
+-- draws its arrival times from a Poisson stream of RATE / THREADS a second, read on the monotonic
+-- clock, and a connection that is free sends at the next arrival (at once when it is past). The
+-- offered load is then RATE whatever the latency; a closed loop (wait, then send) offered less,
+-- 64 connections at RATE 1000 sent 880/s with 8 ms responses.
 local rate = tonumber(os.getenv("RATE") or "")
-local connections = tonumber(os.getenv("CONNECTIONS") or "64")
 if rate then
-  local mean = 1000 * connections / rate
+  local ffi = require("ffi")
+  ffi.cdef[[
+    typedef struct { long tv_sec; long tv_nsec; } kquery_timespec;
+    int clock_gettime(int clock, kquery_timespec *time);
+  ]]
+  local now = ffi.new("kquery_timespec")
+  local function milliseconds()
+    ffi.C.clock_gettime(1, now)   -- CLOCK_MONOTONIC
+    return tonumber(now.tv_sec) * 1000 + tonumber(now.tv_nsec) / 1e6
+  end
+  local mean = 1000 * tonumber(os.getenv("THREADS") or "2") / rate   -- ms between a thread's arrivals
+  local arrival = nil
   delay = function()
-    return math.floor(-mean * math.log(1 - math.random()))
+    local t = milliseconds()
+    arrival = (arrival or t) - mean * math.log(1 - math.random())
+    return math.max(0, math.floor(arrival - t))
   end
 end
