@@ -22,7 +22,7 @@ import PostgresNIO
 /// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon)
 /// zones(database_id, zone_name, owner_name PK, created_sequence, changed_sequence)
 /// zone_tombstones(database_id, zone_name, owner_name PK, deleted_sequence)
-/// records(database_id, zone_name, owner_name, record_name PK, record_type, change_sequence, body, id)   id: record_ids (v6)
+/// records(database_id, zone_name, owner_name, record_name PK, record_type, change_sequence, body, id)   id: record_ids (v6); by type and record ID (v9)
 /// record_tombstones(database_id, zone_name, owner_name, record_name PK, record_type, deleted_sequence)
 /// record_references(database_id, zone_name, owner_name, target_name, action, source_name PK)
 /// subscriptions(database_id, subscription_id PK, position, owner, body)
@@ -212,6 +212,10 @@ enum PostgresSchema {
                 container_id bigint PRIMARY KEY REFERENCES containers (id), version bigint NOT NULL, schema text NOT NULL)
             """,
         ],
+        [
+            // Version 9: the records of a type in record ID order, for queries without a sort.
+            recordsByType.create,
+        ],
     ]
 
     /// An index of the record tables, which a load may build after its rows.
@@ -242,6 +246,13 @@ enum PostgresSchema {
         name: "record_tombstones_by_change", definition: "ON record_tombstones (database_id, zone_name, owner_name, deleted_sequence)")
     static let recordReferencesBySource = SecondaryIndex(
         name: "record_references_by_source", definition: "ON record_references (database_id, zone_name, owner_name, source_name)")
+    // A record type's records in record ID order (byte order, as the evaluator compares), the
+    // order of a query without a sort: its pages are read off the index, stopping when the page
+    // is full, rather than every match read and sorted first (a 50 km `NEAR` matching most of
+    // 1,000,000 records took seconds). Version 9.
+    static let recordsByType = SecondaryIndex(
+        name: "records_by_type",
+        definition: #"ON records (database_id, record_type, record_name COLLATE "C", zone_name COLLATE "C", owner_name COLLATE "C")"#)
     // A record by its number (`record_values` names records so).
     static let recordsByID = SecondaryIndex(
         name: "records_by_id", create: "CREATE UNIQUE INDEX IF NOT EXISTS records_by_id ON records (database_id, id)",
@@ -277,7 +288,7 @@ enum PostgresSchema {
     /// again by the next load's end, and by every node opening the database (`migrate`), so no
     /// node serves without them.
     static let deferredIndexes = [
-        recordsByChange, recordsByDatabaseChange, recordsShares, recordTombstonesByChange, recordReferencesBySource, recordsByID, recordValuesKey,
+        recordsByChange, recordsByDatabaseChange, recordsShares, recordsByType, recordTombstonesByChange, recordReferencesBySource, recordsByID, recordValuesKey,
         recordValuesByKey, recordValuesMembers, recordValuesLocations,
     ]
 

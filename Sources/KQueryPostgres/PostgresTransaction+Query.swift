@@ -193,7 +193,11 @@ extension PostgresTransaction {
                     AND p.field = \(compiler.bindField(PostgresRecordValues.name(of: withoutPoint))) AND p.location IS NOT NULL)
                     """)
             }
-            if let position { conditions.append(compiler.after(keys: position.keys, ascending: ascending, id: position.id)) }
+            if let position {
+                conditions.append(compiler.after(keys: position.keys, ascending: ascending, id: position.id))
+                // Without a sort, a bound the record ID index (`records_by_type`) seeks to.
+                if fields != nil && sortFields.isEmpty { conditions.append(#"r.record_name COLLATE "C" >= "# + compiler.bind(position.id.recordName)) }
+            }
             let columns = (0..<sortFields.count).map { ", k\($0).sort_key" }.joined()
             let select = """
                 SELECT r.zone_name, r.owner_name, r.record_name, r.body\(columns) FROM records r \(joins)

@@ -224,9 +224,10 @@ import Testing
 
     /// A database from before `record_values` (version 4: records, no query values), with its
     /// first form (version 5: rows named by text, records unnumbered) or without points (version
-    /// 6) or without the shared user directory and learned schemas (version 7) is migrated and its
-    /// records are numbered and indexed by the migration: queries find them, distance queries too.
-    @Test(arguments: [4, 5, 6, 7]) func theMigrationIndexesRecordsAlreadyStored(version: Int) throws {
+    /// 6) or without the shared user directory and learned schemas (version 7) or the record ID
+    /// index of queries without a sort (version 8) is migrated and its records are numbered and
+    /// indexed by the migration: queries find them, distance queries too.
+    @Test(arguments: [4, 5, 6, 7, 8]) func theMigrationIndexesRecordsAlreadyStored(version: Int) throws {
         let cluster = try PostgresCluster.start()
         let url = try cluster.createDatabase()
         let name = try #require(url.split(separator: "/").last.map(String.init))
@@ -245,9 +246,10 @@ import Testing
         // version 6, `record_values.location` with 7).
         var downgrade = "DROP TABLE record_values; DROP INDEX records_by_id; ALTER TABLE records DROP COLUMN id; DROP SEQUENCE record_ids;"
         if version == 6 { downgrade = "DROP INDEX record_values_locations; ALTER TABLE record_values DROP COLUMN location;" }
-        if version == 7 { downgrade = "" }
-        // (`directory_users` and `learned_schemas` came with version 8.)
-        downgrade = "DROP TABLE learned_schemas; DROP TABLE directory_users; " + downgrade
+        if version >= 7 { downgrade = "" }
+        // (`directory_users` and `learned_schemas` came with version 8, `records_by_type` with 9.)
+        if version < 8 { downgrade = "DROP TABLE learned_schemas; DROP TABLE directory_users; " + downgrade }
+        downgrade = "DROP INDEX records_by_type; " + downgrade
         if version == 5 {
             downgrade += """
                 CREATE TABLE record_values (
@@ -266,6 +268,16 @@ import Testing
         #expect(found == (0..<30).filter { $0 % 3 == 1 }.map { "n\($0)" }.sorted { ValueOrder.compareBytes($0, $1) < 0 })
         #expect(try database.recordCounts() == ["Note": 30])
         #expect(!database.queriesAreInMemory)
+        #expect(try cluster.psql(name, "SELECT count(*) FROM pg_indexes WHERE indexname = 'records_by_type'").trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+        // Without a sort, pages in record ID order, each after the last.
+        let unsorted = Query(recordType: "Note", predicate: try ValidatedPredicate("v != 1"), resultsLimit: 7)
+        var pages: [String] = [], cursor: QueryCursor? = nil
+        repeat {
+            let page = try database.query(unsorted, cursor: cursor)
+            pages += page.records.map(\.recordID.recordName)
+            cursor = page.cursor
+        } while cursor != nil && pages.count < 40
+        #expect(pages == (0..<30).filter { $0 % 3 != 1 }.map { "n\($0)" }.sorted { ValueOrder.compareBytes($0, $1) < 0 })
         // Within 12 km of the 20th (1.1 km apart on a meridian), nearest first.
         let center = Location(latitude: 48.2, longitude: 2)
         let near = Query(recordType: "Note", condition: .distance(.user(FieldKey("p")), center: center, .lessThan, radius: 12),
