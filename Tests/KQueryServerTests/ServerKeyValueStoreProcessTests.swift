@@ -35,16 +35,10 @@ import Testing
         var acknowledged: [Int] = []
         var generator = SystemRandomNumberGenerator()
         for index in 0..<40 {
-            let process = Process()
-            process.executableURL = Self.kquery
-            process.arguments = ["kvs", "set", "key\(index)", "\(index)"] + flags
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let process = try ChildProcess(Self.kquery.path, ["kvs", "set", "key\(index)", "\(index)"] + flags)
             try await Task.sleep(for: .milliseconds(Int.random(in: 0...250, using: &generator)))
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            if process.terminationReason == .exit && process.terminationStatus == 0 { acknowledged.append(index) }
+            process.kill(SIGKILL)
+            if process.waitForExit() == 0 { acknowledged.append(index) }
         }
         // Some finished, some were cut short (a kill that came first, or in the write or the upload).
         #expect(!acknowledged.isEmpty && acknowledged.count < 40, "\(acknowledged.count) of 40 acknowledged")
