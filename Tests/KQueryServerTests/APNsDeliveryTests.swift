@@ -288,6 +288,9 @@ import Foundation
             }
             try await Self.queuePush(c)
             try await live.wait(timeout: .seconds(30)) { _ in logs.withLock { $0 }.contains { $0.contains("left pending") } }
+            // The devices are tried in an order of the store's (on PostgreSQL development first):
+            // the production request may still be on its way when the sandbox's is given up.
+            try await live.wait(timeout: .seconds(30)) { $0.requests.contains { $0.path == "/3/device/\(production)" } }
             try await Task.sleep(for: .milliseconds(200))
             // The production device got it from the production host; the sandbox host never answered.
             #expect(live.requests.map(\.path).contains("/3/device/\(production)"))
