@@ -24,15 +24,24 @@ package final class PostgresContainerStorage: ContainerStorage {
     /// a query needs no statement to find its database. At most `databaseIDLimit`.
     private let databaseIDs = Locked<[DatabaseKey: Int64]>([:])
     private static let databaseIDLimit = 65_536
+    /// How many points a radius holds before a query reads records in its own order and
+    /// measures each one's point (`PostgresTransaction.densePoints`).
+    let densePoints: Int
+    /// Its default: 2,000.
+    package static let densePoints = PostgresTransaction.densePoints
 
     /// Opens `containerIdentifier` in the database at `location`, creating or migrating the
     /// schema and the container's row as needed. `connections`: the most open at once. `loading`:
     /// opened for a copy into it (`kquery migrate`), which builds the indexes a crashed copy left
     /// unbuilt at its end (`loadFinished`) rather than now, over the rows it is about to add to.
-    package convenience init(location: PostgresLocation, containerIdentifier: String, connections: Int = 8, loading: Bool = false) throws(ContainerError) {
+    /// `densePoints`: see `PostgresTransaction.densePoints` (tests make it small).
+    package convenience init(
+        location: PostgresLocation, containerIdentifier: String, connections: Int = 8, loading: Bool = false,
+        densePoints: Int = PostgresContainerStorage.densePoints
+    ) throws(ContainerError) {
         let pool = PostgresConnectionPool(location: location, limit: connections)
         do {
-            try self.init(pool: pool, containerIdentifier: containerIdentifier, migrated: false, loading: loading)
+            try self.init(pool: pool, containerIdentifier: containerIdentifier, migrated: false, loading: loading, densePoints: densePoints)
         } catch {
             pool.shutdown()
             throw error
@@ -40,8 +49,12 @@ package final class PostgresContainerStorage: ContainerStorage {
     }
 
     /// Opens the container on `pool`'s connections; `migrated`: whether the schema is known current.
-    init(pool: PostgresConnectionPool, containerIdentifier: String, migrated: Bool, loading: Bool = false) throws(ContainerError) {
+    init(
+        pool: PostgresConnectionPool, containerIdentifier: String, migrated: Bool, loading: Bool = false,
+        densePoints: Int = PostgresContainerStorage.densePoints
+    ) throws(ContainerError) {
         self.pool = pool
+        self.densePoints = max(1, densePoints)
         let location = pool.location
         (containerID, secret) = try pool.withConnection { session throws(ContainerError) in
                 if !migrated { try PostgresSchema.migrate(session, loading: loading) }
@@ -61,7 +74,7 @@ package final class PostgresContainerStorage: ContainerStorage {
     package func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         try pool.withConnection { session throws(ContainerError) -> T in
             try Self.transaction(session, begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") { () throws(ContainerError) -> T in
-                try body(PostgresTransaction(session: session, containerID: containerID))
+                try body(PostgresTransaction(session: session, containerID: containerID, densePoints: densePoints))
             }
         }
     }
@@ -70,7 +83,7 @@ package final class PostgresContainerStorage: ContainerStorage {
         try pool.withConnection { session throws(ContainerError) -> T in
             try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
                 try lock(session)
-                return try body(PostgresTransaction(session: session, containerID: containerID, memo: DatabaseMemo()))
+                return try body(PostgresTransaction(session: session, containerID: containerID, memo: DatabaseMemo(), densePoints: densePoints))
             }
         }
     }
@@ -80,7 +93,7 @@ package final class PostgresContainerStorage: ContainerStorage {
     /// (BEGIN, the database's row, the query, COMMIT), the node's and PostgreSQL's work for each.
     package func query(_ query: Query, cursor: QueryCursor?, in key: DatabaseKey, now: Int64) throws(ContainerError) -> QueryResult {
         try pool.withConnection { session throws(ContainerError) -> QueryResult in
-            let tx = PostgresTransaction(session: session, containerID: containerID)
+            let tx = PostgresTransaction(session: session, containerID: containerID, densePoints: densePoints)
             let databaseID: Int64
             if let known = databaseIDs.withLock({ $0[key] }) {
                 databaseID = known

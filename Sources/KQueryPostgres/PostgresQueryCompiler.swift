@@ -20,6 +20,10 @@ struct PostgresQueryCompiler {
 
     /// The record type, whose fields `record_values` knows by `PostgresRecordValues.fieldKey`.
     let type: String
+    /// Whether a radius is tested on each record read (a subquery per record, which PostgreSQL
+    /// cannot turn into a join) rather than by a test it may run first, on the points' index,
+    /// over every point within it (`PostgresTransaction.densePoints`).
+    var distancesPerRecord = false
 
     init(databaseID: Int64, recordType: String) {
         type = recordType
@@ -158,7 +162,12 @@ struct PostgresQueryCompiler {
         case .lessThan, .lessThanOrEqual:
             if metres == .infinity { return row(field, present) }
             if metres < 0 { return "FALSE" }
-            return row(field, "\(present) AND ST_DWithin(v.location, \(point), \(bind(Self.widened(metres))))")
+            let within = "ST_DWithin(v.location, \(point), \(bind(Self.widened(metres))))"
+            if distancesPerRecord {
+                let name = bindField(PostgresRecordValues.name(of: field))
+                return "COALESCE((SELECT \(within) FROM record_values v WHERE v.database_id = \(database) AND v.field = \(name) AND v.record_id = r.id AND \(present)), FALSE)"
+            }
+            return row(field, "\(present) AND \(within)")
         case .greaterThan, .greaterThanOrEqual:
             if metres == .infinity { return "FALSE" }
             let within = Self.narrowed(metres)

@@ -15,6 +15,8 @@ struct PostgresTransaction: StorageWriteTransaction {
     var memo: DatabaseMemo? = nil
     /// Set while explaining a query (`explain`): its statements are planned, not run.
     var explanation: PostgresExplanation? = nil
+    /// See `PostgresTransaction.densePoints`.
+    var densePoints = PostgresTransaction.densePoints
 
     var name: String { session.name }
 

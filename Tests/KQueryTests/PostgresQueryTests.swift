@@ -174,7 +174,12 @@ import Testing
         await propertyCheck(count: 24, input: Gen.uint64()) { seed in
             var rng = SplitMix(seed: seed)
             do {
-                let container = try ContainerFixture.container(.postgres)
+                // A radius holding this many points or more is measured record by record, in the
+                // query's order (1 and 5: often; 2,000: never here).
+                let densePoints = [1, 5, PostgresContainerStorage.densePoints].randomElement(using: &rng) ?? 1
+                let storage = try PostgresContainerStorage(
+                    location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", densePoints: densePoints)
+                let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
                 let database = try container.database(.private, user: "_u1")
                 for zone in Self.zones where !zone.isDefaultZone { try database.createZone(zone) }
                 let records = (0..<40).map { Self.randomRecord(&rng, index: $0) }
@@ -194,10 +199,17 @@ import Testing
                     var condition = Self.randomCondition(&rng)
                     let zone: ZoneID? = Int.random(in: 0..<3, using: &rng) == 0 ? Self.zones.randomElement(using: &rng) : nil
                     let sort = Self.randomSort(&rng)
-                    // Nearest first within a radius of the same centre (read by distance until beyond it).
-                    if case .distance(let field, let center)? = sort.first?.key, Bool.random(using: &rng) {
+                    // Nearest first within a radius of the same centre (read by distance until beyond
+                    // it); or a radius ANDed to a query read in its own order (dense or not).
+                    if Bool.random(using: &rng) {
                         let radius = [0.001, 2, 5000, 20_000, .infinity, -1].randomElement(using: &rng) ?? 1
-                        let within = Condition.distance(field, center: center, Bool.random(using: &rng) ? .lessThan : .lessThanOrEqual, radius: radius)
+                        let relation: Relation = Bool.random(using: &rng) ? .lessThan : .lessThanOrEqual
+                        let within: Condition
+                        if case .distance(let field, let center)? = sort.first?.key {
+                            within = .distance(field, center: center, relation, radius: radius)
+                        } else {
+                            within = .distance(.user(FieldKey("p")), center: Self.randomLocation(&rng), relation, radius: radius)
+                        }
                         condition = Bool.random(using: &rng) ? within : .and([within, condition])
                     }
                     let query = Query(recordType: "Item", condition: condition, sortDescriptors: sort,
@@ -316,6 +328,43 @@ import Testing
         #expect(unsorted.contains("No statement runs"), "\(unsorted)")
         // Explaining reads nothing and leaves no cursor open: the query still answers.
         #expect(try database.query(sorted).records.first?.recordID.recordName == "r19")
+    }
+
+    /// A radius holding `densePoints` points or more is measured record by record in the query's
+    /// order (PostgreSQL otherwise sorted every record within it first); a narrower one is found
+    /// through the points' index. Both answer as the evaluator.
+    @Test func aRadiusHoldingManyPointsIsMeasuredRecordByRecord() throws {
+        let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", densePoints: 5)
+        let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
+        let database = try container.database(.public)
+        _ = try database.modify((0..<20).map { index in
+            RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: [
+                "n": .int64(Int64(index)), "place": .location(Location(latitude: 48 + Double(index) / 100, longitude: 2)),
+            ]))
+        })
+        let wide = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 100 AND n >= 2", variables: [
+            "here": .value(.location(Location(latitude: 48.1, longitude: 2))),
+        ]), resultsLimit: 4)
+        let wideText = try database.explanation(wide)
+        #expect(wideText.contains("Statement 1 of 2: whether the radius holds 5 points or more"), "\(wideText)")
+        #expect(wideText.contains("COALESCE((SELECT ST_DWithin("), "\(wideText)")
+        var names: [String] = []
+        var cursor: QueryCursor?
+        repeat {
+            let page = try database.query(wide, cursor: cursor)
+            names += page.records.map(\.recordID.recordName)
+            cursor = page.cursor
+        } while cursor != nil
+        #expect(names == (2..<20).map { "r\($0)" }.sorted())
+
+        // 2 km around r0's point holds r0 and r1 (1.1 km apart): fewer than 5, found through the index.
+        let narrow = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 2", variables: [
+            "here": .value(.location(Location(latitude: 48, longitude: 2))),
+        ]))
+        let narrowText = try database.explanation(narrow)
+        #expect(narrowText.contains("whether the radius holds 5 points or more") && !narrowText.contains("COALESCE"), "\(narrowText)")
+        #expect(narrowText.contains("AND ST_DWithin(v.location"), "\(narrowText)")
+        #expect(try database.query(narrow).records.map(\.recordID.recordName) == ["r0", "r1"])
     }
 
     /// Table-driven rules: each predicate's SQL answer on a fixed set of records.
