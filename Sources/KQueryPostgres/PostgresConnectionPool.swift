@@ -152,6 +152,7 @@ enum PostgresParameter: Sendable {
     case textArray([String])
     case int64Array([Int64])
     case bytea(ByteBuffer)
+    case byteaArray([ByteBuffer])
 
     /// The cast the statement's SQL gives the parameter.
     var cast: String {
@@ -162,6 +163,7 @@ enum PostgresParameter: Sendable {
         case .textArray: "text[]"
         case .int64Array: "bigint[]"
         case .bytea: "bytea"
+        case .byteaArray: "bytea[]"
         }
     }
 
@@ -176,6 +178,7 @@ enum PostgresParameter: Sendable {
         case .textArray(let values): return "ARRAY[" + values.map(quoted).joined(separator: ", ") + "]"
         case .int64Array(let values): return "ARRAY[" + values.map(String.init).joined(separator: ", ") + "]"
         case .bytea(let bytes): return "'\\x" + PostgresValueKey.hex(Array(bytes.readableBytesView)) + "'::bytea"
+        case .byteaArray(let values): return "ARRAY[" + values.map { "'\\x" + PostgresValueKey.hex(Array($0.readableBytesView)) + "'::bytea" }.joined(separator: ", ") + "]"
         }
     }
 
@@ -188,6 +191,7 @@ enum PostgresParameter: Sendable {
         case .textArray(let values): PostgresData(array: values.map { PostgresData(string: $0) }, elementType: .text)
         case .int64Array(let values): PostgresData(array: values.map { PostgresData(int64: $0) }, elementType: .int8)
         case .bytea(let bytes): PostgresData(type: .bytea, formatCode: .binary, value: bytes)
+        case .byteaArray(let values): PostgresData(array: values.map { PostgresData(type: .bytea, formatCode: .binary, value: $0) }, elementType: .bytea)
         }
     }
 }
@@ -325,6 +329,7 @@ struct PostgresSession {
             case .textArray(let values): bindings.append(values)
             case .int64Array(let values): bindings.append(values)
             case .bytea(let bytes): bindings.append(bytes)
+            case .byteaArray(let values): bindings.append(values)
             }
         }
         return bindings
