@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
 import KQuery
 
@@ -44,10 +47,12 @@ public final class PostgresCluster: Sendable {
         guard FileManager.default.isExecutableFile(atPath: Self.binaries + "/initdb") else {
             throw ClusterError(description: "PostgreSQL 15 is not installed (\(Self.binaries)/initdb): run scripts/bootstrap")
         }
+        Self.removeAbandonedClusters()
         directory = NSTemporaryDirectory() + "kquery-pg-\(UUID().uuidString)"
         port = Self.freePort()
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try "\(getpid())".write(toFile: directory + "/owner", atomically: true, encoding: .utf8)
             if getuid() == 0 { try Self.run("/bin/chown", ["postgres", directory]) }
             _ = try Self.runAsPostgres(Self.binaries + "/initdb", ["-D", directory + "/data", "-A", "trust", "-U", user, "-E", "UTF8", "--locale=C"])
             // fsync stays on: the kill -9 tests rely on commits being durable.
@@ -90,6 +95,28 @@ public final class PostgresCluster: Sendable {
     public func stop() {
         _ = try? Self.runAsPostgres(Self.binaries + "/pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "stop"])
         try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Stops and removes the clusters of test processes that ended without stopping theirs (a
+    /// crash: `atexit` never ran), which would otherwise run on: a cluster's `owner` file names
+    /// its process. One without an owner is left alone for ten minutes (it may be starting).
+    private static func removeAbandonedClusters() {
+        let temporary = NSTemporaryDirectory()
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: temporary) else { return }
+        for name in names where name.hasPrefix("kquery-pg-") && !name.hasPrefix("kquery-pg-output-") {
+            let directory = temporary + name
+            if let text = try? String(contentsOfFile: directory + "/owner", encoding: .utf8) {
+                // Alive (or a process that took its number since): left alone.
+                guard let owner = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), Glibc.kill(owner, 0) == -1, errno == ESRCH else { continue }
+            } else {
+                let modified = (try? FileManager.default.attributesOfItem(atPath: directory))?[.modificationDate] as? Date
+                guard let modified, modified.timeIntervalSinceNow < -600 else { continue }
+            }
+            if FileManager.default.fileExists(atPath: directory + "/data/postmaster.pid") {
+                _ = try? runAsPostgres(binaries + "/pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "stop"])
+            }
+            try? FileManager.default.removeItem(atPath: directory)
+        }
     }
 
     private static func runAsPostgres(_ tool: String, _ arguments: [String]) throws -> String {
