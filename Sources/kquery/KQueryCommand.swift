@@ -24,6 +24,7 @@ struct KQueryCommand: ParsableCommand {
 
     /// Exit statuses: 0 success, 1 an invalid predicate (or a refused operation), 2 a usage or input error.
     static func main() {
+        ParentWatch.startIfAsked()
         do {
             var command = try parseAsRoot(Self.arguments(Array(CommandLine.arguments.dropFirst())))
             try command.run()

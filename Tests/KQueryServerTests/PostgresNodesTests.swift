@@ -28,6 +28,7 @@ import Testing
     static func token(_ url: String, user: String) throws -> String {
         let process = Process()
         process.executableURL = kquery
+        process.environment = Process.kqueryEnvironment
         process.arguments = ["token", "--postgres", url, "--user", user]
         let output = Pipe()
         process.standardOutput = output

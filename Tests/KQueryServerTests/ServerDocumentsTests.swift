@@ -46,6 +46,7 @@ import Testing
     private static func driveNow(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
         let process = Process()
         process.executableURL = ServerKeyValueStoreProcessTests.kquery
+        process.environment = Process.kqueryEnvironment
         process.arguments = ["drive"] + arguments
         let out = Pipe()
         let err = Pipe()
@@ -150,6 +151,7 @@ import Testing
             for _ in 0..<6 {
                 let process = Process()
                 process.executableURL = ServerKeyValueStoreProcessTests.kquery
+                process.environment = Process.kqueryEnvironment
                 process.arguments = ["drive", "sync", folder, "--device-name", name, "--download", "all"] + server.flags
                 process.standardOutput = FileHandle.nullDevice
                 process.standardError = FileHandle.nullDevice
@@ -275,6 +277,7 @@ import Testing
 
         let watcher = Process()
         watcher.executableURL = ServerKeyValueStoreProcessTests.kquery
+        watcher.environment = Process.kqueryEnvironment
         watcher.arguments = ["drive", "sync", b, "--watch", "--download", "all", "--device-name", "phone"] + server.flags
         watcher.standardOutput = FileHandle.nullDevice
         watcher.standardError = FileHandle.nullDevice
@@ -285,6 +288,7 @@ import Testing
         }
         let query = Process()
         query.executableURL = ServerKeyValueStoreProcessTests.kquery
+        query.environment = Process.kqueryEnvironment
         query.arguments = ["drive", "query", TemporaryFiles.path("drive-watch-c"), "--watch", "8", "--device-name", "ipad", "--sort", "kMDItemFSName"]
             + server.flags + ["kMDItemFSName LIKE '*.txt'"]
         let output = Pipe()

@@ -14,6 +14,7 @@ import Testing
     static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = kquery
+        process.environment = Process.kqueryEnvironment
         process.arguments = arguments
         let out = Pipe()
         process.standardOutput = out

@@ -43,6 +43,7 @@ import Testing
     static func startServer(storage: [String], _ arguments: [String] = []) throws -> (Process, Int) {
         let process = Process()
         process.executableURL = kquery
+        process.environment = Process.kqueryEnvironment
         process.arguments = ["serve"] + storage + ["--port", "0", "--quiet"] + arguments
         let errors = Pipe()
         process.standardError = errors
@@ -87,11 +88,40 @@ import Testing
         process.waitUntilExit()
     }
 
+    /// A kquery the tests start (`Process.kqueryEnvironment`) ends when the process that started
+    /// it does, as a crashed test process's servers must: here a shell starts one in the
+    /// background and exits.
+    @Test func aServerEndsWhenItsParentDoes() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-orphan-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let shell = Process()
+        shell.executableURL = URL(fileURLWithPath: "/bin/sh")
+        shell.arguments = ["-c", #""$0" serve --data "$1" --port 0 --quiet >/dev/null 2>&1 & echo $!; sleep 2"#, Self.kquery.path, directory]
+        shell.environment = Process.kqueryEnvironment
+        let output = Pipe()
+        shell.standardOutput = output
+        try shell.run()
+        shell.waitUntilExit()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let pid = try #require(pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), "\(text)")
+        // Gone, or a zombie its new parent has not reaped.
+        func running() -> Bool {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return false }
+            return !stat[stat.index(after: close)...].hasPrefix(" Z")
+        }
+        let deadline = Date().addingTimeInterval(30)
+        while running() && Date() < deadline { usleep(100_000) }
+        #expect(!running(), "kquery \(pid) outlived its parent")
+        if running() { kill(pid, SIGKILL) }
+    }
+
     @Test func sigtermEndsAWaitingPollAndExitsZero() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
         let directory = TemporaryFiles.path("kquery-serve")
         let process = Process()
         process.executableURL = Self.kquery
+        process.environment = Process.kqueryEnvironment
         process.arguments = ["serve", "--data", directory, "--port", "0", "--courier-timeout", "60"]
         let errors = Pipe()
         process.standardError = errors

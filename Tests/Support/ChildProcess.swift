@@ -9,7 +9,7 @@ import Foundation
 public struct ChildProcess: Sendable {
     public let pid: pid_t
 
-    /// Starts `executable` with `arguments` (the environment is the test process's).
+    /// Starts `executable` with `arguments` (the environment is `Process.kqueryEnvironment`).
     public init(_ executable: String, _ arguments: [String]) throws {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -19,8 +19,10 @@ public struct ChildProcess: Sendable {
         }
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
+        let environment = Process.kqueryEnvironment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { for pointer in environment { free(pointer) } }
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environment)
         guard spawned == 0 else { throw ChildProcessError(description: "\(executable) could not start (\(spawned))") }
         self.pid = pid
     }
@@ -39,4 +41,12 @@ public struct ChildProcess: Sendable {
 
 public struct ChildProcessError: Error, CustomStringConvertible {
     public let description: String
+}
+
+extension Process {
+    /// The environment a `kquery` the tests start runs with: the test process's, and
+    /// `KQUERY_EXIT_WITH_PARENT=1`, so it ends when the test process does, even by a crash.
+    public static var kqueryEnvironment: [String: String] {
+        ProcessInfo.processInfo.environment.merging(["KQUERY_EXIT_WITH_PARENT": "1"]) { $1 }
+    }
 }
