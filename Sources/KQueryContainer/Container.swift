@@ -325,7 +325,10 @@ public final class Container: Sendable {
     /// A write in the batch returns before the batch commits: its result may be acknowledged only
     /// once this returns without throwing and `waitUntilDurable()` has returned. When the commit
     /// fails this throws, and none of the batch's writes happened.
-    package func batchingWrites<T>(_ body: () -> T) throws(ContainerError) -> T {
+    ///
+    /// `prefetching`: the records the writes will read, by database, which a storage across a
+    /// network reads together first (`StorageBatchWriter.prefetchRecords`).
+    package func batchingWrites<T>(prefetching: [DatabaseKey: [RecordID]] = [:], _ body: () -> T) throws(ContainerError) -> T {
         try writer.withLock { state throws(ContainerError) -> T in
             batchesRunning.add(1, ordering: .relaxed)
             defer { batchesRunning.subtract(1, ordering: .relaxed) }
@@ -339,6 +342,7 @@ public final class Container: Sendable {
                         // the end (a subscription set read by the set's first write then serves
                         // the rest: each write read it anew, most of a modify's statements).
                         if storage.isShared && writer != nil { pointer.pointee.forgetAll() }
+                        if let writer { for (key, ids) in prefetching { try writer.prefetchRecords(ids, in: key) } }
                         let batch = WriteBatch(container: ObjectIdentifier(self), state: pointer, writer: writer)
                         let result = Self.$currentBatch.withValue(batch) { body() }
                         updates = batch.updates

@@ -59,6 +59,14 @@ package protocol ContainerStorage: Sendable {
 package protocol StorageBatchWriter: AnyObject {
     /// One write of the batch, in a transaction of its own within the batch's.
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T
+    /// Reads the records of the database `key` ahead of the writes that will read them one at a
+    /// time: a storage across a network reads them in one round trip, not one each.
+    func prefetchRecords(_ ids: [RecordID], in key: DatabaseKey) throws(ContainerError)
+}
+
+extension StorageBatchWriter {
+    /// A storage in this process reads a record as fast one at a time.
+    package func prefetchRecords(_ ids: [RecordID], in key: DatabaseKey) throws(ContainerError) {}
 }
 
 extension ContainerStorage {

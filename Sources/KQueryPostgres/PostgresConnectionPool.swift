@@ -65,6 +65,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
             // Statements a body sent and never waited for are done before the next borrower's.
             for statement in pooled.pending { _ = try? statement.wait() }
             pooled.pending = []
+            pooled.sentFailure = nil
             giveBack(pooled)
         }
         return try body(PostgresSession(connection: pooled.connection, logger: logger, name: location.description, statements: pooled))
@@ -135,6 +136,10 @@ final class PooledConnection: @unchecked Sendable {
     var statements: [String: PreparedQuery] = [:]
     /// Statements sent and not waited for (`PostgresSession.send`), oldest first.
     var pending: [EventLoopFuture<Void>] = []
+    /// How many statements have been sent on the connection (numbering them from 0).
+    var sentCount = 0
+    /// The number of the last sent statement found failed (`PostgresSession.takeSentFailure`).
+    var sentFailure: Int?
 
     init(_ connection: PostgresConnection) {
         self.connection = connection
@@ -257,6 +262,7 @@ struct PostgresSession {
         }
         do {
             statements.pending.append(try statement(sql, statements).execute(parameters.map(\.data)).map { _ in })
+            statements.sentCount += 1
         } catch {
             throw settled(after: error)
         }
@@ -269,6 +275,18 @@ struct PostgresSession {
             return
         }
         statements.pending.append(connection.query(query, logger: logger).map { _ in })
+        statements.sentCount += 1
+    }
+
+    /// How many statements have been sent on the connection: the number the next one sent gets.
+    var sentCount: Int { statements?.sentCount ?? 0 }
+
+    /// The number of the sent statement whose failure was last thrown (then forgotten), if one
+    /// was: tells a write whether the error it caught was its own statement's or an earlier one's.
+    func takeSentFailure() -> Int? {
+        guard let statements else { return nil }
+        defer { statements.sentFailure = nil }
+        return statements.sentFailure
     }
 
     /// The statement prepared for `sql` on this connection, prepared now if it is not yet.
@@ -289,10 +307,11 @@ struct PostgresSession {
         guard let statements, !statements.pending.isEmpty else { return }
         let sent = statements.pending
         statements.pending = []
-        for statement in sent {
+        for (index, statement) in sent.enumerated() {
             do {
                 try statement.wait()
             } catch {
+                statements.sentFailure = statements.sentCount - sent.count + index
                 throw Self.storageError(error, name: name)
             }
         }

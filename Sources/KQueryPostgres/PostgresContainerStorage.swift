@@ -231,6 +231,10 @@ private final class PostgresBatch: StorageBatchWriter {
     var failure: ContainerError?
     /// The databases' rows as the released writes left them (`PostgresTransaction.memo`).
     private var databases: [DatabaseKey: StoredDatabase] = [:]
+    /// The records read ahead of the writes (`prefetchRecords`).
+    private let prefetched = RecordPrefetch()
+    /// The most records one batch reads ahead.
+    static let prefetchLimit = 1_000
 
     init(session: PostgresSession, containerID: Int64) {
         self.session = session
@@ -239,16 +243,28 @@ private final class PostgresBatch: StorageBatchWriter {
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         if let failure { throw failure }
+        // The statements numbered below `mark` are earlier writes' (`takeSentFailure`).
+        let mark = session.sentCount
+        _ = session.takeSentFailure()
         try session.send("SAVEPOINT kquery_write")
         do throws(ContainerError) {
             // The rows as the batch's earlier writes left them; this write's changes count once
             // it is released (a rolled-back one's are dropped with it).
             let memo = DatabaseMemo(databases)
-            let result = try body(PostgresTransaction(session: session, containerID: containerID, memo: memo))
-            try session.run("RELEASE kquery_write")
+            let result = try body(PostgresTransaction(session: session, containerID: containerID, memo: memo, prefetched: prefetched))
+            // Sent, not waited for: a modify's release was one of its two round trips on the
+            // committer, which waited for them one modify after another. Should it or a statement
+            // before it fail, the next write (or the COMMIT) finds out, and fails the batch.
+            try session.send("RELEASE kquery_write")
             databases = memo.databases
             return result
         } catch {
+            if let failed = session.takeSentFailure(), failed < mark {
+                // A statement of a write this batch counted as done failed: rolling back to the
+                // last savepoint would undo that write, which its caller is told succeeded.
+                failure = error
+                throw error
+            }
             do throws(ContainerError) {
                 try session.run("ROLLBACK TO kquery_write")
                 try session.run("RELEASE kquery_write")
@@ -256,6 +272,33 @@ private final class PostgresBatch: StorageBatchWriter {
                 failure = undoing
             }
             throw error
+        }
+    }
+
+    /// Reads the records in one statement, in the batch's transaction (which holds the write lock,
+    /// so they stay as read until a write of the batch changes them). Each modify read its
+    /// record's old version with a statement of its own, a round trip the committer waited for
+    /// one modify after another: most of a modify's time on the committer, 350 µs of 600.
+    func prefetchRecords(_ ids: [RecordID], in key: DatabaseKey) throws(ContainerError) {
+        if let failure { throw failure }
+        let ids = ids.prefix(Self.prefetchLimit)
+        guard !ids.isEmpty else { return }
+        let memo = DatabaseMemo(databases)
+        let transaction = PostgresTransaction(session: session, containerID: containerID, memo: memo)
+        guard let database = try transaction.database(key) else { return }
+        databases = memo.databases
+        let rows = try session.prepared("""
+            SELECT r.zone_name, r.owner_name, r.record_name, r.body
+            FROM unnest($2::text[], $3::text[], $4::text[]) AS i (z, o, n)
+            JOIN records r ON r.database_id = $1::bigint AND r.zone_name = i.z AND r.owner_name = i.o AND r.record_name = i.n
+            """, [.int64(database.id), .textArray(ids.map(\.zoneID.zoneName)), .textArray(ids.map(\.zoneID.ownerName)), .textArray(ids.map(\.recordName))])
+        for id in ids { prefetched.store(.absent, for: id, in: database.id) }
+        for row in rows {
+            guard row.count == 4 else { throw ContainerError(.internalError, "\(session.name): a record read ahead has \(row.count) columns") }
+            let id = RecordID(
+                recordName: try session.decode(row[2], String.self),
+                zoneID: ZoneID(zoneName: try session.decode(row[0], String.self), ownerName: try session.decode(row[1], String.self)))
+            prefetched.store(.body(try session.decode(row[3], ByteBuffer.self)), for: id, in: database.id)
         }
     }
 }

@@ -34,6 +34,7 @@ extension PostgresTransaction {
     func appendRecordChanges(
         _ page: [(sequence: Int64, change: RecordZoneChange)], prepared: (any Sendable)?, in database: StoredDatabase
     ) throws(ContainerError) {
+        prefetched?.forgetAll()
         try session.run("SET LOCAL synchronous_commit = off")
         var rows: PostgresCopyPage
         if let prepared = prepared as? PostgresCopyPage, prepared.databaseID == database.id {

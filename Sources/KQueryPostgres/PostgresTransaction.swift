@@ -13,6 +13,9 @@ struct PostgresTransaction: StorageWriteTransaction {
     /// time). A write holds the container's lock, so no other transaction changes them meanwhile:
     /// a modify read its database's row twice, each a round trip the committer waited for.
     var memo: DatabaseMemo? = nil
+    /// The records the batch this write is part of read ahead (`PostgresBatch.prefetchRecords`),
+    /// which its record writes keep current.
+    var prefetched: RecordPrefetch? = nil
     /// Set while explaining a query (`explain`): its statements are planned, not run.
     var explanation: PostgresExplanation? = nil
     /// See `PostgresTransaction.densePoints`.
@@ -78,6 +81,11 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record? {
+        if let known = prefetched?.entry(id, in: database.id) {
+            guard case .body(let body) = known else { return nil }
+            var names = RecordCoding.FieldNames()
+            return try decode(body, id.recordName, names: &names)
+        }
         let rows = try session.prepared("""
             SELECT body FROM records WHERE database_id = $1::bigint AND zone_name = $2::text AND owner_name = $3::text AND record_name = $4::text
             """, [.int64(database.id), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName)])
@@ -246,6 +254,7 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func deleteZone(_ zoneID: ZoneID, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        prefetched?.forgetAll()
         let place = "database_id = $1 AND zone_name = $2 AND owner_name = $3"
         var bindings = PostgresBindings()
         bindings.append(database.id)
@@ -263,6 +272,7 @@ struct PostgresTransaction: StorageWriteTransaction {
 
     func saveRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
         let id = record.recordID
+        prefetched?.forget(id, in: database.id)
         let (fields, keys, members, locations) = PostgresRecordValues.rows(of: record)
         // One prepared statement: the tombstone, the old reference rows and the query values of
         // fields the record no longer has go; the record and its query values are written (a
@@ -311,6 +321,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         }
         var last: [RecordID: Int] = [:]
         for (index, entry) in records.enumerated() { last[entry.record.recordID] = index }
+        for id in last.keys { prefetched?.forget(id, in: database.id) }
         var valueRecords: [Int64] = [], valueFields: [Int64] = [], valueKeys: [String] = [], valueMembers: [String] = [], valueLocations: [String] = []
         var zones: [String] = [], owners: [String] = [], names: [String] = [], types: [String] = [], sequences: [Int64] = [], bodies: [ByteBuffer] = []
         var referenceZones: [String] = [], referenceOwners: [String] = [], targets: [String] = [], actions: [String] = [], sources: [String] = []
@@ -375,6 +386,7 @@ struct PostgresTransaction: StorageWriteTransaction {
 
     func deleteRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
         let id = record.recordID
+        prefetched?.forget(id, in: database.id)
         try session.send("""
             WITH r AS (DELETE FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
                        AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)),
@@ -462,6 +474,38 @@ struct PostgresTransaction: StorageWriteTransaction {
         try session.run("UPDATE databases SET horizon = \(horizon) WHERE id = \(database.id)")
         memo?.change(database.id) { $0.horizon = horizon }
         return horizon
+    }
+}
+
+/// The records a batch read ahead of its writes (`PostgresBatch.prefetchRecords`), by database
+/// number: each one's body as the batch's transaction held it, or nil when it had none. A write
+/// of the batch that changes a record forgets it (a write rolled back to its savepoint then leaves
+/// nothing stale behind), and its next read is a statement again.
+final class RecordPrefetch {
+    /// A record read ahead: its body, or none.
+    enum Entry {
+        case absent
+        case body(ByteBuffer)
+    }
+
+    private var entries: [Int64: [RecordID: Entry]] = [:]
+
+    /// The record as read ahead, nil when it was not (or was forgotten since).
+    func entry(_ id: RecordID, in database: Int64) -> Entry? {
+        guard let records = entries[database] else { return nil }
+        return records[id]
+    }
+
+    func store(_ entry: Entry, for id: RecordID, in database: Int64) {
+        entries[database, default: [:]][id] = entry
+    }
+
+    func forget(_ id: RecordID, in database: Int64) {
+        entries[database]?.removeValue(forKey: id)
+    }
+
+    func forgetAll() {
+        entries = [:]
     }
 }
 

@@ -248,7 +248,7 @@ public final class CloudKitServer: Sendable {
                 try DatabaseService.requireObject(json)
                 do throws(ContainerError) {
                     let request = try service.prepareModify(json)
-                    let result = try await self.commits.run(in: container) { () throws(ContainerError) in
+                    let result = try await self.commits.run(in: container, reading: (database.key, request.recordIDs)) { () throws(ContainerError) in
                         try service.commit(request, durably: false)
                     } durable: {
                         () throws(ContainerError) in try container.waitUntilDurable()

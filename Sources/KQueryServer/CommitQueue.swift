@@ -6,6 +6,7 @@ import Darwin
 
 import Foundation
 
+import KQuery
 import KQueryContainer
 
 /// The server's record modifies, committed one after another on one thread in the order they
@@ -29,6 +30,8 @@ final class CommitQueue: Sendable {
     /// already resumed), else how to wait for its durability and resume its request.
     struct Commit: Sendable {
         var container: Container
+        /// The records the commit reads, read ahead with its batch's (`Container.batchingWrites`).
+        var reads: (database: DatabaseKey, records: [RecordID])?
         var run: @Sendable () -> Settlement?
     }
 
@@ -80,8 +83,10 @@ final class CommitQueue: Sendable {
     private static func commit(_ batch: ArraySlice<Commit>, to container: Container, settlements: BlockingQueue<Settlement>) {
         var settled: [Settlement] = []
         settled.reserveCapacity(batch.count)
+        var reads: [DatabaseKey: [RecordID]] = [:]
+        for commit in batch { if let read = commit.reads { reads[read.database, default: []] += read.records } }
         do throws(ContainerError) {
-            try container.batchingWrites {
+            try container.batchingWrites(prefetching: reads) {
                 for commit in batch {
                     if let settlement = commit.run() { settled.append(settlement) }
                 }
@@ -99,13 +104,14 @@ final class CommitQueue: Sendable {
     }
 
     /// Runs `commit` (writes to `container`) on the committer, in arrival order, then returns its
-    /// value once `durable` (called on the syncer) has returned.
+    /// value once `durable` (called on the syncer) has returned. `reads`: the records it reads.
     func run<T: Sendable>(
-        in container: Container, _ commit: @escaping @Sendable () throws(ContainerError) -> T,
+        in container: Container, reading reads: (database: DatabaseKey, records: [RecordID])? = nil,
+        _ commit: @escaping @Sendable () throws(ContainerError) -> T,
         durable: @escaping @Sendable () throws(ContainerError) -> Void
     ) async throws(ContainerError) -> T {
         let outcome: Result<T, ContainerError> = await withCheckedContinuation { continuation in
-            let queued = commits.append(Commit(container: container) { () -> Settlement? in
+            let queued = commits.append(Commit(container: container, reads: reads) { () -> Settlement? in
                 let value: T
                 do throws(ContainerError) { value = try commit() } catch {
                     continuation.resume(returning: .failure(error))

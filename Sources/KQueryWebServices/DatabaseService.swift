@@ -165,6 +165,9 @@ package struct DatabaseService: Sendable {
         /// The device making the change (the modify's `apnsToken`), which its pushes skip.
         package var device: String?
         var desiredKeys: [String]?
+
+        /// The records the modify reads (each operation's).
+        package var recordIDs: [RecordID] { operations.map(\.record.recordID) }
     }
 
     /// Reads a `records/modify` body and fits its records to the schema (no container access but

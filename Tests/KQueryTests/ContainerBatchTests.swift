@@ -2,6 +2,7 @@ import Foundation
 import KQuery
 import PropertyBased
 import Testing
+import KQueryPostgres
 @testable import KQueryContainer
 
 /// Writes batched into one transaction (`Container.batchingWrites`, what the server's committer
@@ -62,63 +63,138 @@ import Testing
     /// does, with the same result for every modify, and holds the same after reopening its file.
     @Test func batchedWritesEqualWritesOneByOne() async {
         await propertyCheck(count: 8, input: Gen.uint64()) { seed in
-            var rng = SplitMix(seed: seed)
             let path = F.temporaryPath()
             defer { F.remove(path) }
-            do {
-                let reference = try F.container(.memory)
-                var batched = try F.container(path: path)
-                var databases: [ContainerDatabase] = []
-                for container in [reference, batched] {
-                    let database = try container.database(.private, user: "_u1")
-                    for zone in Self.zones where !zone.isDefaultZone { try database.createZone(zone) }
-                    try database.saveSubscription(Subscription(subscriptionID: "fives", kind: .query(
-                        recordType: "Item", condition: try ValidatedPredicate("v == 5").condition, zoneID: nil), options: [.firesOnRecordCreation, .firesOnRecordUpdate]))
-                    try database.saveSubscription(Subscription(subscriptionID: "zoneA", kind: .recordZone(zoneID: Self.zones[0], recordType: nil)))
-                    databases.append(database)
+            Self.checkBatches(seed: seed, prefetching: false, open: { () throws -> Container in try F.container(path: path) })
+        }
+    }
+
+    /// The same on PostgreSQL, each batch reading its modifies' records ahead (`prefetching`, as the
+    /// server's committer does), with records no write touches and the failing writes' among
+    /// them: what a batch read ahead stays current through the writes that change it, the ones
+    /// rolled back included.
+    @Test func batchedWritesEqualWritesOneByOneOnPostgres() async throws {
+        let location = try PostgresTestDatabase.shared()
+        await propertyCheck(count: 6, input: Gen.uint64()) { seed in
+            let identifier = "batch-\(seed)-\(UUID().uuidString)"
+            Self.checkBatches(seed: seed, prefetching: true, open: { () throws -> Container in
+                try Container(containerIdentifier: F.identifier, storage: try PostgresContainerStorage(location: location, containerIdentifier: identifier),
+                          clock: { 1_700_000_000_000 })
+            })
+        }
+    }
+
+    static func checkBatches(seed: UInt64, prefetching: Bool, open: () throws -> Container) {
+        var rng = SplitMix(seed: seed)
+        do {
+            let reference = try F.container(.memory)
+            var batched = try open()
+            var databases: [ContainerDatabase] = []
+            for container in [reference, batched] {
+                let database = try container.database(.private, user: "_u1")
+                for zone in Self.zones where !zone.isDefaultZone { try database.createZone(zone) }
+                try database.saveSubscription(Subscription(subscriptionID: "fives", kind: .query(
+                    recordType: "Item", condition: try ValidatedPredicate("v == 5").condition, zoneID: nil), options: [.firesOnRecordCreation, .firesOnRecordUpdate]))
+                try database.saveSubscription(Subscription(subscriptionID: "zoneA", kind: .recordZone(zoneID: Self.zones[0], recordType: nil)))
+                databases.append(database)
+            }
+            for group in 0..<12 {
+                var current: [ZoneID: [String: Record]] = [:]
+                for zone in Self.zones { current[zone] = try ContainerModifyPropertyTests.records(databases[0], zone) }
+                // A group: modifies (each from the state before the group: stale tags are part of the test) and failing writes.
+                var items: [(operations: [RecordOperation], atomic: Bool)?] = []
+                for _ in 0..<Int.random(in: 1...6, using: &rng) {
+                    items.append(Int.random(in: 0..<5, using: &rng) == 0 ? nil
+                        : (ContainerModifyPropertyTests.randomOperations(&rng, current, wide: false), Bool.random(using: &rng)))
                 }
-                for group in 0..<12 {
-                    var current: [ZoneID: [String: Record]] = [:]
-                    for zone in Self.zones { current[zone] = try ContainerModifyPropertyTests.records(databases[0], zone) }
-                    // A group: modifies (each from the state before the group: stale tags are part of the test) and failing writes.
-                    var items: [(operations: [RecordOperation], atomic: Bool)?] = []
-                    for _ in 0..<Int.random(in: 1...6, using: &rng) {
-                        items.append(Int.random(in: 0..<5, using: &rng) == 0 ? nil
-                            : (ContainerModifyPropertyTests.randomOperations(&rng, current, wide: false), Bool.random(using: &rng)))
-                    }
-                    var expected: [String] = []
-                    for case let item? in items {
-                        let result = try databases[0].modify(item.operations, atomic: item.atomic)
-                        expected.append("\(result.results) \(result.notifications.map(\.subscriptionID))")
-                    }
-                    var got: [String] = []
-                    var failures: [ContainerError?] = []
-                    try batched.batchingWrites {
-                        for item in items {
-                            guard let item else {
-                                failures.append(Self.failingWrite(batched, databases[1]))
-                                continue
-                            }
-                            do {
-                                let result = try databases[1].modify(item.operations, atomic: item.atomic, durably: false)
-                                got.append("\(result.results) \(result.notifications.map(\.subscriptionID))")
-                            } catch {
-                                got.append("threw \(error)")
-                            }
+                var expected: [String] = []
+                for case let item? in items {
+                    let result = try databases[0].modify(item.operations, atomic: item.atomic)
+                    expected.append("\(result.results) \(result.notifications.map(\.subscriptionID))")
+                }
+                var reads: [RecordID] = []
+                if prefetching {
+                    for case let item? in items { reads += item.operations.map(\.record.recordID) }
+                    reads.append(RecordID(recordName: "phantom", zoneID: F.zone))
+                    for zone in Self.zones { reads.append(RecordID(recordName: Self.names.randomElement(using: &rng) ?? "a", zoneID: zone)) }
+                    reads.shuffle(using: &rng)
+                }
+                var got: [String] = []
+                var failures: [ContainerError?] = []
+                try batched.batchingWrites(prefetching: reads.isEmpty ? [:] : [databases[1].key: reads]) {
+                    for item in items {
+                        guard let item else {
+                            failures.append(Self.failingWrite(batched, databases[1]))
+                            continue
+                        }
+                        do {
+                            let result = try databases[1].modify(item.operations, atomic: item.atomic, durably: false)
+                            got.append("\(result.results) \(result.notifications.map(\.subscriptionID))")
+                        } catch {
+                            got.append("threw \(error)")
                         }
                     }
-                    try batched.waitUntilDurable()
-                    #expect(failures.allSatisfy { $0?.reason == "injected failure" }, "seed \(seed) group \(group)")
-                    #expect(got == expected, "seed \(seed) group \(group)")
-                    #expect(try Self.observed(batched, databases[1]) == Self.observed(reference, databases[0]), "seed \(seed) group \(group)")
                 }
-                let expected = try Self.observed(reference, databases[0])
-                batched = try F.container(path: path)
-                #expect(try Self.observed(batched, try batched.database(.private, user: "_u1")) == expected, "seed \(seed): the file differs from the mirror")
-            } catch {
-                Issue.record("seed \(seed): \(error)")
+                try batched.waitUntilDurable()
+                #expect(failures.allSatisfy { $0?.reason == "injected failure" }, "seed \(seed) group \(group)")
+                #expect(got == expected, "seed \(seed) group \(group)")
+                #expect(try Self.observed(batched, databases[1]) == Self.observed(reference, databases[0]), "seed \(seed) group \(group)")
+            }
+            let expected = try Self.observed(reference, databases[0])
+            batched = try open()
+            #expect(try Self.observed(batched, try batched.database(.private, user: "_u1")) == expected, "seed \(seed): the reopened storage differs from the mirror")
+        } catch {
+            Issue.record("seed \(seed): \(error)")
+        }
+    }
+
+    /// On PostgreSQL a write's statements are sent without waiting, its savepoint's release too,
+    /// so a statement that fails (here PostgreSQL refuses a NUL in a record's name) is found by a
+    /// later write of the batch. That write must not roll back to the last savepoint, which would
+    /// undo a write the batch already counted done: the whole batch fails, and keeps nothing.
+    @Test func aSentStatementThatFailsFailsItsBatch() throws {
+        let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "sent-\(UUID().uuidString)")
+        let key = DatabaseKey(environment: .development, scope: .public, userRecordName: "")
+        var outcomes: [String] = []
+        let failed = containerError {
+            try storage.batch { writer throws(ContainerError) in
+                guard let writer else { throw ContainerError(.internalError, "PostgreSQL batches its writes") }
+                try writer.write { tx throws(ContainerError) in
+                    let database = try tx.existingOrNewDatabase(key)
+                    try tx.saveRecord(F.record("kept"), sequence: database.sequence + 1, in: database)
+                    try tx.setSequence(database.sequence + 1, of: database)
+                }
+                try writer.write { tx throws(ContainerError) in
+                    let database = try tx.existingOrNewDatabase(key)
+                    try tx.saveRecord(F.record("refused\u{0}"), sequence: database.sequence + 1, in: database)
+                }
+                outcomes.append("the refused save returned")
+                do {
+                    try writer.write { tx throws(ContainerError) in
+                        _ = try tx.record(RecordID(recordName: "kept"), in: try tx.existingOrNewDatabase(key))
+                    }
+                    outcomes.append("the next write succeeded")
+                } catch {
+                    outcomes.append("the next write failed")
+                }
+                do {
+                    try writer.write { tx throws(ContainerError) in
+                        let database = try tx.existingOrNewDatabase(key)
+                        try tx.saveRecord(F.record("later"), sequence: database.sequence + 1, in: database)
+                    }
+                    outcomes.append("a later write succeeded")
+                } catch {
+                    outcomes.append("a later write failed")
+                }
             }
         }
+        #expect(outcomes == ["the refused save returned", "the next write failed", "a later write failed"])
+        #expect(failed != nil, "the batch committed")
+        let kept = try storage.read { tx throws(ContainerError) -> [Record] in
+            guard let database = try tx.database(key) else { return [] }
+            return try tx.records(in: database)
+        }
+        #expect(kept.isEmpty, "the failed batch kept \(kept.map(\.recordID.recordName))")
     }
 
     /// A batch's writes are seen by the writes after them in the batch, and by readers only once
