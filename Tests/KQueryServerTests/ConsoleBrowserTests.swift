@@ -13,7 +13,7 @@ import Testing
         let directory = TemporaryFiles.path("kquery-console-browser")
         let (server, port) = try ServerProcessTests.startServer(directory: directory)
         defer { ServerProcessTests.stop(server) }
-        let script = Process()
+        let script = SpawnedProcess()
         script.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         script.arguments = [
             "python3", Self.packageRoot.appendingPathComponent("Tests/Console/browser.py").path, "http://127.0.0.1:\(port)",

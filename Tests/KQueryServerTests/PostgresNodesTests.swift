@@ -20,13 +20,13 @@ import Testing
     }
 
     /// A node: `kquery serve --postgres url --port 0 --quiet`, with the port it listens on.
-    static func startNode(_ url: String, _ arguments: [String] = []) throws -> (Process, Int) {
+    static func startNode(_ url: String, _ arguments: [String] = []) throws -> (SpawnedProcess, Int) {
         try ServerProcessTests.startServer(storage: ["--postgres", url], arguments)
     }
 
     /// `kquery token --postgres url --user name`.
     static func token(_ url: String, user: String) throws -> String {
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = kquery
         process.environment = Process.kqueryEnvironment
         process.arguments = ["token", "--postgres", url, "--user", user]
@@ -46,7 +46,7 @@ import Testing
         return ports.map { port in ServerClient(webAuthToken: { issued[$0] ?? "" }, host: "127.0.0.1", port: port) }
     }
 
-    static func kill9(_ process: Process) {
+    static func kill9(_ process: SpawnedProcess) {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
     }
@@ -54,7 +54,7 @@ import Testing
     /// Two nodes on a database of their own in the throwaway cluster, each started with
     /// `arguments`, and a client of each for the user `_k`.
     struct Nodes {
-        let nodeA: Process, nodeB: Process
+        let nodeA: SpawnedProcess, nodeB: SpawnedProcess
         let a: ServerClient, b: ServerClient
         func stop() { PostgresNodesTests.kill9(nodeA); PostgresNodesTests.kill9(nodeB) }
     }
@@ -63,7 +63,7 @@ import Testing
         try #require(FileManager.default.isExecutableFile(atPath: kquery.path), "build kquery first")
         let url = try PostgresCluster.start().createDatabase()
         let (nodeA, portA) = try startNode(url, arguments)
-        let nodeB: Process, portB: Int
+        let nodeB: SpawnedProcess, portB: Int
         do { (nodeB, portB) = try startNode(url, arguments) } catch { kill9(nodeA); throw error }
         do {
             let clients = try await Self.clients(url, users: ["_k"], ports: [portA, portB])

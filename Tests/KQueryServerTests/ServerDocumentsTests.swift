@@ -12,7 +12,7 @@ import Testing
 
     /// A running server and what a device needs to reach it.
     struct Server {
-        let process: Process
+        let process: SpawnedProcess
         let port: Int
         let token: String
 
@@ -44,7 +44,7 @@ import Testing
     }
 
     private static func driveNow(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = ServerKeyValueStoreProcessTests.kquery
         process.environment = Process.kqueryEnvironment
         process.arguments = ["drive"] + arguments
@@ -149,7 +149,7 @@ import Testing
         var generator = SystemRandomNumberGenerator()
         for (folder, name) in [(a, "mac"), (b, "phone")] {
             for _ in 0..<6 {
-                let process = Process()
+                let process = SpawnedProcess()
                 process.executableURL = ServerKeyValueStoreProcessTests.kquery
                 process.environment = Process.kqueryEnvironment
                 process.arguments = ["drive", "sync", folder, "--device-name", name, "--download", "all"] + server.flags
@@ -275,7 +275,7 @@ import Testing
         try putFile(a, "Documents/one.txt", "one", modified: 1_000)
         #expect(try await Self.drive(["sync", a, "--device-name", "mac"] + server.flags).status == 0)
 
-        let watcher = Process()
+        let watcher = SpawnedProcess()
         watcher.executableURL = ServerKeyValueStoreProcessTests.kquery
         watcher.environment = Process.kqueryEnvironment
         watcher.arguments = ["drive", "sync", b, "--watch", "--download", "all", "--device-name", "phone"] + server.flags
@@ -286,7 +286,7 @@ import Testing
             kill(watcher.processIdentifier, SIGKILL)
             watcher.waitUntilExit()
         }
-        let query = Process()
+        let query = SpawnedProcess()
         query.executableURL = ServerKeyValueStoreProcessTests.kquery
         query.environment = Process.kqueryEnvironment
         query.arguments = ["drive", "query", TemporaryFiles.path("drive-watch-c"), "--watch", "8", "--device-name", "ipad", "--sort", "kMDItemFSName"]

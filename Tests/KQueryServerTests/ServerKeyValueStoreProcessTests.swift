@@ -12,7 +12,7 @@ import Testing
     static var kquery: URL { ServerProcessTests.kquery }
 
     static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = kquery
         process.environment = Process.kqueryEnvironment
         process.arguments = arguments
@@ -55,7 +55,7 @@ import Testing
         for index in acknowledged { #expect(seen["key\(index)"] == .int(Int64(index)), "key\(index) reached the other device") }
     }
 
-    static func startServer(_ directory: String) throws -> (Process, Int) {
+    static func startServer(_ directory: String) throws -> (SpawnedProcess, Int) {
         try ServerProcessTests.startServer(directory: directory)
     }
 

@@ -34,14 +34,14 @@ import Testing
 
     /// Starts `kquery serve --data directory --port 0 --quiet` with `arguments` on 127.0.0.1 (the
     /// default host), and returns it with the port it listens on.
-    static func startServer(directory: String, _ arguments: [String] = []) throws -> (Process, Int) {
+    static func startServer(directory: String, _ arguments: [String] = []) throws -> (SpawnedProcess, Int) {
         try startServer(storage: ["--data", directory], arguments)
     }
 
     /// Starts `kquery serve` on `storage` (`--data DIR`, `--postgres URL`) with `--port 0 --quiet`
     /// and `arguments`, and returns it with the port it listens on.
-    static func startServer(storage: [String], _ arguments: [String] = []) throws -> (Process, Int) {
-        let process = Process()
+    static func startServer(storage: [String], _ arguments: [String] = []) throws -> (SpawnedProcess, Int) {
+        let process = SpawnedProcess()
         process.executableURL = kquery
         process.environment = Process.kqueryEnvironment
         process.arguments = ["serve"] + storage + ["--port", "0", "--quiet"] + arguments
@@ -82,7 +82,7 @@ import Testing
     }
 
     /// Stops a server started by `startServer` (SIGTERM, then waits).
-    static func stop(_ process: Process) {
+    static func stop(_ process: SpawnedProcess) {
         guard process.isRunning else { return }
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
@@ -94,7 +94,7 @@ import Testing
     @Test func aServerEndsWhenItsParentDoes() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("kquery-orphan-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let shell = Process()
+        let shell = SpawnedProcess()
         shell.executableURL = URL(fileURLWithPath: "/bin/sh")
         shell.arguments = ["-c", #""$0" serve --data "$1" --port 0 --quiet >/dev/null 2>&1 & echo $!; sleep 2"#, Self.kquery.path, directory]
         shell.environment = Process.kqueryEnvironment
@@ -119,7 +119,7 @@ import Testing
     @Test func sigtermEndsAWaitingPollAndExitsZero() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
         let directory = TemporaryFiles.path("kquery-serve")
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = Self.kquery
         process.environment = Process.kqueryEnvironment
         process.arguments = ["serve", "--data", directory, "--port", "0", "--courier-timeout", "60"]
@@ -161,7 +161,7 @@ import Testing
     @Test func killDuringModifiesLosesNothingAcknowledged() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.kquery.path), "build kquery first")
         let directory = TemporaryFiles.path("kquery-serve")
-        func start() throws -> (Process, Int) { try Self.startServer(directory: directory, ["--courier-timeout", "1"]) }
+        func start() throws -> (SpawnedProcess, Int) { try Self.startServer(directory: directory, ["--courier-timeout", "1"]) }
         let secret = try ServerSecret(directory: { try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true); return directory }())
         var (process, port) = try start()
         // Whatever happens below, no server outlives the test.
@@ -205,8 +205,8 @@ import Testing
         let records = TemporaryFiles.register(directory + "-records.ndjson")
         try #"{"recordName": "r1", "recordType": "Shop", "fields": {"name": "Chez Nous"}}"#.write(toFile: records, atomically: true, encoding: .utf8)
 
-        func start(_ arguments: [String]) throws -> (Process, Int) { try Self.startServer(directory: directory, arguments) }
-        func stop(_ process: Process) { Self.stop(process) }
+        func start(_ arguments: [String]) throws -> (SpawnedProcess, Int) { try Self.startServer(directory: directory, arguments) }
+        func stop(_ process: SpawnedProcess) { Self.stop(process) }
 
         var (process, port) = try start(["--records", records, "--container", "iCloud.shops"])
         defer { Self.stop(process) }

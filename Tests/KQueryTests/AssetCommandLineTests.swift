@@ -31,7 +31,7 @@ struct AssetCommandLineTests {
 
     /// Runs the binary with standard output kept as bytes (`asset get --out -` writes binary).
     static func runForBytes(_ arguments: [String]) throws -> (status: Int32, output: [UInt8], error: String) {
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = KQueryBinary.url
         process.arguments = arguments
         let output = Pipe(), error = Pipe()

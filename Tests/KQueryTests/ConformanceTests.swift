@@ -1,4 +1,5 @@
 import Foundation
+import KQueryTestSupport
 import Testing
 @testable import KQuery
 
@@ -134,7 +135,7 @@ enum KQueryBinary {
     }
 
     static func run(_ arguments: [String], input: String? = nil, environment: [String: String] = [:]) throws -> Run {
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = url
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment

@@ -155,7 +155,7 @@ struct ContainerCommandLineTests {
         let subscription = try Self.file(#"{"subscriptionID":"all","subscriptionType":"query","query":{"recordType":"Item"},"predicate":"n >= 0","notificationInfo":{"alertBody":"new"}}"#)
         #expect(try KQueryBinary.run(["subscriptions"] + user + ["--save", subscription]).status == 0)
 
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = KQueryBinary.url
         process.arguments = ["modify"] + user + ["--zone", "Z", "--stream", "-"]
         let input = Pipe()

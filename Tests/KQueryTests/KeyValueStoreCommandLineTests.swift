@@ -64,7 +64,7 @@ struct KeyValueStoreCommandLineTests {
         let writer = Self.flags(db, device: TemporaryFiles.path("kvs-writer"))
         #expect(try KQueryBinary.run(["kvs", "sync"] + watcher).status == 0)
         #expect(try KQueryBinary.run(["kvs", "sync"] + writer).status == 0)
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = KQueryBinary.url
         process.arguments = ["kvs", "watch", "--for", "8"] + watcher
         let output = Pipe()

@@ -1,5 +1,6 @@
 import Foundation
 import KQuery
+import KQueryTestSupport
 import Testing
 
 /// The interactive shell (`kquery` with no subcommand, `kquery -f FILE`), driven through the binary:
@@ -573,7 +574,7 @@ struct ShellTests {
     // MARK: - Through a pseudo-terminal
 
     static let hasPexpect: Bool = {
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "-c", "import pexpect"]
         process.standardOutput = FileHandle.nullDevice
@@ -594,7 +595,7 @@ struct ShellTests {
         try Self.driverScript.write(to: driver, atomically: true, encoding: .utf8)
         let transcript = directory.appendingPathComponent("screen.txt")
 
-        let process = Process()
+        let process = SpawnedProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", driver.path, KQueryBinary.url.path, Self.records, directory.path, transcript.path]
         process.standardInput = FileHandle.nullDevice

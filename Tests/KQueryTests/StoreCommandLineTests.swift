@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import KQueryTestSupport
 import Testing
 @testable import KQuery
 @testable import KQueryStore
@@ -184,8 +185,8 @@ struct StoreCommandLineTests {
     }
 
     /// `kquery` with `arguments`, running in the background, its output dropped.
-    static func start(_ arguments: [String]) throws -> Process {
-        let process = Process()
+    static func start(_ arguments: [String]) throws -> SpawnedProcess {
+        let process = SpawnedProcess()
         process.executableURL = KQueryBinary.url
         process.arguments = arguments
         process.standardOutput = FileHandle.nullDevice
