@@ -64,6 +64,11 @@ public final class Container: Sendable {
         struct DatabaseState {
             var subscriptions: SubscriptionSet
             var pushTemplates = QueryPushTemplates()
+            /// The stored set's `subscriptionsVersion` when it was read.
+            var version: Int64 = 0
+            /// On a shared storage, whether the set must be checked against the stored version
+            /// before it is used (set at the start of each write or batch: `markStale`).
+            var isStale = false
         }
 
         /// The database's subscriptions, if they are in memory.
@@ -80,20 +85,21 @@ public final class Container: Sendable {
         /// leave the set as it was when it throws (SubscriptionSet's own methods check before they
         /// change anything).
         mutating func changeSubscriptionSet<T>(
-            _ key: DatabaseKey, load: () throws(ContainerError) -> SubscriptionSet, _ change: (inout SubscriptionSet) throws(ContainerError) -> T
+            _ key: DatabaseKey, load: () throws(ContainerError) -> (SubscriptionSet, version: Int64), _ change: (inout SubscriptionSet) throws(ContainerError) -> T
         ) throws(ContainerError) -> T {
             try changeDatabase(key, load: load) { database throws(ContainerError) in try change(&database.subscriptions) }
         }
 
         /// `changeSubscriptionSet` for the database's subscriptions and push templates together.
         mutating func changeDatabase<T>(
-            _ key: DatabaseKey, load: () throws(ContainerError) -> SubscriptionSet, _ change: (inout DatabaseState) throws(ContainerError) -> T
+            _ key: DatabaseKey, load: () throws(ContainerError) -> (SubscriptionSet, version: Int64), _ change: (inout DatabaseState) throws(ContainerError) -> T
         ) throws(ContainerError) -> T {
             // Changed where it lies, found by one lookup: its storage stays uniquely referenced,
             // so it changes in place.
             var index = databases.index(forKey: key)
             if index == nil {
-                loaded(try load(), for: key)
+                let (set, version) = try load()
+                loaded(set, version: version, for: key)
                 index = databases.index(forKey: key)
             }
             guard let index else { throw ContainerError(.internalError, "the subscriptions of the \(key.scope.name) database were not kept") }
@@ -104,9 +110,25 @@ public final class Container: Sendable {
 
         /// Keeps a set read from storage during the write (forgotten, as a changed one, if the
         /// write does not commit: it may hold the write's own changes).
-        mutating func loaded(_ set: SubscriptionSet, for key: DatabaseKey) {
-            databases[key] = DatabaseState(subscriptions: set)
+        mutating func loaded(_ set: SubscriptionSet, version: Int64, for key: DatabaseKey) {
+            databases[key] = DatabaseState(subscriptions: set, version: version)
             markChanged(key)
+        }
+
+        /// Whether the database's set in memory must be checked against storage before use.
+        func isStale(_ key: DatabaseKey) -> Bool { databases[key]?.isStale ?? false }
+
+        /// The database's set is current (`stillCurrent`) or not (forgotten, read again when needed).
+        mutating func checked(_ key: DatabaseKey, stillCurrent: Bool) {
+            if stillCurrent { databases[key]?.isStale = false } else { databases[key] = nil }
+        }
+
+        /// On a shared storage, at the start of a write or batch: other nodes may have changed any
+        /// set since, so each is checked against its stored version when first used (a read of the
+        /// database's row, which the write makes anyway) rather than read again whole.
+        mutating func markStale() {
+            for key in databases.keys { databases[key]?.isStale = true }
+            changed.removeAll()
         }
 
         private mutating func markChanged(_ key: DatabaseKey) {
@@ -301,7 +323,7 @@ public final class Container: Sendable {
         // Other nodes may have changed subscriptions since: read them again, inside this write's
         // transaction (which holds the container's write lock, so what it reads stays current).
         // A batch's writes share one transaction, which forgot them once, at its start.
-        if storage.isShared && batch == nil { state.forgetAll() }
+        if storage.isShared && batch == nil { state.markStale() }
         do throws(ContainerError) {
             if let batch {
                 result = try batch.write { tx throws(ContainerError) -> T in try body(&state, tx) }
@@ -337,11 +359,11 @@ public final class Container: Sendable {
                 let result: T
                 do throws(ContainerError) {
                     result = try storage.batch { writer throws(ContainerError) -> T in
-                        // Other nodes may have changed subscriptions since the last batch: read
-                        // them again in this one's transaction, which holds the write lock till
-                        // the end (a subscription set read by the set's first write then serves
-                        // the rest: each write read it anew, most of a modify's statements).
-                        if storage.isShared && writer != nil { pointer.pointee.forgetAll() }
+                        // Other nodes may have changed subscriptions since the last batch: check
+                        // them in this one's transaction, which holds the write lock till the end
+                        // (a subscription set checked by the set's first write then serves the
+                        // rest: each write read it anew, most of a modify's statements).
+                        if storage.isShared && writer != nil { pointer.pointee.markStale() }
                         if let writer { for (key, ids) in prefetching { try writer.prefetchRecords(ids, in: key) } }
                         let batch = WriteBatch(container: ObjectIdentifier(self), state: pointer, writer: writer)
                         let result = Self.$currentBatch.withValue(batch) { body() }
@@ -391,17 +413,28 @@ public final class Container: Sendable {
 
     /// The database's subscriptions: those in memory, else those stored.
     func subscriptionSet(_ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction) throws(ContainerError) -> SubscriptionSet {
+        try check(key, &state, tx)
         if let set = state.subscriptionSet(key) { return set }
-        let set = try storedSubscriptionSet(key, tx)
-        state.loaded(set, for: key)
+        let (set, version) = try storedSubscriptionSet(key, tx)
+        state.loaded(set, version: version, for: key)
         return set
+    }
+
+    /// On a shared storage, keeps the database's set in memory only if no node changed the stored
+    /// one since it was read: re-reading every subscription at each batch cost a round trip, and
+    /// with many subscriptions more than the batch itself.
+    private func check(_ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction) throws(ContainerError) {
+        guard state.isStale(key) else { return }
+        let stored = try tx.database(key)?.subscriptionsVersion
+        state.checked(key, stillCurrent: stored == state.databases[key]?.version)
     }
 
     /// Changes the database's subscriptions in place (see `WriterState.changeSubscriptionSet`).
     func changeSubscriptionSet<T>(
         _ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction, _ change: (inout SubscriptionSet) throws(ContainerError) -> T
     ) throws(ContainerError) -> T {
-        try state.changeSubscriptionSet(key, load: { () throws(ContainerError) in try storedSubscriptionSet(key, tx) }, change)
+        try check(key, &state, tx)
+        return try state.changeSubscriptionSet(key, load: { () throws(ContainerError) in try storedSubscriptionSet(key, tx) }, change)
     }
 
     /// Changes the database's subscriptions and push templates in place (see
@@ -409,13 +442,15 @@ public final class Container: Sendable {
     func changeDatabase<T>(
         _ key: DatabaseKey, _ state: inout WriterState, _ tx: any StorageTransaction, _ change: (inout WriterState.DatabaseState) throws(ContainerError) -> T
     ) throws(ContainerError) -> T {
-        try state.changeDatabase(key, load: { () throws(ContainerError) in try storedSubscriptionSet(key, tx) }, change)
+        try check(key, &state, tx)
+        return try state.changeDatabase(key, load: { () throws(ContainerError) in try storedSubscriptionSet(key, tx) }, change)
     }
 
-    /// The database's subscriptions as stored.
-    private func storedSubscriptionSet(_ key: DatabaseKey, _ tx: any StorageTransaction) throws(ContainerError) -> SubscriptionSet {
+    /// The database's subscriptions as stored, and their version.
+    private func storedSubscriptionSet(_ key: DatabaseKey, _ tx: any StorageTransaction) throws(ContainerError) -> (SubscriptionSet, version: Int64) {
         var set = SubscriptionSet(database: key.scope)
-        if let database = try tx.database(key) {
+        let database = try tx.database(key)
+        if let database {
             for subscription in try tx.subscriptions(in: database) {
                 do throws(SubscriptionError) {
                     try set.save(subscription)
@@ -424,7 +459,7 @@ public final class Container: Sendable {
                 }
             }
         }
-        return set
+        return (set, database?.subscriptionsVersion ?? 0)
     }
 
     // MARK: Query stores

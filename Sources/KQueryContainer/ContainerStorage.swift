@@ -121,11 +121,15 @@ package struct StoredDatabase: Hashable, Sendable {
     package var sequence: Int64
     /// Tokens below this sequence are expired: the tombstones they would need were compacted away.
     package var horizon: Int64
+    /// On a shared storage, a count of the changes to the database's subscriptions, which tells a
+    /// node whether the set it read is still current (0 where storages keep none).
+    package var subscriptionsVersion: Int64
 
-    package init(id: Int64, sequence: Int64, horizon: Int64) {
+    package init(id: Int64, sequence: Int64, horizon: Int64, subscriptionsVersion: Int64 = 0) {
         self.id = id
         self.sequence = sequence
         self.horizon = horizon
+        self.subscriptionsVersion = subscriptionsVersion
     }
 }
 

@@ -19,7 +19,7 @@ import PostgresNIO
 /// directory_users(name PK, entry)                the user directory, one JSON object a user (v8, server-wide)
 /// learned_schemas(container_id PK, version, schema)   a container's learned schema, in the Schema Language (v8)
 /// containers(id PK, identifier UNIQUE, secret_high, secret_low, outbox_sequence)
-/// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon)
+/// databases(id PK, container_id, environment, scope, user_record_name, sequence, horizon, subscriptions_version)   (v10)
 /// zones(database_id, zone_name, owner_name PK, created_sequence, changed_sequence)
 /// zone_tombstones(database_id, zone_name, owner_name PK, deleted_sequence)
 /// records(database_id, zone_name, owner_name, record_name PK, record_type, change_sequence, body, id)   id: record_ids (v6); by type and record ID (v9)
@@ -215,6 +215,11 @@ enum PostgresSchema {
         [
             // Version 9: the records of a type in record ID order, for queries without a sort.
             recordsByType.create,
+        ],
+        [
+            // Version 10: a count of each database's subscription changes, so a node keeps the
+            // set it read while nobody changes it instead of reading it again at every write.
+            "ALTER TABLE databases ADD COLUMN IF NOT EXISTS subscriptions_version bigint NOT NULL DEFAULT 0",
         ],
     ]
 

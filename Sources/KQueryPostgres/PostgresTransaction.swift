@@ -50,13 +50,14 @@ struct PostgresTransaction: StorageWriteTransaction {
 
     private func storedDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
         let rows = try session.prepared("""
-            SELECT id, sequence, horizon FROM databases WHERE container_id = $1::bigint AND environment = $2::bigint
+            SELECT id, sequence, horizon, subscriptions_version FROM databases WHERE container_id = $1::bigint AND environment = $2::bigint
             AND scope = $3::bigint AND user_record_name = $4::text
             """, [.int64(containerID), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)), .text(key.userRecordName)])
         guard let row = rows.first else { return nil }
-        guard row.count == 3 else { throw ContainerError(.internalError, "\(name): the databases row has \(row.count) columns") }
+        guard row.count == 4 else { throw ContainerError(.internalError, "\(name): the databases row has \(row.count) columns") }
         return StoredDatabase(
-            id: try session.decode(row[0], Int64.self), sequence: try session.decode(row[1], Int64.self), horizon: try session.decode(row[2], Int64.self))
+            id: try session.decode(row[0], Int64.self), sequence: try session.decode(row[1], Int64.self), horizon: try session.decode(row[2], Int64.self),
+            subscriptionsVersion: try session.decode(row[3], Int64.self))
     }
 
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
@@ -167,10 +168,11 @@ struct PostgresTransaction: StorageWriteTransaction {
 
     func allDatabases() throws(ContainerError) -> [(key: DatabaseKey, stored: StoredDatabase)] {
         try session.rows("""
-            SELECT id, environment, scope, user_record_name, sequence, horizon FROM databases WHERE container_id = \(containerID) ORDER BY id
+            SELECT id, environment, scope, user_record_name, sequence, horizon, subscriptions_version FROM databases
+            WHERE container_id = \(containerID) ORDER BY id
             """).map { row throws(ContainerError) in
-            let (id, environment, scope, user, sequence, horizon) = try session.decode(row, (Int64, Int64, Int64, String, Int64, Int64).self)
-            return (try key(environment, scope, user), StoredDatabase(id: id, sequence: sequence, horizon: horizon))
+            let (id, environment, scope, user, sequence, horizon, version) = try session.decode(row, (Int64, Int64, Int64, String, Int64, Int64, Int64).self)
+            return (try key(environment, scope, user), StoredDatabase(id: id, sequence: sequence, horizon: horizon, subscriptionsVersion: version))
         }
     }
 
@@ -410,10 +412,19 @@ struct PostgresTransaction: StorageWriteTransaction {
             INSERT INTO subscriptions (database_id, subscription_id, owner, body)
             VALUES (\(database.id), \(subscription.subscriptionID), \(subscription.owner), \(body))
             """)
+        try subscriptionsChanged(database)
     }
 
     func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError) {
         try session.run("DELETE FROM subscriptions WHERE database_id = \(database.id) AND subscription_id = \(subscriptionID)")
+        try subscriptionsChanged(database)
+    }
+
+    /// Counts a change to the database's subscriptions, so every node reads the set again
+    /// (`StoredDatabase.subscriptionsVersion`).
+    private func subscriptionsChanged(_ database: StoredDatabase) throws(ContainerError) {
+        try session.send("UPDATE databases SET subscriptions_version = subscriptions_version + 1 WHERE id = $1::bigint", [.int64(database.id)])
+        memo?.change(database.id) { $0.subscriptionsVersion += 1 }
     }
 
     func enqueue(_ notifications: consuming [OutboxNotification]) throws(ContainerError) -> [OutboxNotification] {

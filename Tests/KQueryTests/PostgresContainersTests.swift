@@ -60,6 +60,49 @@ import Testing
         }
     }
 
+    /// A node keeps the subscriptions it read while nobody changes them (`subscriptionsVersion`),
+    /// and reads them again once another node has: a subscription saved on one node fires for the
+    /// other's next modify, and once deleted fires no more, whether the modify commits alone or in a
+    /// batch (as the server's committer makes them), the other node's set read before each change.
+    @Test(arguments: [false, true]) func aNodeSeesSubscriptionChangesMadeOnAnother(batched: Bool) throws {
+        let location = try Self.location()
+        let nodes = [try PostgresContainers(location: location, connections: 2), try PostgresContainers(location: location, connections: 2)]
+        defer { for node in nodes { node.close() } }
+        let containers = try nodes.map { try $0.openContainer("iCloud.subscriptions") }
+        let databases = try containers.map { try $0.database(.public) }
+        var created = 0
+        func create(_ price: Int64) throws -> [String] {
+            created += 1
+            let operations = [RecordOperation(kind: .create, record: Record(recordType: "Item", recordName: "i\(created)", fields: ["price": .int64(price)]))]
+            guard batched else { return try databases[1].modify(operations).notifications.map(\.subscriptionID) }
+            var fired: [String] = []
+            var failure: (any Error)?
+            try containers[1].batchingWrites(prefetching: [databases[1].key: operations.map(\.record.recordID)]) {
+                do { fired = try databases[1].modify(operations, durably: false).notifications.map(\.subscriptionID) } catch { failure = error }
+            }
+            if let failure { throw failure }
+            return fired
+        }
+        func subscription(_ id: String, _ predicate: String) throws -> Subscription {
+            Subscription(subscriptionID: id, kind: .query(recordType: "Item", condition: try ValidatedPredicate(predicate).condition, zoneID: nil),
+                         options: [.firesOnRecordCreation])
+        }
+        // The second node reads the (empty) set, then the first saves, changes and deletes.
+        #expect(try create(5) == [])
+        _ = try databases[0].saveSubscription(try subscription("fives", "price == 5"))
+        #expect(try create(5) == ["fives"])
+        #expect(try create(6) == [])
+        _ = try databases[0].saveSubscription(try subscription("fives", "price == 6"))
+        #expect(try create(5) == [])
+        #expect(try create(6) == ["fives"])
+        try databases[0].deleteSubscription("fives")
+        #expect(try create(6) == [])
+        // And a change the second node makes itself is seen by the first.
+        _ = try databases[1].saveSubscription(try subscription("sevens", "price == 7"))
+        let fired = try databases[0].modify([RecordOperation(kind: .create, record: Record(recordType: "Item", recordName: "j", fields: ["price": .int64(7)]))])
+        #expect(fired.notifications.map(\.subscriptionID) == ["sevens"])
+    }
+
     @Test func oneNodeAtATimeHoldsTheAPNsDuty() throws {
         let location = try Self.location()
         let first = try PostgresContainers(location: location, connections: 1)

@@ -259,9 +259,10 @@ import Testing
         var downgrade = "DROP TABLE record_values; DROP INDEX records_by_id; ALTER TABLE records DROP COLUMN id; DROP SEQUENCE record_ids;"
         if version == 6 { downgrade = "DROP INDEX record_values_locations; ALTER TABLE record_values DROP COLUMN location;" }
         if version >= 7 { downgrade = "" }
-        // (`directory_users` and `learned_schemas` came with version 8, `records_by_type` with 9.)
+        // (`directory_users` and `learned_schemas` came with version 8, `records_by_type` with 9,
+        // `databases.subscriptions_version` with 10.)
         if version < 8 { downgrade = "DROP TABLE learned_schemas; DROP TABLE directory_users; " + downgrade }
-        downgrade = "DROP INDEX records_by_type; " + downgrade
+        downgrade = "DROP INDEX records_by_type; ALTER TABLE databases DROP COLUMN subscriptions_version; " + downgrade
         if version == 5 {
             downgrade += """
                 CREATE TABLE record_values (
