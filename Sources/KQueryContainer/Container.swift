@@ -320,9 +320,9 @@ public final class Container: Sendable {
         _ body: (inout WriterState, any StorageWriteTransaction) throws(ContainerError) -> T
     ) throws(ContainerError) -> T {
         let result: T
-        // Other nodes may have changed subscriptions since: read them again, inside this write's
+        // Other nodes may have changed subscriptions since: check them inside this write's
         // transaction (which holds the container's write lock, so what it reads stays current).
-        // A batch's writes share one transaction, which forgot them once, at its start.
+        // A batch's writes share one transaction, which marked them once, at its start.
         if storage.isShared && batch == nil { state.markStale() }
         do throws(ContainerError) {
             if let batch {

@@ -82,17 +82,19 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record? {
-        if let known = prefetched?.entry(id, in: database.id) {
-            guard case .body(let body) = known else { return nil }
-            var names = RecordCoding.FieldNames()
-            return try decode(body, id.recordName, names: &names)
+        let body: ByteBuffer
+        switch prefetched?.entry(id, in: database.id) {
+        case .absent?: return nil
+        case .body(let known)?: body = known
+        case nil:
+            let rows = try session.prepared("""
+                SELECT body FROM records WHERE database_id = $1::bigint AND zone_name = $2::text AND owner_name = $3::text AND record_name = $4::text
+                """, [.int64(database.id), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName)])
+            guard let cell = rows.first?.first else { return nil }
+            body = try session.decode(cell, ByteBuffer.self)
         }
-        let rows = try session.prepared("""
-            SELECT body FROM records WHERE database_id = $1::bigint AND zone_name = $2::text AND owner_name = $3::text AND record_name = $4::text
-            """, [.int64(database.id), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName)])
-        guard let body = rows.first?.first else { return nil }
         var names = RecordCoding.FieldNames()
-        return try decode(try session.decode(body, ByteBuffer.self), id.recordName, names: &names)
+        return try decode(body, id.recordName, names: &names)
     }
 
     func records(in database: StoredDatabase) throws(ContainerError) -> [Record] {
@@ -489,7 +491,7 @@ struct PostgresTransaction: StorageWriteTransaction {
 }
 
 /// The records a batch read ahead of its writes (`PostgresBatch.prefetchRecords`), by database
-/// number: each one's body as the batch's transaction held it, or nil when it had none. A write
+/// number: each one's body as the batch's transaction held it, or `absent` when it had none. A write
 /// of the batch that changes a record forgets it (a write rolled back to its savepoint then leaves
 /// nothing stale behind), and its next read is a statement again.
 final class RecordPrefetch {
@@ -503,8 +505,7 @@ final class RecordPrefetch {
 
     /// The record as read ahead, nil when it was not (or was forgotten since).
     func entry(_ id: RecordID, in database: Int64) -> Entry? {
-        guard let records = entries[database] else { return nil }
-        return records[id]
+        entries[database]?[id]
     }
 
     func store(_ entry: Entry, for id: RecordID, in database: Int64) {
