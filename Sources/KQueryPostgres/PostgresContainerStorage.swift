@@ -83,7 +83,10 @@ package final class PostgresContainerStorage: ContainerStorage {
         try pool.withConnection { session throws(ContainerError) -> T in
             try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
                 try lock(session)
-                return try body(PostgresTransaction(session: session, containerID: containerID, memo: DatabaseMemo(), densePoints: densePoints))
+                let memo = DatabaseMemo()
+                let result = try body(PostgresTransaction(session: session, containerID: containerID, memo: memo, densePoints: densePoints))
+                try memo.deferred.flush(session, containerID: containerID)
+                return result
             }
         }
     }
@@ -198,6 +201,7 @@ package final class PostgresContainerStorage: ContainerStorage {
                 let batch = PostgresBatch(session: session, containerID: containerID)
                 let result = try body(batch)
                 if let failure = batch.failure { throw failure }
+                try batch.deferred.flush(session, containerID: containerID)
                 return result
             }
         }
@@ -231,6 +235,8 @@ private final class PostgresBatch: StorageBatchWriter {
     var failure: ContainerError?
     /// The databases' rows as the released writes left them (`PostgresTransaction.memo`).
     private var databases: [DatabaseKey: StoredDatabase] = [:]
+    /// The counters the released writes moved, written before the batch commits.
+    private(set) var deferred = DeferredWrites()
     /// The records read ahead of the writes (`prefetchRecords`).
     private let prefetched = RecordPrefetch()
     /// The most records one batch reads ahead.
@@ -250,13 +256,14 @@ private final class PostgresBatch: StorageBatchWriter {
         do throws(ContainerError) {
             // The rows as the batch's earlier writes left them; this write's changes count once
             // it is released (a rolled-back one's are dropped with it).
-            let memo = DatabaseMemo(databases)
+            let memo = DatabaseMemo(databases, deferred: deferred)
             let result = try body(PostgresTransaction(session: session, containerID: containerID, memo: memo, prefetched: prefetched))
             // Sent, not waited for: a modify's release was one of its two round trips on the
             // committer, which waited for them one modify after another. Should it or a statement
             // before it fail, the next write (or the COMMIT) finds out, and fails the batch.
             try session.send("RELEASE kquery_write")
             databases = memo.databases
+            deferred = memo.deferred
             return result
         } catch {
             if let failed = session.takeSentFailure(), failed < mark {
@@ -283,7 +290,7 @@ private final class PostgresBatch: StorageBatchWriter {
         if let failure { throw failure }
         let ids = ids.prefix(Self.prefetchLimit)
         guard !ids.isEmpty else { return }
-        let memo = DatabaseMemo(databases)
+        let memo = DatabaseMemo(databases, deferred: deferred)
         let transaction = PostgresTransaction(session: session, containerID: containerID, memo: memo)
         guard let database = try transaction.database(key) else { return }
         databases = memo.databases

@@ -55,8 +55,9 @@ struct PostgresTransaction: StorageWriteTransaction {
             """, [.int64(containerID), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)), .text(key.userRecordName)])
         guard let row = rows.first else { return nil }
         guard row.count == 4 else { throw ContainerError(.internalError, "\(name): the databases row has \(row.count) columns") }
+        let id = try session.decode(row[0], Int64.self), sequence = try session.decode(row[1], Int64.self)
         return StoredDatabase(
-            id: try session.decode(row[0], Int64.self), sequence: try session.decode(row[1], Int64.self), horizon: try session.decode(row[2], Int64.self),
+            id: id, sequence: memo?.deferred.sequences[id] ?? sequence, horizon: try session.decode(row[2], Int64.self),
             subscriptionsVersion: try session.decode(row[3], Int64.self))
     }
 
@@ -174,7 +175,8 @@ struct PostgresTransaction: StorageWriteTransaction {
             WHERE container_id = \(containerID) ORDER BY id
             """).map { row throws(ContainerError) in
             let (id, environment, scope, user, sequence, horizon, version) = try session.decode(row, (Int64, Int64, Int64, String, Int64, Int64, Int64).self)
-            return (try key(environment, scope, user), StoredDatabase(id: id, sequence: sequence, horizon: horizon, subscriptionsVersion: version))
+            let stored = StoredDatabase(id: id, sequence: memo?.deferred.sequences[id] ?? sequence, horizon: horizon, subscriptionsVersion: version)
+            return (try key(environment, scope, user), stored)
         }
     }
 
@@ -232,7 +234,9 @@ struct PostgresTransaction: StorageWriteTransaction {
             INSERT INTO databases (container_id, environment, scope, user_record_name)
             VALUES (\(containerID), \(Int64(key.environment.rawValue)), \(Int64(key.scope.rawValue)), \(key.userRecordName)) RETURNING id
             """).first else { throw ContainerError(.internalError, "\(name): the database \(key) could not be created") }
-        return StoredDatabase(id: try session.decode(row, Int64.self), sequence: 0, horizon: 0)
+        let created = StoredDatabase(id: try session.decode(row, Int64.self), sequence: 0, horizon: 0)
+        memo?.databases[key] = created
+        return created
     }
 
     func setHorizon(_ horizon: Int64, of database: StoredDatabase) throws(ContainerError) {
@@ -241,8 +245,12 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
-        try session.send("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(database.id)])
-        memo?.change(database.id) { $0.sequence = sequence }
+        guard let memo else {
+            try session.send("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(database.id)])
+            return
+        }
+        memo.deferred.sequences[database.id] = sequence
+        memo.change(database.id) { $0.sequence = sequence }
     }
 
     func saveZone(_ zone: StoredZone, in database: StoredDatabase) throws(ContainerError) {
@@ -433,13 +441,23 @@ struct PostgresTransaction: StorageWriteTransaction {
         var queued = notifications
         // Wakes the other nodes' couriers when the transaction commits (not before; never if it does not).
         guard !queued.isEmpty else { return queued }
-        try session.send("SELECT pg_notify(\(PostgresContainers.pushChannel), '')")
         // Numbered by the container's own counter, in the transaction: a write that rolls back
         // takes no number (a PostgreSQL sequence would burn one), and numbers are never reused.
-        guard let counter = try session.rows("""
-            UPDATE containers SET outbox_sequence = outbox_sequence + \(Int64(queued.count)) WHERE id = \(containerID) RETURNING outbox_sequence
-            """).first else { throw ContainerError(.internalError, "\(name): the container's outbox counter is missing") }
-        var nextID = try session.decode(counter, Int64.self) - Int64(queued.count) + 1
+        // A write transaction reads it once and writes it when it ends (`DeferredWrites`).
+        var nextID: Int64
+        if let memo {
+            if memo.deferred.outboxSequence == nil { memo.deferred.outboxSequence = try outboxSequence() }
+            nextID = (memo.deferred.outboxSequence ?? 0) + 1
+            memo.deferred.outboxSequence = nextID + Int64(queued.count) - 1
+            memo.deferred.outboxChanged = true
+            memo.deferred.notifies = true
+        } else {
+            try session.send("SELECT pg_notify(\(PostgresContainers.pushChannel), '')")
+            guard let counter = try session.rows("""
+                UPDATE containers SET outbox_sequence = outbox_sequence + \(Int64(queued.count)) WHERE id = \(containerID) RETURNING outbox_sequence
+                """).first else { throw ContainerError(.internalError, "\(name): the container's outbox counter is missing") }
+            nextID = try session.decode(counter, Int64.self) - Int64(queued.count) + 1
+        }
         for position in queued.indices {
             let new = queued[position]
             let key = new.database
@@ -460,6 +478,13 @@ struct PostgresTransaction: StorageWriteTransaction {
             nextID += 1
         }
         return queued
+    }
+
+    /// The container's last outbox number.
+    private func outboxSequence() throws(ContainerError) -> Int64 {
+        guard let row = try session.prepared("SELECT outbox_sequence FROM containers WHERE id = $1::bigint", [.int64(containerID)]).first, let cell = row.first
+        else { throw ContainerError(.internalError, "\(name): the container's outbox counter is missing") }
+        return try session.decode(cell, Int64.self)
     }
 
     func acknowledge(_ ids: [Int64], on channels: DeliveryChannel) throws(ContainerError) {
@@ -521,15 +546,45 @@ final class RecordPrefetch {
     }
 }
 
-/// The databases' rows a write transaction has read, as it changed them (`PostgresTransaction.memo`).
+/// The databases' rows a write transaction has read, as it changed them (`PostgresTransaction.memo`),
+/// and the counters its writes moved, written once when the transaction ends (`DeferredWrites`).
 final class DatabaseMemo {
     var databases: [DatabaseKey: StoredDatabase]
+    var deferred: DeferredWrites
 
-    init(_ databases: [DatabaseKey: StoredDatabase] = [:]) {
+    init(_ databases: [DatabaseKey: StoredDatabase] = [:], deferred: DeferredWrites = DeferredWrites()) {
         self.databases = databases
+        self.deferred = deferred
     }
 
     func change(_ id: Int64, _ body: (inout StoredDatabase) -> Void) {
         for (key, database) in databases where database.id == id { body(&databases[key, default: database]) }
+    }
+}
+
+/// Counters a write transaction moves, kept here and written once before it commits (`flush`):
+/// each modify of a batch updated its database's row and the container's row (the latter a
+/// round trip the committer waited for, to learn the outbox numbers) and sent a NOTIFY, a third
+/// of a modify's statements. The transaction holds the container's write lock, so no other
+/// changes these rows meanwhile; its reads of them see the values kept here.
+struct DeferredWrites {
+    /// Database ID: its change sequence as the transaction's writes left it.
+    var sequences: [Int64: Int64] = [:]
+    /// The container's last outbox number, once read (nil: not yet read).
+    var outboxSequence: Int64?
+    /// Whether `outboxSequence` moved since it was read.
+    var outboxChanged = false
+    /// Whether a push was queued: the other nodes' couriers are woken at commit.
+    var notifies = false
+
+    /// Sends the writes kept (not waited for: the COMMIT after them reports their failure).
+    func flush(_ session: PostgresSession, containerID: Int64) throws(ContainerError) {
+        for (id, sequence) in sequences.sorted(by: { $0.key < $1.key }) {
+            try session.send("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(id)])
+        }
+        if outboxChanged, let outboxSequence {
+            try session.send("UPDATE containers SET outbox_sequence = $1::bigint WHERE id = $2::bigint", [.int64(outboxSequence), .int64(containerID)])
+        }
+        if notifies { try session.send("SELECT pg_notify(\(PostgresContainers.pushChannel), '')") }
     }
 }

@@ -14,13 +14,17 @@ import KQueryPostgres
     static let zones = ContainerModifyPropertyTests.zones
     static let names = ContainerModifyPropertyTests.names
 
-    /// A write that changes the database and then fails: a batch must keep none of it.
+    /// A write that changes the database, queues a push and then fails: a batch must keep none
+    /// of it, nor take the push's outbox number.
     static func failingWrite(_ container: Container, _ database: ContainerDatabase) -> ContainerError? {
         containerError {
             _ = try container.write { state, tx throws(ContainerError) -> Int in
                 let stored = try tx.existingOrNewDatabase(database.key)
                 try tx.saveRecord(F.record("phantom", type: "Item", zone: F.zone, ["v": .int64(99)]), sequence: stored.sequence + 1, in: stored)
                 try tx.setSequence(stored.sequence + 1, of: stored)
+                _ = try tx.enqueue([OutboxNotification(
+                    id: 0, database: database.key, subscriptionID: "phantom", owner: database.key.userRecordName,
+                    payload: .object([("ck", .object([("nid", .string("phantom"))]))]), priority: 10, pushType: "alert", created: 0)])
                 _ = try container.changeSubscriptionSet(database.key, &state, tx) { set throws(ContainerError) in
                     do throws(SubscriptionError) {
                         try set.save(Subscription(subscriptionID: "phantom", kind: .recordZone(zoneID: F.zone, recordType: nil)))
@@ -53,7 +57,7 @@ import KQueryPostgres
             }
         }
         for push in try container.pendingNotifications(limit: 10_000) {
-            lines.append("push \(push.subscriptionID) \(push.payload["ck"]?["qry"]?["rid"]?.stringValue ?? "-")")
+            lines.append("push \(push.id) \(push.subscriptionID) \(push.payload["ck"]?["qry"]?["rid"]?.stringValue ?? "-")")
         }
         return lines.joined(separator: "\n")
     }
