@@ -39,9 +39,12 @@ package enum ContainerCopy {
         package init() {}
     }
 
-    /// Opens a container file's storage (the CLI sees storages through this package API only).
+    /// Opens a container file's storage to copy from or into (the CLI sees storages through this
+    /// package API only). Not mirrored: the copy reads and writes the file a page at a time, where
+    /// opening it loaded every record into memory first (886 MB resident copying 1,000,000
+    /// records into PostgreSQL; 52 MB not mirrored).
     package static func fileStorage(path: String) throws(ContainerError) -> any ContainerStorage {
-        try SQLiteContainerStorage(path: path)
+        try SQLiteContainerStorage(path: path, mirrored: false)
     }
 
     /// Copies an open container into a new container file at `path` (the console's export).

@@ -49,12 +49,15 @@ final class SQLiteContainerStorage: ContainerStorage {
     private let groupCommit: GroupCommit?
     /// Checkpoints the log (nil in memory).
     private let checkpointer: Checkpointer?
-    /// The committed state, in memory.
-    private let mirror = MemoryContainerStorage()
+    /// The committed state, in memory (nil: not mirrored, every read is a statement).
+    private let mirror: MemoryContainerStorage?
 
     /// Opens (creating if needed) the container file at `path`, or an in-memory one for nil.
-    init(path: String?) throws(ContainerError) {
+    /// `mirrored` false: the file is read with statements, never loaded into memory (a copy
+    /// reading or writing a page at a time, `ContainerCopy`); each write commits by itself.
+    init(path: String?, mirrored: Bool = true) throws(ContainerError) {
         name = path ?? ":memory:"
+        mirror = mirrored || path == nil ? MemoryContainerStorage() : nil
         var configuration = Configuration()
         // Statement journals (for INSERT OR REPLACE inside a transaction) in memory: on disk, SQLite
         // opened a temporary file for each statement that needed one.
@@ -79,7 +82,7 @@ final class SQLiteContainerStorage: ContainerStorage {
             }
             secret = try writer.write { db in try Self.prepare(db, name: path ?? ":memory:") }
             if let checkpointer { writer.writeWithoutTransaction { db in checkpointer.watch(db) } }
-            mirror.replaceState(try writer.read { db in try SQLiteTransaction(db: db, name: path ?? ":memory:").load() })
+            if let mirror { mirror.replaceState(try writer.read { db in try SQLiteTransaction(db: db, name: path ?? ":memory:").load() }) }
         } catch let error as ContainerError {
             throw error
         } catch {
@@ -159,7 +162,14 @@ final class SQLiteContainerStorage: ContainerStorage {
     }
 
     func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try mirror.read { tx throws(ContainerError) -> T in try body(MirrorReadTransaction(mirror: tx, file: self)) }
+        guard let mirror else {
+            do {
+                return try writer.read { db in try body(SQLiteTransaction(db: db, name: name)) }
+            } catch {
+                throw Self.storageError(error, name: name)
+            }
+        }
+        return try mirror.read { tx throws(ContainerError) -> T in try body(MirrorReadTransaction(mirror: tx, file: self)) }
     }
 
     /// Reads the outbox from the file: it is not mirrored (delivery reads it a page at a time).
@@ -194,9 +204,10 @@ final class SQLiteContainerStorage: ContainerStorage {
     }
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        guard let mirror else { return try commit { db in try body(SQLiteTransaction(db: db, name: name)) } }
         let journal = Journal()
         let result = try commit { db in try body(SQLiteTransaction(db: db, name: name, journal: journal, mirror: mirror)) }
-        try replay(journal)
+        try replay(journal, on: mirror)
         return result
     }
 
@@ -206,6 +217,7 @@ final class SQLiteContainerStorage: ContainerStorage {
     /// The mirror, which readers see, takes the writes only once they have committed. Throws when
     /// the transaction could not commit: then none of its writes happened.
     func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        guard let mirror else { return try body(nil) }
         var committed: OpenBatch?
         let result = try commit { db in
             let batch = OpenBatch(db: db, name: name, mirror: mirror)
@@ -214,7 +226,7 @@ final class SQLiteContainerStorage: ContainerStorage {
             committed = batch
             return result
         }
-        if let journal = committed?.released { try replay(journal) }
+        if let journal = committed?.released { try replay(journal, on: mirror) }
         return result
     }
 
@@ -235,7 +247,7 @@ final class SQLiteContainerStorage: ContainerStorage {
     }
 
     /// Applies what a committed write changed to the mirror.
-    private func replay(_ journal: Journal) throws(ContainerError) {
+    private func replay(_ journal: Journal, on mirror: MemoryContainerStorage) throws(ContainerError) {
         guard !journal.entries.isEmpty else { return }
         do throws(ContainerError) {
             try mirror.withTransaction(undoable: false) { tx throws(ContainerError) in

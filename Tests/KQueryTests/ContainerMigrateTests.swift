@@ -72,6 +72,9 @@ import Testing
         let heldToken = try Container(containerIdentifier: "iCloud.migrated", path: path).database(.private, user: "_u1").zoneChanges(F.zone, since: nil).syncToken
         let original = try Self.snapshot(ContainerCopy.fileStorage(path: path))
         #expect(original.count > 30)
+        // The copy reads the file with statements (not mirrored): what the container's own
+        // storage, answering from its mirror, reads too.
+        #expect(try Self.snapshot(SQLiteContainerStorage(path: path)) == original)
 
         let location = try #require(PostgresLocation(url: try PostgresCluster.start().createDatabase()))
         let identifier = "iCloud.migrated"
@@ -92,6 +95,7 @@ import Testing
         defer { F.remove(back) }
         _ = try ContainerCopy.copy(from: PostgresContainerStorage(location: location, containerIdentifier: identifier), to: ContainerCopy.fileStorage(path: back))
         #expect(try Self.snapshot(ContainerCopy.fileStorage(path: back)) == original)
+        #expect(try Self.snapshot(SQLiteContainerStorage(path: back)) == original)
         // The copy is a container that works: a token-less change fetch lists the records left.
         var noGrace = AssetPolicy()
         noGrace.gracePeriod = 0
