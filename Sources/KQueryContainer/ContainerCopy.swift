@@ -23,8 +23,9 @@ import Foundation
 /// Asset bytes go a chunk at a time, each chunk one write, and a blob's facts after its last chunk,
 /// so a resumed copy skips the blobs it finished. The copy takes the source's token secret and
 /// each database's horizon, so the sync tokens and continuation markers clients hold read the
-/// same on the copy. Not copied: uploads in progress and receipts not yet saved into a record
-/// (their clients upload again).
+/// same on the copy. Upload tickets and receipts are copied after the blobs, so a client that
+/// was given an upload URL or a receipt before the copy uses it on the copy; an upload cut off
+/// while its bytes were arriving is copied as not begun (its client sends them again).
 package enum ContainerCopy {
     package struct Counts: Hashable, Sendable {
         package var databases = 0
@@ -35,6 +36,10 @@ package enum ContainerCopy {
         package var notifications = 0
         package var assets = 0
         package var assetBytes: Int64 = 0
+        /// Upload tickets (uploads not finished: their clients upload to the copy).
+        package var uploads = 0
+        /// Receipts of finished uploads (saved into a record or not yet).
+        package var receipts = 0
 
         package init() {}
     }
@@ -60,6 +65,7 @@ package enum ContainerCopy {
         try destination.loadStarted()
         let now = Int64((Date().timeIntervalSince1970 * 1000).rounded())
         try copyAssetBlobs(from: source, to: destination, counts: &counts, progress: progress)
+        try copyAssetTickets(from: source, to: destination, counts: &counts)
         let databases = try source.read { tx throws(ContainerError) in try tx.allDatabases() }
         for (key, stored) in databases {
             let (zones, zoneLog) = try source.read { tx throws(ContainerError) in
@@ -213,6 +219,36 @@ package enum ContainerCopy {
             }
             progress(counts)
             after = last.contentHash
+        }
+    }
+
+    /// Copies the upload tickets and the receipts, a page of each per write (upserts: a resumed
+    /// copy writes them again). A ticket whose bytes were arriving (`receiving`) is copied as
+    /// `waiting`, its partial chunks left behind: the transfer did not survive the move, and its
+    /// client's retry sends the bytes whole.
+    private static func copyAssetTickets(from source: any ContainerStorage, to destination: any ContainerStorage, counts: inout Counts) throws(ContainerError) {
+        var after = ""
+        while true {
+            let tickets = try source.read { tx throws(ContainerError) in try tx.assetUploads(after: after, limit: 500) }
+            guard let last = tickets.last else { break }
+            try destination.write { tx throws(ContainerError) in
+                for var ticket in tickets {
+                    if ticket.state == .receiving { ticket.state = .waiting }
+                    try tx.saveAssetUpload(ticket)
+                }
+            }
+            counts.uploads += tickets.count
+            after = last.token
+        }
+        after = ""
+        while true {
+            let receipts = try source.read { tx throws(ContainerError) in try tx.assetReceipts(after: after, limit: 500) }
+            guard let last = receipts.last else { break }
+            try destination.write { tx throws(ContainerError) in
+                for receipt in receipts { try tx.saveAssetReceipt(receipt) }
+            }
+            counts.receipts += receipts.count
+            after = last.receipt
         }
     }
 }

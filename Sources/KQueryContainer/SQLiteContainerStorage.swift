@@ -345,6 +345,12 @@ private struct MirrorReadTransaction: StorageTransaction {
     func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob] {
         try file.readAssets { tx in try tx.blobs(after: contentHash, limit: limit) }
     }
+    func assetUploads(after token: String, limit: Int) throws(ContainerError) -> [AssetUploadTicket] {
+        try file.readAssets { tx in try tx.uploads(after: token, limit: limit) }
+    }
+    func assetReceipts(after receipt: String, limit: Int) throws(ContainerError) -> [AssetReceiptEntry] {
+        try file.readAssets { tx in try tx.receipts(after: receipt, limit: limit) }
+    }
 }
 
 /// A transaction that several writes share (`SQLiteContainerStorage.batch`), used inside the
@@ -970,6 +976,12 @@ extension SQLiteTransaction {
     func holdsAssetBlobs() throws(ContainerError) -> Bool { try sql { try assets.holdsBlobs() } }
     func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob] {
         try sql { try assets.blobs(after: contentHash, limit: limit) }
+    }
+    func assetUploads(after token: String, limit: Int) throws(ContainerError) -> [AssetUploadTicket] {
+        try sql { try assets.uploads(after: token, limit: limit) }
+    }
+    func assetReceipts(after receipt: String, limit: Int) throws(ContainerError) -> [AssetReceiptEntry] {
+        try sql { try assets.receipts(after: receipt, limit: limit) }
     }
     func saveAssetUpload(_ ticket: AssetUploadTicket) throws(ContainerError) { try sql { try assets.saveUpload(ticket) } }
     func saveAssetChunk(_ owner: String, index: Int, bytes: [UInt8]) throws(ContainerError) {

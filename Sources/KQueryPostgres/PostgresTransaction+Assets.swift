@@ -19,11 +19,22 @@ extension PostgresTransaction {
 
     func assetUpload(_ token: String) throws(ContainerError) -> AssetUploadTicket? {
         guard let row = try session.rows("""
-            SELECT environment, scope, user_record_name, zone_name, owner_name, record_name, field_name, record_type, expires, state
+            SELECT token, environment, scope, user_record_name, zone_name, owner_name, record_name, field_name, record_type, expires, state
             FROM asset_uploads WHERE container_id = \(containerID) AND token = \(token)
             """).first else { return nil }
-        let (environment, scope, user, zoneName, ownerName, recordName, fieldName, recordType, expires, stateNumber) =
-            try session.decode(row, (Int64, Int64, String, String, String, String, String, String?, Int64, Int64).self)
+        return try ticket(row)
+    }
+
+    func assetUploads(after token: String, limit: Int) throws(ContainerError) -> [AssetUploadTicket] {
+        try session.rows("""
+            SELECT token, environment, scope, user_record_name, zone_name, owner_name, record_name, field_name, record_type, expires, state
+            FROM asset_uploads WHERE container_id = \(containerID) AND token > \(token) ORDER BY token LIMIT \(Int64(limit))
+            """).map { row throws(ContainerError) in try ticket(row) }
+    }
+
+    private func ticket(_ row: PostgresRow) throws(ContainerError) -> AssetUploadTicket {
+        let (token, environment, scope, user, zoneName, ownerName, recordName, fieldName, recordType, expires, stateNumber) =
+            try session.decode(row, (String, Int64, Int64, String, String, String, String, String, String?, Int64, Int64).self)
         guard let state = AssetUploadTicket.State(rawValue: Int(stateNumber)) else { throw ContainerError(.internalError, "\(name): corrupt upload state") }
         return AssetUploadTicket(
             token: token, binding: try binding(environment, scope, user, zoneName, ownerName, recordName, fieldName), recordType: recordType,
@@ -32,11 +43,24 @@ extension PostgresTransaction {
 
     func assetReceipt(_ receipt: String) throws(ContainerError) -> AssetReceiptEntry? {
         guard let row = try session.rows("""
-            SELECT environment, scope, user_record_name, zone_name, owner_name, record_name, field_name, content_hash, file_checksum, size, expires, spent
+            SELECT receipt, environment, scope, user_record_name, zone_name, owner_name, record_name, field_name, content_hash, file_checksum, size,
+                   expires, spent
             FROM asset_receipts WHERE container_id = \(containerID) AND receipt = \(receipt)
             """).first else { return nil }
-        let (environment, scope, user, zoneName, ownerName, recordName, fieldName, contentHash, checksum, size, expires, spent) =
-            try session.decode(row, (Int64, Int64, String, String, String, String, String, String, String, Int64, Int64, Bool).self)
+        return try receiptEntry(row)
+    }
+
+    func assetReceipts(after receipt: String, limit: Int) throws(ContainerError) -> [AssetReceiptEntry] {
+        try session.rows("""
+            SELECT receipt, environment, scope, user_record_name, zone_name, owner_name, record_name, field_name, content_hash, file_checksum, size,
+                   expires, spent
+            FROM asset_receipts WHERE container_id = \(containerID) AND receipt > \(receipt) ORDER BY receipt LIMIT \(Int64(limit))
+            """).map { row throws(ContainerError) in try receiptEntry(row) }
+    }
+
+    private func receiptEntry(_ row: PostgresRow) throws(ContainerError) -> AssetReceiptEntry {
+        let (receipt, environment, scope, user, zoneName, ownerName, recordName, fieldName, contentHash, checksum, size, expires, spent) =
+            try session.decode(row, (String, Int64, Int64, String, String, String, String, String, String, String, Int64, Int64, Bool).self)
         return AssetReceiptEntry(
             receipt: receipt, binding: try binding(environment, scope, user, zoneName, ownerName, recordName, fieldName),
             asset: StoredAsset(fileChecksum: checksum, size: size, contentHash: contentHash), expires: expires, spent: spent)

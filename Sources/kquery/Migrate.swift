@@ -89,7 +89,8 @@ struct Migrate: ParsableCommand {
         if onTerminal { Terminal.writeAll("\r\u{1B}[K", to: 2) }
         Terminal.writeAll("""
             copied \(counts.databases) databases, \(counts.zones) zones, \(counts.records) records, \(counts.tombstones) tombstones, \
-            \(counts.subscriptions) subscriptions, \(counts.notifications) queued notifications, \(counts.assets) assets (\(counts.assetBytes) bytes)
+            \(counts.subscriptions) subscriptions, \(counts.notifications) queued notifications, \(counts.assets) assets (\(counts.assetBytes) bytes), \
+            \(counts.uploads) upload tickets, \(counts.receipts) receipts
 
             """, to: 1)
     }

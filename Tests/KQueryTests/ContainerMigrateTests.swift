@@ -39,6 +39,15 @@ import Testing
                 }
                 lines.append("blob \(blob.contentHash) \(blob.size) \(blob.fileChecksum) \(blob.contentType) \(bytes.count) \(bytes.hashValue)")
             }
+            // Upload tickets (one cut off while its bytes arrived reads as not begun: so it is copied)
+            // and receipts.
+            for ticket in try tx.assetUploads(after: "", limit: 1000) {
+                let state = ticket.state == .receiving ? .waiting : ticket.state
+                lines.append("upload \(ticket.token) \(ticket.binding) \(ticket.recordType ?? "-") \(ticket.expires) \(state)")
+            }
+            for receipt in try tx.assetReceipts(after: "", limit: 1000) {
+                lines.append("receipt \(receipt.receipt) \(receipt.binding) \(receipt.asset) \(receipt.expires) \(receipt.spent)")
+            }
             return lines
         }
     }
@@ -47,6 +56,7 @@ import Testing
         let path = F.temporaryPath()
         defer { F.remove(path) }
         var expiredToken: SyncToken?
+        var waiting: AssetUploadTicket?, unsaved: UploadedAsset?, cutOff = ""
         do {
             let container = try F.container(path: path)
             let database = try F.privateDatabase(container)
@@ -67,6 +77,14 @@ import Testing
             #expect(FileManager.default.createFile(atPath: file, contents: Data(bytes)))
             let withAsset = try database.uploadingFiles([F.operation(.create, F.record("a", zone: F.zone, ["file": .assetID(#"{"$file": "\#(file)"}"#)]))])
             _ = try database.modify(withAsset)
+            // Uploads a client has not finished with: a URL not used yet, bytes uploaded and not
+            // yet saved into a record, and an upload cut off while its bytes were arriving.
+            waiting = try #require(try database.requestAssetUploads([AssetFieldRequest(recordName: "w", fieldName: "file")], in: F.zone).first)
+            unsaved = try database.uploadAsset([7, 8, 9], recordName: "u", fieldName: "file", in: F.zone)
+            let cut = try #require(try database.requestAssetUploads([AssetFieldRequest(recordName: "c", fieldName: "file")], in: F.zone).first)
+            cutOff = cut.token
+            let writer = try container.beginAssetUpload(token: cut.token, contentType: nil)
+            try writer.append([1, 2, 3])
         }
         // A token a client holds, taken before the copy: the copies read it.
         let heldToken = try Container(containerIdentifier: "iCloud.migrated", path: path).database(.private, user: "_u1").zoneChanges(F.zone, since: nil).syncToken
@@ -82,10 +100,13 @@ import Testing
         var counts = try ContainerCopy.copy(from: ContainerCopy.fileStorage(path: path), to: database, pageSize: 7)
         #expect(counts.records == 26 && counts.tombstones == 0 && counts.subscriptions == 1)
         #expect(original.contains { $0.contains("horizon") && !$0.hasSuffix("horizon 0") })
-        #expect(counts.assets == 1 && counts.assetBytes == Int64(3 * AssetPolicy.chunkSize + 1234))
+        #expect(counts.assets == 2 && counts.assetBytes == Int64(3 * AssetPolicy.chunkSize + 1234 + 3))
         #expect(original.contains { $0.hasPrefix("blob ") })
         #expect(counts.notifications > 0 && counts.notifications == original.filter { $0.hasPrefix("push ") }.count)
+        // Four tickets (the two finished uploads keep theirs), two receipts (one saved into "a").
+        #expect(counts.uploads == 4 && counts.receipts == 2, "\(counts)")
         #expect(try Self.snapshot(database) == original)
+        #expect(try database.read { tx throws(ContainerError) in try tx.assetUpload(cutOff)?.state } == .waiting)
         // Again, as after a crash: the same, and the pushes not queued twice.
         counts = try ContainerCopy.copy(from: ContainerCopy.fileStorage(path: path), to: database, pageSize: 7)
         #expect(counts.notifications == 0)
@@ -99,17 +120,31 @@ import Testing
         // The copy is a container that works: a token-less change fetch lists the records left.
         var noGrace = AssetPolicy()
         noGrace.gracePeriod = 0
-        let reopened = try Container(containerIdentifier: identifier, path: back, assetPolicy: noGrace)
+        let reopened = try Container(containerIdentifier: identifier, path: back, assetPolicy: noGrace, clock: { 1_700_000_000_000 })
         let changes = try reopened.database(.private, user: "_u1").zoneChanges(F.zone, since: nil)
         #expect(changes.changes.count == 25)
         // The source's secret came along: the token taken before the copy reads on the copy.
         let since = try reopened.database(.private, user: "_u1").zoneChanges(F.zone, since: heldToken)
         #expect(since.changes.isEmpty)
         #expect(throws: ContainerError.self) { try reopened.database(.private, user: "_u1").zoneChanges(F.zone, since: expiredToken) }
-        // The copy's record refers to its blob: the collector keeps it.
+        // The copy's record refers to its blob, the unsaved upload's receipt to its own: the collector keeps both.
         let asset = try #require(try reopened.database(.private, user: "_u1").asset(RecordID(recordName: "a", zoneID: F.zone), field: "file"))
         #expect(try reopened.collectAssets().blobs == 0)
         #expect(try reopened.assetBlob(asset.contentHash)?.size == Int64(3 * AssetPolicy.chunkSize + 1234))
+        // The copy takes the upload URL and the receipt handed out before it.
+        do {
+            let copy = try Container(containerIdentifier: identifier, storage: database, clock: { 1_700_000_000_000 })
+            let copied = try F.privateDatabase(copy)
+            let token = try #require(waiting).token
+            let writer = try copy.beginAssetUpload(token: token, contentType: nil)
+            try writer.append([4, 5, 6])
+            let finished = try writer.finish()
+            let saved = try copied.modify([
+                F.operation(.create, F.record("w", zone: F.zone, ["file": .assetID(finished.webServicesJSON.serialized)])),
+                F.operation(.create, F.record("u", zone: F.zone, ["file": .assetID(try #require(unsaved).webServicesJSON.serialized)])),
+            ])
+            #expect(saved.results.allSatisfy { if case .saved = $0 { true } else { false } }, "\(saved.results)")
+        }
     }
 
     @Test func theCommandCopiesBothWaysAndPrintsTheCounts() throws {

@@ -15,6 +15,10 @@ package protocol AssetReads {
     /// The blobs whose content hash sorts after `contentHash`, in that order, at most `limit`
     /// (a copy of the container reads them a page at a time).
     func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob]
+    /// The upload tickets whose token sorts after `token`, in that order, at most `limit`.
+    func assetUploads(after token: String, limit: Int) throws(ContainerError) -> [AssetUploadTicket]
+    /// The receipts sorting after `receipt`, in that order, at most `limit`.
+    func assetReceipts(after receipt: String, limit: Int) throws(ContainerError) -> [AssetReceiptEntry]
 }
 
 /// The asset writes a storage write transaction offers.
@@ -85,6 +89,12 @@ extension MemoryTransaction {
     func holdsAssetBlobs() throws(ContainerError) -> Bool { !state.assets.blobs.isEmpty }
     func assetBlobs(after contentHash: String, limit: Int) throws(ContainerError) -> [AssetBlob] {
         Array(state.assets.blobs.values.filter { $0.contentHash > contentHash }.sorted { $0.contentHash < $1.contentHash }.prefix(limit))
+    }
+    func assetUploads(after token: String, limit: Int) throws(ContainerError) -> [AssetUploadTicket] {
+        Array(state.assets.uploads.values.filter { $0.token > token }.sorted { $0.token < $1.token }.prefix(limit))
+    }
+    func assetReceipts(after receipt: String, limit: Int) throws(ContainerError) -> [AssetReceiptEntry] {
+        Array(state.assets.receipts.values.filter { $0.receipt > receipt }.sorted { $0.receipt < $1.receipt }.prefix(limit))
     }
 
     func saveAssetUpload(_ ticket: AssetUploadTicket) throws(ContainerError) {

@@ -74,21 +74,42 @@ struct SQLiteAssets {
         try Row.fetchOne(try db.cachedStatement(sql: """
             SELECT environment, scope, userRecordName, zoneName, ownerName, recordName, fieldName, recordType, expires, state
             FROM asset_uploads WHERE token = ?
-            """), arguments: [token]).map { row in
-            guard let state = AssetUploadTicket.State(rawValue: row[9]) else { throw ContainerError(.internalError, "corrupt upload state") }
-            return AssetUploadTicket(token: token, binding: try Self.binding(row, from: 0), recordType: row[7], expires: row[8], state: state)
-        }
+            """), arguments: [token]).map { row in try Self.ticket(token, row) }
+    }
+
+    /// The tickets whose token sorts after `token`, in order, at most `limit`.
+    func uploads(after token: String, limit: Int) throws -> [AssetUploadTicket] {
+        try Row.fetchAll(try db.cachedStatement(sql: """
+            SELECT environment, scope, userRecordName, zoneName, ownerName, recordName, fieldName, recordType, expires, state, token
+            FROM asset_uploads WHERE token > ? ORDER BY token LIMIT ?
+            """), arguments: [token, limit]).map { row in try Self.ticket(row[10], row) }
+    }
+
+    private static func ticket(_ token: String, _ row: Row) throws -> AssetUploadTicket {
+        guard let state = AssetUploadTicket.State(rawValue: row[9]) else { throw ContainerError(.internalError, "corrupt upload state") }
+        return AssetUploadTicket(token: token, binding: try binding(row, from: 0), recordType: row[7], expires: row[8], state: state)
     }
 
     func receipt(_ receipt: String) throws -> AssetReceiptEntry? {
         try Row.fetchOne(try db.cachedStatement(sql: """
             SELECT environment, scope, userRecordName, zoneName, ownerName, recordName, fieldName, contentHash, fileChecksum, size, expires, spent
             FROM asset_receipts WHERE receipt = ?
-            """), arguments: [receipt]).map { row in
-            AssetReceiptEntry(
-                receipt: receipt, binding: try Self.binding(row, from: 0),
-                asset: StoredAsset(fileChecksum: row[8], size: row[9], contentHash: row[7]), expires: row[10], spent: row[11])
-        }
+            """), arguments: [receipt]).map { row in try Self.receiptEntry(receipt, row) }
+    }
+
+    /// The receipts sorting after `receipt`, in order, at most `limit`.
+    func receipts(after receipt: String, limit: Int) throws -> [AssetReceiptEntry] {
+        try Row.fetchAll(try db.cachedStatement(sql: """
+            SELECT environment, scope, userRecordName, zoneName, ownerName, recordName, fieldName, contentHash, fileChecksum, size, expires, spent,
+                   receipt
+            FROM asset_receipts WHERE receipt > ? ORDER BY receipt LIMIT ?
+            """), arguments: [receipt, limit]).map { row in try Self.receiptEntry(row[12], row) }
+    }
+
+    private static func receiptEntry(_ receipt: String, _ row: Row) throws -> AssetReceiptEntry {
+        AssetReceiptEntry(
+            receipt: receipt, binding: try binding(row, from: 0),
+            asset: StoredAsset(fileChecksum: row[8], size: row[9], contentHash: row[7]), expires: row[10], spent: row[11])
     }
 
     func blob(_ contentHash: String) throws -> AssetBlob? {
