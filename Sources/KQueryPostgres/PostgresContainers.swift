@@ -30,7 +30,8 @@ public final class PostgresContainers: Sendable {
     /// The channel nodes NOTIFY with a copy of a push one of their WebSocket streams took, for
     /// the user's streams on the other nodes.
     static let copyChannel = "kquery_stream_copies"
-    /// The longest copy a NOTIFY carries, in UTF-8 bytes (PostgreSQL refuses 8,000 and more).
+    /// The longest copy one NOTIFY carries, in UTF-8 bytes (PostgreSQL refuses 8,000 and more);
+    /// a longer one goes in parts (`StreamCopyParts`).
     public static let copyLimit = 7_900
 
     /// The most connections a node opens by default: four a core. More made the tail worse, not
@@ -265,13 +266,23 @@ public final class PostgresContainers: Sendable {
         }
     }
 
-    /// Sends `message` (a copy of a push a stream took, at most `copyLimit` bytes) to every
-    /// node's `listen(copied:)`, this one's too. A copy that cannot be sent is dropped: it is
-    /// a courtesy to the user's other devices, the push itself was delivered.
+    /// Sends `message` (a copy of a push a stream took) to every node's `listen(copied:)`, this
+    /// one's too: one NOTIFY, or for a copy over `copyLimit` bytes its parts, in one transaction
+    /// (PostgreSQL delivers a transaction's notifications together, in order). A copy that cannot
+    /// be sent, or is over `StreamCopyParts.largest`, is dropped: it is a courtesy to the user's
+    /// other devices, the push itself was delivered, and they get it at their next sync.
     public func publishStreamCopy(_ message: String) {
-        guard message.utf8.count <= Self.copyLimit else { return }
+        guard let parts = StreamCopyParts.split(message, limit: Self.copyLimit) else { return }
         _ = try? pool.withConnection { session throws(ContainerError) in
-            try session.run("SELECT pg_notify(\(Self.copyChannel), \(message))")
+            guard parts.count > 1 else { return try session.run("SELECT pg_notify(\(Self.copyChannel), \(message))") }
+            try session.run("BEGIN")
+            do throws(ContainerError) {
+                for part in parts { try session.run("SELECT pg_notify(\(Self.copyChannel), \(part))") }
+                return try session.run("COMMIT")
+            } catch {
+                _ = try? session.run("ROLLBACK")
+                throw error
+            }
         }
     }
 
@@ -300,7 +311,10 @@ public final class PostgresContainers: Sendable {
                         }
                         group.addTask {
                             try await connection.listen(on: Self.copyChannel) { notifications in
-                                for try await notification in notifications { copied(notification.payload) }
+                                var parts = StreamCopyParts()
+                                for try await notification in notifications {
+                                    if let message = parts.take(notification.payload) { copied(message) }
+                                }
                             }
                         }
                         try await group.next()
@@ -323,5 +337,69 @@ public final class PostgresContainers: Sendable {
             task?.cancel()
             task = nil
         }
+    }
+}
+
+/// A stream copy too long for one NOTIFY, in parts: each `"\u{1}part ID INDEX COUNT\n"` and a
+/// slice of the message, cut between characters. A copy is JSON, so a message that does not
+/// begin with the marker is whole. The listener puts parts together (`take`); PostgreSQL
+/// delivers one transaction's notifications together and in order, so a copy's parts arrive
+/// one after another, and a copy missing a part (its listener reconnected meanwhile) is dropped.
+struct StreamCopyParts {
+    /// The longest copy sent in parts, in UTF-8 bytes: a push's payload is a few kilobytes.
+    static let largest = 64 * 1024
+    static let marker = "\u{1}part "
+
+    /// The copy being put together: its ID, its parts so far and how many it has.
+    private var current: (id: String, parts: [Substring], count: Int)?
+
+    /// `message` as it is (nil: over `largest`) when it fits in `limit` bytes, else its parts.
+    static func split(_ message: String, limit: Int) -> [String]? {
+        let bytes = message.utf8.count
+        guard bytes > limit else { return [message] }
+        guard bytes <= largest else { return nil }
+        let id = UUID().uuidString
+        // Each part's header is at most this long (ID, two numbers of at most 3 digits).
+        let room = limit - (marker.utf8.count + id.utf8.count + 10)
+        var slices: [Substring] = []
+        var start = message.startIndex, size = 0
+        var index = message.startIndex
+        while index < message.endIndex {
+            let next = message.index(after: index)
+            let length = message.utf8.distance(from: index, to: next)
+            if size + length > room {
+                slices.append(message[start..<index])
+                start = index
+                size = 0
+            }
+            size += length
+            index = next
+        }
+        slices.append(message[start..<message.endIndex])
+        return slices.enumerated().map { "\(marker)\(id) \($0.offset) \(slices.count)\n\($0.element)" }
+    }
+
+    /// The whole message once `payload` completes it (or `payload` itself when it is whole); nil
+    /// while parts are missing, or for a part out of order.
+    mutating func take(_ payload: String) -> String? {
+        guard payload.hasPrefix(Self.marker) else {
+            current = nil
+            return payload
+        }
+        guard let newline = payload.firstIndex(of: "\n") else { return nil }
+        let header = payload[payload.index(payload.startIndex, offsetBy: Self.marker.count)..<newline].split(separator: " ")
+        guard header.count == 3, let index = Int(header[1]), let count = Int(header[2]), count > 1, count <= 64, index < count else { return nil }
+        let id = String(header[0]), slice = payload[payload.index(after: newline)...]
+        if index == 0 {
+            current = (id, [slice], count)
+        } else if let partial = current, partial.id == id, partial.count == count, partial.parts.count == index {
+            current?.parts.append(slice)
+        } else {
+            current = nil
+            return nil
+        }
+        guard let whole = current, whole.parts.count == whole.count else { return nil }
+        current = nil
+        return whole.parts.joined()
     }
 }

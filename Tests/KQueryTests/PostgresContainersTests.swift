@@ -1,7 +1,7 @@
 import Foundation
 import KQuery
 import KQueryContainer
-import KQueryPostgres
+@testable import KQueryPostgres
 import KQueryTestSupport
 import Testing
 
@@ -144,6 +144,76 @@ import Testing
 
     /// PostgreSQL text cannot hold U+0000: such a name is refused as a bad request, and nothing
     /// of the modify is kept (SQLite stores it; this is the one difference, in README).
+    /// A copy of a push one node's stream took reaches every node's listener whole, one too long
+    /// for a NOTIFY (PostgreSQL refuses 8,000 bytes) in parts put together again, in the order
+    /// published; one over the largest is dropped, not cut.
+    @Test func streamCopiesOfAnySizeReachTheOtherNodesWhole() async throws {
+        let location = try Self.location()
+        let publisher = try PostgresContainers(location: location, connections: 2)
+        let listener = try PostgresContainers(location: location, connections: 2)
+        defer {
+            listener.stopListening()
+            publisher.close()
+            listener.close()
+        }
+        let (received, arriving) = AsyncStream.makeStream(of: String.self)
+        listener.listen(wake: {}, copied: { arriving.yield($0) })
+        // Nothing waits for ever: after 60 s the stream ends.
+        let deadline = Task {
+            try await Task.sleep(for: .seconds(60))
+            arriving.finish()
+        }
+        defer { deadline.cancel() }
+        // The listener is listening once a probe it is sent arrives.
+        var iterator = received.makeAsyncIterator()
+        let probe = Task {
+            for _ in 0..<100 {
+                publisher.publishStreamCopy(#"{"probe":true}"#)
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        while let message = await iterator.next(), message != #"{"probe":true}"# {}
+        probe.cancel()
+        _ = await probe.result
+        let long = #"{"payload":""# + String(repeating: "é日🙂x", count: 2_500) + #""}"#
+        #expect(long.utf8.count > 3 * PostgresContainers.copyLimit)
+        let messages = [#"{"n":1}"#, long, #"{"n":2}"#, String(repeating: "a", count: StreamCopyParts.largest + 1), #"{"n":3}"#]
+        for message in messages { publisher.publishStreamCopy(message) }
+        var got: [String] = []
+        while let message = await iterator.next() {
+            if message != #"{"probe":true}"# { got.append(message) }
+            if message == #"{"n":3}"# { break }
+        }
+        #expect(got == [#"{"n":1}"#, long, #"{"n":2}"#, #"{"n":3}"#])
+    }
+
+    @Test func streamCopyPartsPutTogetherOnlyWholeCopies() throws {
+        let message = String(repeating: "ab🙂", count: 3_000)
+        let parts = try #require(StreamCopyParts.split(message, limit: 1_000))
+        #expect(parts.count > 10 && parts.allSatisfy { $0.utf8.count <= 1_000 })
+        var taker = StreamCopyParts()
+        #expect(parts.dropLast().allSatisfy { taker.take($0) == nil })
+        #expect(taker.take(parts[parts.count - 1]) == message)
+        // A part missing: nothing, and the next whole message passes.
+        taker = StreamCopyParts()
+        for (index, part) in parts.enumerated() where index != 3 { #expect(taker.take(part) == nil) }
+        #expect(taker.take("{}") == "{}")
+        // A part from another copy in the middle: both dropped.
+        let other = try #require(StreamCopyParts.split(message, limit: 1_000))
+        taker = StreamCopyParts()
+        _ = taker.take(parts[0])
+        #expect(taker.take(other[1]) == nil)
+        #expect(parts.dropFirst().allSatisfy { taker.take($0) == nil })
+        // Short messages stay whole; too long ones are not sent.
+        #expect(StreamCopyParts.split("{}", limit: 1_000) == ["{}"])
+        #expect(StreamCopyParts.split(String(repeating: "a", count: StreamCopyParts.largest + 1), limit: 1_000) == nil)
+        // Malformed parts are passed over.
+        for bad in ["\u{1}part ", "\u{1}part x 0 1\nz", "\u{1}part x 5 2\nz", "\u{1}part x 0 99999\nz", "\u{1}part x y z\nz"] {
+            var fresh = StreamCopyParts()
+            #expect(fresh.take(bad) == nil, "\(bad.debugDescription)")
+        }
+    }
+
     @Test func aNameHoldingNULIsRefusedNotStored() throws {
         let containers = try PostgresContainers(location: try Self.location(), connections: 2)
         defer { containers.close() }
