@@ -366,6 +366,36 @@ import Testing
         #expect(narrowText.contains("whether the radius holds 5 points or more") && !narrowText.contains("COALESCE"), "\(narrowText)")
         #expect(narrowText.contains("AND ST_DWithin(v.location"), "\(narrowText)")
         #expect(try database.query(narrow).records.map(\.recordID.recordName) == ["r0", "r1"])
+
+        // 6 km around r0's point holds r0 to r5: more than 5, its 5th nearest (4.4 km) too far
+        // out to tell (beyond the radius over 1.5), and fewer than 7: found through the index.
+        let between = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 6 AND n >= 1", variables: [
+            "here": .value(.location(Location(latitude: 48, longitude: 2))),
+        ]), resultsLimit: 4)
+        let betweenText = try database.explanation(between)
+        #expect(betweenText.contains("whether the radius holds 5 points or more") && betweenText.contains("whether the radius holds 7 points or more"),
+                "\(betweenText)")
+        #expect(!betweenText.contains("COALESCE") && betweenText.contains("AND ST_DWithin(v.location"), "\(betweenText)")
+        names = []
+        cursor = nil
+        repeat {
+            let page = try database.query(between, cursor: cursor)
+            names += page.records.map(\.recordID.recordName)
+            cursor = page.cursor
+        } while cursor != nil
+        #expect(names == (1...5).map { "r\($0)" }.sorted())
+        // Only 2 km wide but 25 points 1.5 km out within it: read in order, after both looks.
+        _ = try database.modify((20..<45).map { index in
+            RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: [
+                "n": .int64(Int64(index)), "place": .location(Location(latitude: 47.5 + Double(index) / 100_000, longitude: 3)),
+            ]))
+        })
+        let crowded = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 2", variables: [
+            "here": .value(.location(Location(latitude: 47.5137, longitude: 3))),
+        ]), resultsLimit: 4)
+        let crowdedText = try database.explanation(crowded)
+        #expect(crowdedText.contains("whether the radius holds 7 points or more") && crowdedText.contains("COALESCE((SELECT ST_DWithin("), "\(crowdedText)")
+        #expect(try database.query(crowded).records.map(\.recordID.recordName) == ["r20", "r21", "r22", "r23"])
     }
 
     /// Table-driven rules: each predicate's SQL answer on a fixed set of records.
