@@ -338,30 +338,39 @@ import Testing
         let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", densePoints: 5)
         let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
         let database = try container.database(.public)
-        _ = try database.modify((0..<20).map { index in
-            RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: [
-                "n": .int64(Int64(index)), "place": .location(Location(latitude: 48 + Double(index) / 100, longitude: 2)),
-            ]))
-        })
-        let wide = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 100 AND n >= 2", variables: [
-            "here": .value(.location(Location(latitude: 48.1, longitude: 2))),
-        ]), resultsLimit: 4)
+        // Records r<index> at the points `point` gives, and a query within `km` of a point.
+        func place(_ indices: Range<Int>, _ point: (Int) -> Location) throws {
+            _ = try database.modify(indices.map { index in
+                RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: [
+                    "n": .int64(Int64(index)), "place": .location(point(index)),
+                ]))
+            })
+        }
+        func within(_ km: Int, of here: Location, _ more: String = "", limit: Int? = nil) throws -> Query {
+            Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < \(km)\(more)", variables: [
+                "here": .value(.location(here)),
+            ]), resultsLimit: limit)
+        }
+        try place(0..<20) { Location(latitude: 48 + Double($0) / 100, longitude: 2) }
+        let wide = try within(100, of: Location(latitude: 48.1, longitude: 2), " AND n >= 2", limit: 4)
         let wideText = try database.explanation(wide)
         #expect(wideText.contains("Statement 1 of 2: whether the radius holds 5 points or more"), "\(wideText)")
         #expect(wideText.contains("COALESCE((SELECT ST_DWithin("), "\(wideText)")
-        var names: [String] = []
-        var cursor: QueryCursor?
-        repeat {
-            let page = try database.query(wide, cursor: cursor)
-            names += page.records.map(\.recordID.recordName)
-            cursor = page.cursor
-        } while cursor != nil
-        #expect(names == (2..<20).map { "r\($0)" }.sorted())
+        // Every page's record names, in order.
+        func names(_ query: Query) throws -> [String] {
+            var names: [String] = []
+            var cursor: QueryCursor?
+            repeat {
+                let page = try database.query(query, cursor: cursor)
+                names += page.records.map(\.recordID.recordName)
+                cursor = page.cursor
+            } while cursor != nil
+            return names
+        }
+        #expect(try names(wide) == (2..<20).map { "r\($0)" }.sorted())
 
         // 2 km around r0's point holds r0 and r1 (1.1 km apart): fewer than 5, found through the index.
-        let narrow = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 2", variables: [
-            "here": .value(.location(Location(latitude: 48, longitude: 2))),
-        ]))
+        let narrow = try within(2, of: Location(latitude: 48, longitude: 2))
         let narrowText = try database.explanation(narrow)
         #expect(narrowText.contains("whether the radius holds 5 points or more") && !narrowText.contains("COALESCE"), "\(narrowText)")
         #expect(narrowText.contains("AND ST_DWithin(v.location"), "\(narrowText)")
@@ -369,30 +378,15 @@ import Testing
 
         // 6 km around r0's point holds r0 to r5: more than 5, its 5th nearest (4.4 km) too far
         // out to tell (beyond the radius over 1.5), and fewer than 7: found through the index.
-        let between = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 6 AND n >= 1", variables: [
-            "here": .value(.location(Location(latitude: 48, longitude: 2))),
-        ]), resultsLimit: 4)
+        let between = try within(6, of: Location(latitude: 48, longitude: 2), " AND n >= 1", limit: 4)
         let betweenText = try database.explanation(between)
         #expect(betweenText.contains("whether the radius holds 5 points or more") && betweenText.contains("whether the radius holds 7 points or more"),
                 "\(betweenText)")
         #expect(!betweenText.contains("COALESCE") && betweenText.contains("AND ST_DWithin(v.location"), "\(betweenText)")
-        names = []
-        cursor = nil
-        repeat {
-            let page = try database.query(between, cursor: cursor)
-            names += page.records.map(\.recordID.recordName)
-            cursor = page.cursor
-        } while cursor != nil
-        #expect(names == (1...5).map { "r\($0)" }.sorted())
+        #expect(try names(between) == (1...5).map { "r\($0)" }.sorted())
         // Only 2 km wide but 25 points 1.5 km out within it: read in order, after both looks.
-        _ = try database.modify((20..<45).map { index in
-            RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: [
-                "n": .int64(Int64(index)), "place": .location(Location(latitude: 47.5 + Double(index) / 100_000, longitude: 3)),
-            ]))
-        })
-        let crowded = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 2", variables: [
-            "here": .value(.location(Location(latitude: 47.5137, longitude: 3))),
-        ]), resultsLimit: 4)
+        try place(20..<45) { Location(latitude: 47.5 + Double($0) / 100_000, longitude: 3) }
+        let crowded = try within(2, of: Location(latitude: 47.5137, longitude: 3), limit: 4)
         let crowdedText = try database.explanation(crowded)
         #expect(crowdedText.contains("whether the radius holds 7 points or more") && crowdedText.contains("COALESCE((SELECT ST_DWithin("), "\(crowdedText)")
         #expect(try database.query(crowded).records.map(\.recordID.recordName) == ["r20", "r21", "r22", "r23"])
