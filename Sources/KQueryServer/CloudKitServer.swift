@@ -21,6 +21,8 @@ public final class CloudKitServer: Sendable {
     let courier: WebCourier
     let deviceTokens: DeviceTokens
     let blockingWork: BlockingWork
+    /// Where queries run as SQL run (`ServerConfiguration.queryThreads`).
+    let queryWork: BlockingWork
     /// Record modifies, committed in arrival order and answered once durable.
     let commits = CommitQueue()
     /// Delivery to APNs, when configured.
@@ -63,6 +65,7 @@ public final class CloudKitServer: Sendable {
         deviceTokens = DeviceTokens(directory: configuration.dataDirectory, shared: configuration.sharedStore)
         console = configuration.servesConsole ? ConsoleJournals() : nil
         blockingWork = BlockingWork(threads: configuration.blockingThreads)
+        queryWork = configuration.queryThreads.map { BlockingWork(threads: $0) } ?? blockingWork
         courier = WebCourier(acknowledges: configuration.apns == nil ? .all : .webCourier, shared: configuration.sharedStore)
         if let apnsConfiguration = configuration.apns {
             let pushes = console?.pushes
@@ -243,6 +246,8 @@ public final class CloudKitServer: Sendable {
                 // A query on records in memory is brief CPU work: run here rather than hop to a
                 // blocking thread and back (two thread wakes, a fifth of a query's cost under load).
                 answer = try service.run(operation, json)
+            } else if operation == "records/query" {
+                answer = try await self.queryWork.run { () throws(ServerError) -> ServiceAnswer in try service.run(operation, json) }
             } else if operation == "records/modify" {
                 // Read here; committed in arrival order by the commit queue, answered once durable.
                 try DatabaseService.requireObject(json)

@@ -118,6 +118,8 @@ struct Serve: ParsableCommand {
                     throw ServerError(error)
                 }
             }
+            // Two threads a connection: one runs its statement while the other decodes and answers.
+            configuration.queryThreads = 2 * postgresConnections
         }
         configuration.host = host
         configuration.port = port

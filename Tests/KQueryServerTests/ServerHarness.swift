@@ -58,6 +58,8 @@ struct ServerHarness {
             }
             guard let location = PostgresLocation(url: url) else { throw PostgresCluster.ClusterError(description: "bad URL \(url)") }
             configuration.sharedStore = PostgresServerStore(containers: try PostgresContainers(location: location, connections: 8))
+            // As `kquery serve --postgres` runs queries: on threads of their own.
+            if configuration.queryThreads == nil { configuration.queryThreads = 16 }
         }
         let server = try CloudKitServer(configuration: configuration)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
