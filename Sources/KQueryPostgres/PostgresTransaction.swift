@@ -245,10 +245,7 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func setSequence(_ sequence: Int64, of database: StoredDatabase) throws(ContainerError) {
-        guard let memo else {
-            try session.send("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(database.id)])
-            return
-        }
+        let memo = try writeMemo()
         memo.deferred.sequences[database.id] = sequence
         memo.change(database.id) { $0.sequence = sequence }
     }
@@ -444,20 +441,11 @@ struct PostgresTransaction: StorageWriteTransaction {
         // Numbered by the container's own counter, in the transaction: a write that rolls back
         // takes no number (a PostgreSQL sequence would burn one), and numbers are never reused.
         // A write transaction reads it once and writes it when it ends (`DeferredWrites`).
-        var nextID: Int64
-        if let memo {
-            if memo.deferred.outboxSequence == nil { memo.deferred.outboxSequence = try outboxSequence() }
-            nextID = (memo.deferred.outboxSequence ?? 0) + 1
-            memo.deferred.outboxSequence = nextID + Int64(queued.count) - 1
-            memo.deferred.outboxChanged = true
-            memo.deferred.notifies = true
-        } else {
-            try session.send("SELECT pg_notify(\(PostgresContainers.pushChannel), '')")
-            guard let counter = try session.rows("""
-                UPDATE containers SET outbox_sequence = outbox_sequence + \(Int64(queued.count)) WHERE id = \(containerID) RETURNING outbox_sequence
-                """).first else { throw ContainerError(.internalError, "\(name): the container's outbox counter is missing") }
-            nextID = try session.decode(counter, Int64.self) - Int64(queued.count) + 1
-        }
+        let memo = try writeMemo()
+        if memo.deferred.outboxSequence == nil { memo.deferred.outboxSequence = try outboxSequence() }
+        var nextID = (memo.deferred.outboxSequence ?? 0) + 1
+        memo.deferred.outboxSequence = nextID + Int64(queued.count) - 1
+        memo.deferred.outboxChanged = true
         for position in queued.indices {
             let new = queued[position]
             let key = new.database
@@ -478,6 +466,13 @@ struct PostgresTransaction: StorageWriteTransaction {
             nextID += 1
         }
         return queued
+    }
+
+    /// The memo of the write transaction this is (every write transaction has one: `write`, a
+    /// batch's writes), which keeps the counters written at its end.
+    private func writeMemo() throws(ContainerError) -> DatabaseMemo {
+        guard let memo else { throw ContainerError(.internalError, "\(name): a write outside a write transaction") }
+        return memo
     }
 
     /// The container's last outbox number.
@@ -572,10 +567,9 @@ struct DeferredWrites {
     var sequences: [Int64: Int64] = [:]
     /// The container's last outbox number, once read (nil: not yet read).
     var outboxSequence: Int64?
-    /// Whether `outboxSequence` moved since it was read.
+    /// Whether `outboxSequence` moved since it was read: pushes were queued, so the other nodes'
+    /// couriers are woken at commit too.
     var outboxChanged = false
-    /// Whether a push was queued: the other nodes' couriers are woken at commit.
-    var notifies = false
 
     /// Sends the writes kept (not waited for: the COMMIT after them reports their failure).
     func flush(_ session: PostgresSession, containerID: Int64) throws(ContainerError) {
@@ -584,7 +578,7 @@ struct DeferredWrites {
         }
         if outboxChanged, let outboxSequence {
             try session.send("UPDATE containers SET outbox_sequence = $1::bigint WHERE id = $2::bigint", [.int64(outboxSequence), .int64(containerID)])
+            try session.send("SELECT pg_notify(\(PostgresContainers.pushChannel), '')")
         }
-        if notifies { try session.send("SELECT pg_notify(\(PostgresContainers.pushChannel), '')") }
     }
 }
