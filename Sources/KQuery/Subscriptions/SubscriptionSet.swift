@@ -571,7 +571,9 @@ public struct SubscriptionSet: Sendable {
         let record = change.record
         switch kind {
         case .recordZone(let zoneID, _) where record.recordID.zoneID != zoneID: return .wrongZone(expected: zoneID)
-        case .recordZone(_, let recordType?), .database(let recordType?) where recordType != record.recordType: return .wrongRecordType(expected: recordType)
+        // (In its zone, a zone subscription that did not fire was refused by its record type.)
+        case .recordZone(_, let recordType?): return .wrongRecordType(expected: recordType)
+        case .database(let recordType?) where recordType != record.recordType: return .wrongRecordType(expected: recordType)
         default: return .defaultZone
         }
     }
