@@ -188,6 +188,17 @@ public struct ContainerDatabase: Sendable {
         }
     }
 
+    /// `query` answered without holding a thread while the storage works (PostgreSQL), when it
+    /// can be; nil: call `query`. Only a query in the default zone of a public or private
+    /// database (a custom zone's existence, and the shared database's shares, are read first).
+    public func queryWithoutBlocking(_ query: Query, cursor: QueryCursor? = nil, now: Int64? = nil) async throws(ContainerError) -> QueryResult? {
+        guard scope != .shared, container.storage.runsQueries, query.zoneID?.isDefaultZone ?? true else { return nil }
+        var query = query
+        query.zoneID = query.zoneID.map(canonical)
+        if let cursor, !query.accepts(cursor) { throw ContainerError(.badRequest, "the cursor belongs to a different query") }
+        return try await container.storage.queryWithoutBlocking(query, cursor: cursor, in: key, now: now ?? container.clock())
+    }
+
     // MARK: Subscriptions
 
     /// Saves a subscription for the acting user (Web Services `subscriptions/modify` create or

@@ -38,6 +38,9 @@ package protocol ContainerStorage: Sendable {
     /// One page of `query` on the database `key` (none: no records), for a storage that
     /// `runsQueries`; the default reads the database and runs the query in one read transaction.
     func query(_ query: Query, cursor: QueryCursor?, in key: DatabaseKey, now: Int64) throws(ContainerError) -> QueryResult
+    /// `query` answered without holding a thread while the storage works, when the storage can
+    /// (PostgreSQL, for a page a few statements answer); nil: call `query`. The default: nil.
+    func queryWithoutBlocking(_ query: Query, cursor: QueryCursor?, in key: DatabaseKey, now: Int64) async throws(ContainerError) -> QueryResult?
     /// Brings the planner's statistics up to date after a bulk load (`kquery migrate`): a
     /// database planning from none can pick the wrong index for a point lookup.
     func refreshStatistics() throws(ContainerError)
@@ -87,6 +90,10 @@ extension ContainerStorage {
 
     /// A file or memory is queried in memory.
     package var runsQueries: Bool { false }
+
+    package func queryWithoutBlocking(_ query: Query, cursor: QueryCursor?, in key: DatabaseKey, now: Int64) async throws(ContainerError) -> QueryResult? {
+        nil
+    }
 
     package func query(_ query: Query, cursor: QueryCursor?, in key: DatabaseKey, now: Int64) throws(ContainerError) -> QueryResult {
         try read { tx throws(ContainerError) in

@@ -29,6 +29,10 @@ final class PostgresConnectionPool: @unchecked Sendable {
     private var open = 0
     private var nextID = 0
     private var closed = false
+    /// Tasks waiting for a connection without a thread (`withConnectionWithoutBlocking`), oldest first.
+    private var taskWaiters = CircularBuffer<CheckedContinuation<Lending, Never>>()
+    /// Threads waiting in `borrow`: a connection given back goes to them before any task.
+    private var threadWaiters = 0
 
     init(location: PostgresLocation, limit: Int) {
         self.location = location
@@ -51,8 +55,11 @@ final class PostgresConnectionPool: @unchecked Sendable {
         closed = true
         let connections = idle
         idle = []
+        let tasks = taskWaiters
+        taskWaiters.removeAll()
         condition.broadcast()
         condition.unlock()
+        for task in tasks { task.resume(returning: .none) }
         for pooled in connections { try? pooled.connection.close().wait() }
         try? group.syncShutdownGracefully()
     }
@@ -71,9 +78,72 @@ final class PostgresConnectionPool: @unchecked Sendable {
         return try body(PostgresSession(connection: pooled.connection, logger: logger, name: location.description, statements: pooled))
     }
 
+    /// Lends `body` a connection as `withConnection` does, a task waiting for one (or for one to
+    /// open) without holding a thread. Nil, no connection lent, when the pool is closed or the
+    /// connection a task waited for broke: `withConnection` then opens one or throws.
+    func withConnectionWithoutBlocking<T>(_ body: (PostgresSession) async throws(ContainerError) -> T) async throws(ContainerError) -> T? {
+        guard let pooled = try await lend() else { return nil }
+        let result: Result<T, ContainerError>
+        do throws(ContainerError) {
+            result = .success(try await body(PostgresSession(connection: pooled.connection, logger: logger, name: location.description, statements: pooled)))
+        } catch {
+            result = .failure(error)
+        }
+        // (A query's statements are waited for: none is pending.)
+        for statement in pooled.pending { _ = try? await statement.get() }
+        pooled.pending = []
+        pooled.sentFailure = nil
+        giveBack(pooled)
+        return try result.get()
+    }
+
+    /// An idle connection, a new one while fewer than `limit` are open, or else the next one
+    /// given back; nil when the pool is closed (or a connection given back was broken).
+    private func lend() async throws(ContainerError) -> PooledConnection? {
+        // (Decided under the lock, in the continuation's synchronous body: a task cannot hold it.)
+        let lending = await withCheckedContinuation { (task: CheckedContinuation<Lending, Never>) in
+            condition.lock()
+            if let connection = idle.popLast() {
+                condition.unlock()
+                task.resume(returning: .lent(connection))
+            } else if closed {
+                condition.unlock()
+                task.resume(returning: .none)
+            } else if open < limit {
+                let id = opening()
+                condition.unlock()
+                task.resume(returning: .open(id))
+            } else {
+                taskWaiters.append(task)
+                condition.unlock()
+            }
+        }
+        switch lending {
+        case .lent(let connection): return connection
+        case .none: return nil
+        case .open(let id):
+            do {
+                return PooledConnection(try await connect(id: id).get())
+            } catch {
+                throw openingFailed(error)
+            }
+        }
+    }
+
+    /// What a task waiting for a connection gets (`lend`).
+    private enum Lending {
+        case lent(PooledConnection)
+        /// None: the pool is closed, or the connection given back was broken.
+        case none
+        /// None idle, and fewer than the limit open: the task opens connection `id`.
+        case open(Int)
+    }
+
     private func borrow() throws(ContainerError) -> PooledConnection {
         condition.lock()
+        threadWaiters += 1
         while idle.isEmpty && open >= limit && !closed { condition.wait() }
+        threadWaiters -= 1
         if closed {
             condition.unlock()
             throw ContainerError(.internalError, "\(location): the storage is closed")
@@ -82,31 +152,44 @@ final class PostgresConnectionPool: @unchecked Sendable {
             condition.unlock()
             return connection
         }
-        open += 1
-        nextID += 1
-        let id = nextID
+        let id = opening()
         condition.unlock()
         do {
-            let connection = try PostgresConnection.connect(on: group.next(), configuration: location.configuration, id: id, logger: logger).wait()
-            do {
-                // A prepared statement planned once: left to choose, PostgreSQL planned a query
-                // anew at every run (its generic plan's estimate was higher, though the plan was
-                // the same), and the planning was three quarters of the query's time.
-                _ = try connection.query("SET plan_cache_mode = force_generic_plan", logger: logger).wait()
+            return PooledConnection(try connect(id: id).wait())
+        } catch {
+            throw openingFailed(error)
+        }
+    }
+
+    /// Counts a connection about to be opened and numbers it (called with `condition` locked).
+    private func opening() -> Int {
+        open += 1
+        nextID += 1
+        return nextID
+    }
+
+    /// Uncounts a connection that could not be opened; the error to throw.
+    private func openingFailed(_ error: any Error) -> ContainerError {
+        condition.lock()
+        open -= 1
+        condition.signal()
+        condition.unlock()
+        return PostgresSession.storageError(error, name: location.description)
+    }
+
+    /// Opens connection `id`, set for the pool's statements.
+    private func connect(id: Int) -> EventLoopFuture<PostgresConnection> {
+        let logger = logger
+        return PostgresConnection.connect(on: group.next(), configuration: location.configuration, id: id, logger: logger).flatMap { connection in
+            // A prepared statement planned once: left to choose, PostgreSQL planned a query
+            // anew at every run (its generic plan's estimate was higher, though the plan was
+            // the same), and the planning was three quarters of the query's time.
+            connection.query("SET plan_cache_mode = force_generic_plan", logger: logger)
                 // No JIT compilation: it is for long analytic queries, and compiled a plan PostgreSQL
                 // thought costly (a radius's points) in 250 ms for a statement that ran in 70.
-                _ = try connection.query("SET jit = off", logger: logger).wait()
-            } catch {
-                try? connection.close().wait()
-                throw error
-            }
-            return PooledConnection(connection)
-        } catch {
-            condition.lock()
-            open -= 1
-            condition.signal()
-            condition.unlock()
-            throw PostgresSession.storageError(error, name: location.description)
+                .flatMap { _ in connection.query("SET jit = off", logger: logger) }
+                .map { _ in connection }
+                .flatMapError { error in connection.close().flatMapThrowing { () throws -> PostgresConnection in throw error } }
         }
     }
 
@@ -116,8 +199,18 @@ final class PostgresConnectionPool: @unchecked Sendable {
         if connection.isClosed || closed {
             open -= 1
             condition.signal()
+            // A task waiting opens no connection: it goes the blocking way, which does.
+            let task = threadWaiters == 0 ? taskWaiters.popFirst() : nil
             condition.unlock()
+            task?.resume(returning: .none)
             if !connection.isClosed { try? connection.close().wait() }
+            return
+        }
+        // A thread waiting first (writes and the rest wait on threads; queries mostly as
+        // tasks): the committer is never starved by queries.
+        if threadWaiters == 0, let task = taskWaiters.popFirst() {
+            condition.unlock()
+            task.resume(returning: .lent(pooled))
             return
         }
         idle.append(pooled)
@@ -224,12 +317,16 @@ struct PostgresSession {
     /// The statements prepared on the connection (nil: a connection outside the pool, which
     /// prepares none).
     var statements: PooledConnection? = nil
+    /// Rows given ahead for the prepared statements the session's caller sends (nil: none, each
+    /// statement is run). See `StatementScript`.
+    var script: StatementScript? = nil
 
     /// Runs `sql` as a named prepared statement, prepared on this connection the first time:
     /// PostgreSQL then plans it once (a generic plan, `plan_cache_mode`), not at every run. A
     /// query's planning took 0.3 of its 0.43 ms, its run as a prepared statement 0.05.
     /// Every parameter in `sql` is cast to its type (`PostgresParameter.cast`). Each row's cells.
     func prepared(_ sql: String, _ parameters: [PostgresParameter]) throws(ContainerError) -> [[PostgresCell]] {
+        if let script { return try script.rows(sql, parameters) }
         guard let statements else {
             return try rows(PostgresQuery(unsafeSQL: sql, binds: Self.bindings(parameters))).map { Array($0.makeRandomAccess()) }
         }
@@ -240,15 +337,42 @@ struct PostgresSession {
             throw settled(after: error)
         }
         try settle()
-        // postgres-nio asks for every column in binary but labels a prepared statement's columns
-        // with the format of its description (text).
-        return rows.map { row in
+        return Self.cells(rows)
+    }
+
+    /// `prepared` without holding the thread while PostgreSQL answers.
+    func preparedWithoutBlocking(_ sql: String, _ parameters: [PostgresParameter]) async throws(ContainerError) -> [[PostgresCell]] {
+        guard let statements else { return try prepared(sql, parameters) }
+        do {
+            let statement: PreparedQuery
+            if let known = statements.statements[sql] {
+                statement = known
+            } else {
+                if statements.statements.count >= PooledConnection.statementLimit { forgetStatements(statements) }
+                statement = try await connection.prepare(query: sql).get()
+                statements.statements[sql] = statement
+            }
+            return Self.cells(try await statement.execute(parameters.map(\.data)).get())
+        } catch {
+            throw Self.storageError(error, name: name)
+        }
+    }
+
+    /// Each row's cells. postgres-nio asks for every column in binary but labels a prepared
+    /// statement's columns with the format of its description (text).
+    private static func cells(_ rows: [PostgresRow]) -> [[PostgresCell]] {
+        rows.map { row in
             row.makeRandomAccess().map { cell in
                 var cell = cell
                 cell.format = .binary
                 return cell
             }
         }
+    }
+
+    private func forgetStatements(_ statements: PooledConnection) {
+        for old in statements.statements.values { _ = old.deallocate() }
+        statements.statements = [:]
     }
 
     /// Sends a prepared statement whose rows are not needed, without waiting for it: the
@@ -292,10 +416,7 @@ struct PostgresSession {
     /// The statement prepared for `sql` on this connection, prepared now if it is not yet.
     private func statement(_ sql: String, _ statements: PooledConnection) throws -> PreparedQuery {
         if let known = statements.statements[sql] { return known }
-        if statements.statements.count >= PooledConnection.statementLimit {
-            for old in statements.statements.values { _ = old.deallocate() }
-            statements.statements = [:]
-        }
+        if statements.statements.count >= PooledConnection.statementLimit { forgetStatements(statements) }
         let statement = try connection.prepare(query: sql).wait()
         statements.statements[sql] = statement
         return statement
@@ -451,5 +572,35 @@ struct PostgresSession {
     static func sqlState(_ error: any Error) -> String? {
         if case .server(let server) = error as? PostgresError { return server.fields[.sqlState] }
         return (error as? PSQLError)?.serverInfo?[.sqlState]
+    }
+}
+
+/// The rows of the prepared statements a synchronous caller will send, got ahead without holding
+/// a thread (`PostgresContainerStorage.queryWithoutBlocking`): the caller runs once with no rows
+/// given, and the first statement it sends is noted (`wanted`) and ends the run with an error;
+/// its rows are then fetched, given (`give`), and the caller runs again, now answered at once.
+final class StatementScript {
+    private var givenRows: [(sql: String, rows: [[PostgresCell]])] = []
+    private var next = 0
+    /// How many statements have rows given.
+    var given: Int { givenRows.count }
+    /// The statement the last run stopped at, with its parameters.
+    private(set) var wanted: (sql: String, parameters: [PostgresParameter])?
+
+    /// The rows given for the next statement, which must be `sql`; otherwise notes it as wanted and throws.
+    func rows(_ sql: String, _ parameters: [PostgresParameter]) throws(ContainerError) -> [[PostgresCell]] {
+        if next < givenRows.count, givenRows[next].sql == sql {
+            next += 1
+            return givenRows[next - 1].rows
+        }
+        wanted = (sql, parameters)
+        throw ContainerError(.internalError, "a statement was sent that had no rows given ahead")
+    }
+
+    /// Gives the rows of the statement wanted, for the next run (which starts from the first statement).
+    func give(_ rows: [[PostgresCell]]) {
+        if let wanted { givenRows.append((wanted.sql, rows)) }
+        wanted = nil
+        next = 0
     }
 }

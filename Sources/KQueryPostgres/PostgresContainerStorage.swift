@@ -24,6 +24,8 @@ package final class PostgresContainerStorage: ContainerStorage {
     /// a query needs no statement to find its database. At most `databaseIDLimit`.
     private let databaseIDs = Locked<[DatabaseKey: Int64]>([:])
     private static let databaseIDLimit = 65_536
+    /// The most statements `queryWithoutBlocking` sends for one query.
+    private static let statementsWithoutBlocking = 3
     /// How many points a radius holds before a query reads records in its own order and
     /// measures each one's point (`PostgresTransaction.densePoints`).
     let densePoints: Int
@@ -113,6 +115,34 @@ package final class PostgresContainerStorage: ContainerStorage {
                 try tx.query(query, cursor: cursor, databaseID: databaseID, now: now, oneStatement: false) ?? QueryResult(records: [], cursor: nil)
             }
         }
+    }
+
+    /// `query` for a page one statement answers, without holding a thread while PostgreSQL
+    /// runs it (a task waits for the connection and the rows); nil when more is needed (a
+    /// database not yet known, no connection open and idle, a second statement), left to `query`.
+    /// On a blocking thread a query took two thread switches more, each way: under 64
+    /// connections its p99 was 20 ms against 13, and its CPU in the node 7-10% more.
+    package func queryWithoutBlocking(_ query: Query, cursor: QueryCursor?, in key: DatabaseKey, now: Int64) async throws(ContainerError) -> QueryResult? {
+        guard let databaseID = databaseIDs.withLock({ $0[key] }) else { return nil }
+        let answer = try await pool.withConnectionWithoutBlocking { session async throws(ContainerError) -> QueryResult? in
+            let script = StatementScript()
+            var scripted = session
+            scripted.script = script
+            let tx = PostgresTransaction(session: scripted, containerID: containerID, densePoints: densePoints)
+            // Each run stops at the first statement without rows, whose rows are then fetched; a
+            // query wanting more statements than a radius's look at its points and the page's
+            // (`radiusIsDense`) is left to `query`.
+            for _ in 0...Self.statementsWithoutBlocking {
+                do throws(ContainerError) {
+                    return try tx.query(query, cursor: cursor, databaseID: databaseID, now: now, oneStatement: true)
+                } catch {
+                    guard let wanted = script.wanted else { throw error }
+                    script.give(try await session.preparedWithoutBlocking(wanted.sql, wanted.parameters))
+                }
+            }
+            return nil
+        }
+        return answer ?? nil
     }
 
     /// Other nodes write the same container.

@@ -247,7 +247,13 @@ public final class CloudKitServer: Sendable {
                 // blocking thread and back (two thread wakes, a fifth of a query's cost under load).
                 answer = try service.run(operation, json)
             } else if operation == "records/query" {
-                answer = try await self.queryWork.run { () throws(ServerError) -> ServiceAnswer in try service.run(operation, json) }
+                // In the storage (PostgreSQL): a task waits for the rows where it can, else a thread.
+                let request = try service.queryRequest(json)
+                if let quick = try await service.queryWithoutBlocking(request) {
+                    answer = quick
+                } else {
+                    answer = try await self.queryWork.run { () throws(ServerError) -> ServiceAnswer in try service.query(request) }
+                }
             } else if operation == "records/modify" {
                 // Read here; committed in arrival order by the commit queue, answered once durable.
                 try DatabaseService.requireObject(json)

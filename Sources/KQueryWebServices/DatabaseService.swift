@@ -125,14 +125,37 @@ package struct DatabaseService: Sendable {
     // MARK: Records
 
     func query(_ body: JSON) throws(ServerError) -> ServiceAnswer {
+        try query(try queryRequest(body))
+    }
+
+    /// A `records/query` body read (`queryRequest`) answered.
+    package func query(_ request: QueryRequest) throws(ServerError) -> ServiceAnswer {
+        let result: QueryResult
+        do throws(ContainerError) { result = try database.query(request.query, cursor: request.cursor) } catch { throw ServerError(error) }
+        return answer(request, result)
+    }
+
+    /// `query` without holding a thread while the storage works (`ContainerDatabase.queryWithoutBlocking`);
+    /// nil: call `query`.
+    package func queryWithoutBlocking(_ request: QueryRequest) async throws(ServerError) -> ServiceAnswer? {
+        let result: QueryResult?
+        do throws(ContainerError) { result = try await database.queryWithoutBlocking(request.query, cursor: request.cursor) } catch { throw ServerError(error) }
+        return result.map { answer(request, $0) }
+    }
+
+    /// A `records/query` body read and checked against the schema.
+    package func queryRequest(_ body: JSON) throws(ServerError) -> QueryRequest {
         let request = try QueryRequest(webServicesJSON: body)
         // CloudKit's user records are fetched by name, never queried (CKRecordTypeUserRecord).
         guard request.query.recordType != Self.usersRecordType else {
             throw ServerError.badRequest("Type is not marked indexable: \(Self.usersRecordType) records cannot be queried; look one up by its userRecordName")
         }
         try schema?.check(request.query)
-        var result: QueryResult
-        do throws(ContainerError) { result = try database.query(request.query, cursor: request.cursor) } catch { throw ServerError(error) }
+        return request
+    }
+
+    private func answer(_ request: QueryRequest, _ result: QueryResult) -> ServiceAnswer {
+        var result = result
         if let links = presentsAssets { result.records = result.records.map(links.presenting) }
         // `{"records":[...],"continuationMarker":"..."}`, the records written straight to bytes.
         var out: [UInt8] = []

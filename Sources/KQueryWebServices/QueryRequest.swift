@@ -5,7 +5,7 @@ import KQueryContainer
 /// `{"query": {"recordType", "filterBy", "sortBy"}, "zoneID", "zoneWide", "resultsLimit",
 /// "continuationMarker", "desiredKeys"}`, and as a KQuery extension a `predicate` string (in
 /// `query` or beside it) in place of `filterBy`.
-struct QueryRequest {
+package struct QueryRequest: Sendable {
     /// CloudKit answers at most this many records per page.
     static let maximumResults = 200
 

@@ -62,15 +62,26 @@ import Testing
     /// Sends 60 creates of `Load` records `l0`... at once through `client` and kills the server
     /// (`pid`, SIGKILL) once 15 are acknowledged, the rest in flight; returns the names of those
     /// acknowledged.
-    static func createUntilKilled(through client: ServerClient, pid: pid_t, user: String) async -> [String] {
+    static func createUntilKilled(through client: ServerClient, pid: pid_t, user: String) async -> (acknowledged: [String], firstFailure: String?) {
         let answered = Locked(0)
-        return await withTaskGroup(of: String?.self) { group in
+        // Why the first unacknowledged modify was (refused, or no answer: the kill).
+        let firstFailure = Locked<String?>(nil)
+        let names = await withTaskGroup(of: String?.self) { group in
             for i in 0..<60 {
                 group.addTask {
-                    let answer = try? await client.post("private", "records/modify", """
-                        {"operations": [{"operationType": "create", "record": {"recordName": "l\(i)", "recordType": "Load"}}]}
-                        """, user: user)
-                    guard answer?.status == 200 else { return nil }
+                    let answer: ServerClient.Answer?
+                    do {
+                        answer = try await client.post("private", "records/modify", """
+                            {"operations": [{"operationType": "create", "record": {"recordName": "l\(i)", "recordType": "Load"}}]}
+                            """, user: user)
+                    } catch {
+                        firstFailure.withLock { $0 = $0 ?? "l\(i): \(error)" }
+                        answer = nil
+                    }
+                    guard let answer, answer.status == 200 else {
+                        if let answer { firstFailure.withLock { $0 = $0 ?? "l\(i): \(answer.status) \(answer.json.serialized.prefix(300))" } }
+                        return nil
+                    }
                     if answered.withLock({ count in count += 1; return count }) == 15 { kill(pid, SIGKILL) }
                     return "l\(i)"
                 }
@@ -79,6 +90,7 @@ import Testing
             for await name in group { if let name { names.append(name) } }
             return names
         }
+        return (names, firstFailure.withLock { $0 })
     }
 
     /// Stops a server started by `startServer` (SIGTERM, then waits).
@@ -173,12 +185,12 @@ import Testing
             """, user: "_k")
         #expect(subscribed.status == 200)
 
-        let acknowledged = await Self.createUntilKilled(through: client, pid: process.processIdentifier, user: "_k")
+        let (acknowledged, firstFailure) = await Self.createUntilKilled(through: client, pid: process.processIdentifier, user: "_k")
         // Fewer than 15 answers would leave the server running: kill it anyway.
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
         #expect(process.terminationReason == .uncaughtSignal)
-        #expect(!acknowledged.isEmpty)
+        #expect(!acknowledged.isEmpty, "\(firstFailure ?? "")")
 
         (process, port) = try start()
         client = ServerClient(webAuthToken: { secret.webAuthToken(user: $0) }, host: "127.0.0.1", port: port)

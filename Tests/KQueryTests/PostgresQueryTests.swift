@@ -192,6 +192,7 @@ import Testing
                 let stored = try database.lookup(Array(byID.keys)).compactMap(\.record)
                 #expect(stored.count == byID.count)
                 var answered = 0
+                var withoutBlocking = 0
                 let memory = KQueryStore.Database()
                 try memory.importRecords(stored)
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
@@ -221,6 +222,12 @@ import Testing
                         let expected = try memory.perform(query, cursor: cursor, now: now)
                         #expect(sql.records.map(\.recordID) == expected.records.map(\.recordID), "\(condition) sorted \(query.sortDescriptors), page \(pages)")
                         #expect(sql.cursor?.token == expected.cursor?.token, "\(condition) sorted \(query.sortDescriptors), page \(pages)")
+                        // The same page, got by a task that holds no thread while PostgreSQL works.
+                        if let quick = try await database.queryWithoutBlocking(query, cursor: cursor, now: now) {
+                            #expect(quick.records.map(\.recordID) == expected.records.map(\.recordID), "without blocking: \(condition), page \(pages)")
+                            #expect(quick.cursor?.token == expected.cursor?.token, "without blocking: \(condition), page \(pages)")
+                            withoutBlocking += 1
+                        }
                         if sql.records.map(\.recordID) != expected.records.map(\.recordID) { break }
                         answered += sql.records.count
                         cursor = pages % 2 == 0 ? sql.cursor : expected.cursor
@@ -228,6 +235,7 @@ import Testing
                     } while cursor != nil && pages < 50
                 }
                 #expect(answered > 0)
+                #expect(withoutBlocking > 0)
             } catch {
                 Issue.record("\(error)")
             }
@@ -329,6 +337,44 @@ import Testing
         #expect(unsorted.contains("No statement runs"), "\(unsorted)")
         // Explaining reads nothing and leaves no cursor open: the query still answers.
         #expect(try database.query(sorted).records.first?.recordID.recordName == "r19")
+    }
+
+    /// Queries waiting for a connection as tasks (`queryWithoutBlocking`) and writes waiting on
+    /// threads share a pool of two connections: every query gets its page, the same as the
+    /// blocking way's, and every write commits (a connection given back goes to a thread first).
+    @Test func queriesWithoutBlockingShareThePoolWithWrites() async throws {
+        let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", connections: 2)
+        let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
+        let database = try container.database(.public)
+        _ = try database.modify((0..<50).map { index in
+            RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: ["n": .int64(Int64(index % 10))]))
+        })
+        let query = Query(recordType: "R", predicate: try ValidatedPredicate("n == 3"), resultsLimit: 100)
+        let expected = try database.query(query).records.map(\.recordID.recordName)
+        #expect(expected == ["r13", "r23", "r3", "r33", "r43"])
+        let writes = 40
+        async let written: Int = withCheckedContinuation { done in
+            DispatchQueue.global().async {
+                var count = 0
+                for index in 0..<writes {
+                    let record = Record(recordType: "W", recordName: "w\(index)", fields: ["n": .int64(3)])
+                    if (try? database.modify([RecordOperation(kind: .forceReplace, record: record)])) != nil { count += 1 }
+                }
+                done.resume(returning: count)
+            }
+        }
+        let answers = try await withThrowingTaskGroup(of: [String]?.self) { group in
+            for _ in 0..<200 { group.addTask { try await database.queryWithoutBlocking(query)?.records.map(\.recordID.recordName) } }
+            var answers: [[String]?] = []
+            for try await answer in group { answers.append(answer) }
+            return answers
+        }
+        #expect(await written == writes)
+        #expect(answers.count == 200)
+        #expect(answers.allSatisfy { $0 == expected }, "\(Set(answers.map { "\($0 ?? [])" }))")
+        // A query in a custom zone reads the zone first: the blocking way's.
+        let inZone = Query(recordType: "R", predicate: try ValidatedPredicate("n == 3"), zoneID: ZoneID(zoneName: "elsewhere", ownerName: "_defaultOwner"))
+        #expect(try await database.queryWithoutBlocking(inZone) == nil)
     }
 
     /// A radius holding `densePoints` points or more is measured record by record in the query's
