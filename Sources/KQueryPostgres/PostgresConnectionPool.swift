@@ -103,7 +103,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
         // (Decided under the lock, in the continuation's synchronous body: a task cannot hold it.)
         let lending = await withCheckedContinuation { (task: CheckedContinuation<Lending, Never>) in
             condition.lock()
-            if let connection = idle.popLast() {
+            if let connection = takeIdle() {
                 condition.unlock()
                 task.resume(returning: .lent(connection))
             } else if closed {
@@ -148,7 +148,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
             condition.unlock()
             throw ContainerError(.internalError, "\(location): the storage is closed")
         }
-        if let connection = idle.popLast() {
+        if let connection = takeIdle() {
             condition.unlock()
             return connection
         }
@@ -159,6 +159,17 @@ final class PostgresConnectionPool: @unchecked Sendable {
         } catch {
             throw openingFailed(error)
         }
+    }
+
+    /// An idle connection still open, forgetting those PostgreSQL closed while they sat (a
+    /// restart, `pg_terminate_backend`): lent, each would fail its borrower's statement.
+    /// Called with `condition` locked.
+    private func takeIdle() -> PooledConnection? {
+        while let pooled = idle.popLast() {
+            if !pooled.connection.isClosed { return pooled }
+            open -= 1
+        }
+        return nil
     }
 
     /// Counts a connection about to be opened and numbers it (called with `condition` locked).
@@ -184,10 +195,10 @@ final class PostgresConnectionPool: @unchecked Sendable {
             // A prepared statement planned once: left to choose, PostgreSQL planned a query
             // anew at every run (its generic plan's estimate was higher, though the plan was
             // the same), and the planning was three quarters of the query's time.
-            connection.query("SET plan_cache_mode = force_generic_plan", logger: logger)
+            PostgresSession.send(on: connection) { connection.query("SET plan_cache_mode = force_generic_plan", logger: logger) }
                 // No JIT compilation: it is for long analytic queries, and compiled a plan PostgreSQL
                 // thought costly (a radius's points) in 250 ms for a statement that ran in 70.
-                .flatMap { _ in connection.query("SET jit = off", logger: logger) }
+                .flatMap { _ in PostgresSession.send(on: connection) { connection.query("SET jit = off", logger: logger) } }
                 .map { _ in connection }
                 .flatMapError { error in connection.close().flatMapThrowing { () throws -> PostgresConnection in throw error } }
         }
@@ -332,7 +343,8 @@ struct PostgresSession {
         }
         let rows: [PostgresRow]
         do {
-            rows = try statement(sql, statements).execute(parameters.map(\.data)).wait()
+            let prepared = try statement(sql, statements)
+            rows = try Self.send(on: connection) { prepared.execute(parameters.map(\.data)) }.wait()
         } catch {
             throw settled(after: error)
         }
@@ -349,10 +361,10 @@ struct PostgresSession {
                 statement = known
             } else {
                 if statements.statements.count >= PooledConnection.statementLimit { forgetStatements(statements) }
-                statement = try await connection.prepare(query: sql).get()
+                statement = try await Self.send(on: connection) { [connection] in connection.prepare(query: sql) }.get()
                 statements.statements[sql] = statement
             }
-            return Self.cells(try await statement.execute(parameters.map(\.data)).get())
+            return Self.cells(try await Self.send(on: connection) { statement.execute(parameters.map(\.data)) }.get())
         } catch {
             throw Self.storageError(error, name: name)
         }
@@ -385,7 +397,8 @@ struct PostgresSession {
             return
         }
         do {
-            statements.pending.append(try statement(sql, statements).execute(parameters.map(\.data)).map { _ in })
+            let prepared = try statement(sql, statements)
+            statements.pending.append(Self.send(on: connection) { prepared.execute(parameters.map(\.data)) }.map { _ in })
             statements.sentCount += 1
         } catch {
             throw settled(after: error)
@@ -398,7 +411,7 @@ struct PostgresSession {
             try run(query)
             return
         }
-        statements.pending.append(connection.query(query, logger: logger).map { _ in })
+        statements.pending.append(Self.send(on: connection) { [connection, logger] in connection.query(query, logger: logger) }.map { _ in })
         statements.sentCount += 1
     }
 
@@ -417,7 +430,7 @@ struct PostgresSession {
     private func statement(_ sql: String, _ statements: PooledConnection) throws -> PreparedQuery {
         if let known = statements.statements[sql] { return known }
         if statements.statements.count >= PooledConnection.statementLimit { forgetStatements(statements) }
-        let statement = try connection.prepare(query: sql).wait()
+        let statement = try Self.send(on: connection) { [connection] in connection.prepare(query: sql) }.wait()
         statements.statements[sql] = statement
         return statement
     }
@@ -447,6 +460,20 @@ struct PostgresSession {
             return earlier
         }
         return Self.storageError(error, name: name)
+    }
+
+    /// Sends a statement (`body` writes it) from the connection's event loop, failing it at once
+    /// when the connection is closed. postgres-nio writes a statement to its channel without a
+    /// promise, so one written after PostgreSQL closed the connection (a restart,
+    /// `pg_terminate_backend`) was dropped by the channel and never completed: its borrower
+    /// waited forever, with the connection. On the loop, an open connection's handler takes the
+    /// statement at once, and fails it if the connection closes later.
+    static func send<T: Sendable>(on connection: PostgresConnection, _ body: @escaping @Sendable () -> EventLoopFuture<T>) -> EventLoopFuture<T> {
+        let loop = connection.eventLoop
+        @Sendable func write() -> EventLoopFuture<T> {
+            connection.isClosed ? loop.makeFailedFuture(ContainerError(.internalError, "PostgreSQL closed the connection")) : body()
+        }
+        return loop.inEventLoop ? write() : loop.flatSubmit(write)
     }
 
     /// Decodes a cell, a corrupt value becoming the container's error.
@@ -480,7 +507,7 @@ struct PostgresSession {
     func rows(_ query: PostgresQuery) throws(ContainerError) -> [PostgresRow] {
         let rows: [PostgresRow]
         do {
-            rows = try connection.query(query, logger: logger).wait().rows
+            rows = try Self.send(on: connection) { [connection, logger] in connection.query(query, logger: logger) }.wait().rows
         } catch {
             throw settled(after: error)
         }
@@ -493,7 +520,7 @@ struct PostgresSession {
     func run(_ query: PostgresQuery) throws(ContainerError) -> Int {
         let count: Int
         do {
-            count = try connection.query(query, logger: logger).wait().metadata.rows ?? 0
+            count = try Self.send(on: connection) { [connection, logger] in connection.query(query, logger: logger) }.wait().metadata.rows ?? 0
         } catch {
             throw settled(after: error)
         }

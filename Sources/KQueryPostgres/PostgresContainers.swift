@@ -78,8 +78,9 @@ public final class PostgresContainers: Sendable {
             guard let connection = try? PostgresConnection.connect(
                 on: pool.eventLoop, configuration: location.configuration, id: 0, logger: logger).wait()
             else { return false }
-            let taken = try? connection.query("SELECT pg_try_advisory_lock(\(Int32(PostgresSchema.migrationLock)), \(Self.apnsDutyKey))", logger: logger)
-                .wait().rows.first?.decode(Bool.self)
+            let taken = try? PostgresSession.send(on: connection) { [logger] in
+                connection.query("SELECT pg_try_advisory_lock(\(Int32(PostgresSchema.migrationLock)), \(Self.apnsDutyKey))", logger: logger)
+            }.wait().rows.first?.decode(Bool.self)
             guard taken == true else {
                 try? connection.close().wait()
                 return false
@@ -317,8 +318,13 @@ public final class PostgresContainers: Sendable {
                                 }
                             }
                         }
-                        try await group.next()
+                        // (A LISTEN written as the connection closed would never be answered:
+                        // the connection's end ends the group too.)
+                        group.addTask { try await connection.closeFuture.get() }
+                        _ = try? await group.next()
                         group.cancelAll()
+                        // Ends both listens and the wait for the end (which no cancellation ends).
+                        try? await connection.close()
                     }
                 } catch {
                     if Task.isCancelled { return }

@@ -187,6 +187,46 @@ import Testing
         #expect(got == [#"{"n":1}"#, long, #"{"n":2}"#, #"{"n":3}"#])
     }
 
+    /// A node whose listening connection PostgreSQL ended (a restart, an administrator) connects
+    /// again, wakes its couriers (pushes queued meanwhile), and hears what is sent after.
+    @Test(.timeLimit(.minutes(1))) func aListenerWhoseConnectionEndedListensAgain() async throws {
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.createDatabase()
+        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let location = try #require(PostgresLocation(url: url))
+        let publisher = try PostgresContainers(location: location, connections: 2)
+        let listener = try PostgresContainers(location: location, connections: 2)
+        defer {
+            listener.stopListening()
+            publisher.close()
+            listener.close()
+        }
+        let wakes = Locked(0)
+        let (received, arriving) = AsyncStream.makeStream(of: String.self)
+        listener.listen(wake: { wakes.withLock { $0 += 1 } }, copied: { arriving.yield($0) })
+        var iterator = received.makeAsyncIterator()
+        // Sends `probe` until the listener hears it.
+        func heard(_ probe: String) async -> Bool {
+            let sending = Task {
+                for _ in 0..<400 {
+                    publisher.publishStreamCopy(probe)
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                arriving.finish()
+            }
+            defer { sending.cancel() }
+            while let message = await iterator.next() {
+                if message == probe { return true }
+            }
+            return false
+        }
+        #expect(await heard(#"{"probe":1}"#))
+        let ended = try cluster.psql(name, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'")
+        #expect(ended.trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+        #expect(await heard(#"{"probe":2}"#))
+        #expect(wakes.withLock { $0 } >= 1)
+    }
+
     @Test func streamCopyPartsPutTogetherOnlyWholeCopies() throws {
         let message = String(repeating: "ab🙂", count: 3_000)
         let parts = try #require(StreamCopyParts.split(message, limit: 1_000))
@@ -212,6 +252,49 @@ import Testing
             var fresh = StreamCopyParts()
             #expect(fresh.take(bad) == nil, "\(bad.debugDescription)")
         }
+    }
+
+    /// A statement sent on a connection PostgreSQL has closed fails at once, waited for on a
+    /// thread or by a task (postgres-nio dropped it: its borrower waited forever).
+    @Test(.timeLimit(.minutes(1))) func aStatementOnAConnectionPostgreSQLClosedFails() async throws {
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.createDatabase()
+        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let pool = PostgresConnectionPool(location: try #require(PostgresLocation(url: url)), limit: 1)
+        defer { pool.shutdown() }
+        func endEveryConnection() throws {
+            _ = try cluster.psql(name, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        }
+        func waitUntilClosed(_ session: PostgresSession) async throws {
+            for _ in 0..<500 where !session.connection.isClosed { try await Task.sleep(for: .milliseconds(10)) }
+            try #require(session.connection.isClosed)
+        }
+        // On a thread (the session's statements wait with `wait()`).
+        _ = try await pool.withConnectionWithoutBlocking { session async throws(ContainerError) in
+            do {
+                try endEveryConnection()
+                try await waitUntilClosed(session)
+            } catch {
+                Issue.record("\(error)")
+            }
+            #expect(throws: ContainerError.self) { try session.prepared("SELECT 1::bigint", []) }
+            #expect(throws: ContainerError.self) { try session.rows("SELECT 1") }
+            #expect(throws: ContainerError.self) { try session.run("SELECT 1") }
+        }
+        // By a task; and the pool opens a new connection for the next borrower.
+        let rows = try await pool.withConnectionWithoutBlocking { session async throws(ContainerError) -> Int in
+            do {
+                try endEveryConnection()
+                try await waitUntilClosed(session)
+            } catch {
+                Issue.record("\(error)")
+            }
+            await #expect(throws: ContainerError.self) { try await session.preparedWithoutBlocking("SELECT 2::bigint", []) }
+            return 0
+        }
+        #expect(rows == 0)
+        let answer = try pool.withConnection { session throws(ContainerError) in try session.prepared("SELECT 3::bigint", []) }
+        #expect(try answer.first?.first?.decode(Int64.self) == 3)
     }
 
     @Test func aNameHoldingNULIsRefusedNotStored() throws {

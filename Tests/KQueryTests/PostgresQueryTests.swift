@@ -377,6 +377,46 @@ import Testing
         #expect(try await database.queryWithoutBlocking(inZone) == nil)
     }
 
+    /// Connections PostgreSQL ended (a restart, an administrator's `pg_terminate_backend`) are
+    /// dropped, not lent again: queries (as tasks and on threads) and writes answer after it,
+    /// on new connections, and at most one statement a connection fails meanwhile.
+    @Test(.timeLimit(.minutes(1))) func connectionsPostgreSQLEndedAreReplaced() async throws {
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.createDatabase()
+        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let storage = try PostgresContainerStorage(location: try #require(PostgresLocation(url: url)), containerIdentifier: "test", connections: 2)
+        let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
+        let database = try container.database(.public)
+        _ = try database.modify((0..<10).map { index in
+            RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: ["n": .int64(Int64(index % 2))]))
+        })
+        let query = Query(recordType: "R", predicate: try ValidatedPredicate("n == 1"))
+        let expected = ["r1", "r3", "r5", "r7", "r9"]
+        #expect(try database.query(query).records.map(\.recordID.recordName) == expected)
+        // One or both connections open and idle.
+        async let first = database.queryWithoutBlocking(query)
+        async let second = database.queryWithoutBlocking(query)
+        #expect(try await [first, second].map { $0?.records.map(\.recordID.recordName) } == [expected, expected])
+        let ended = try cluster.psql(name, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        // (One or two: the two queries may have run one after the other, on one connection.)
+        let endedCount = try #require(Int(ended.trimmingCharacters(in: .whitespacesAndNewlines)))
+        #expect((1...2).contains(endedCount))
+
+        var failures: [String] = []
+        for round in 0..<6 {
+            do {
+                let quick = try await database.queryWithoutBlocking(query)
+                #expect(quick?.records.map(\.recordID.recordName) == expected, "round \(round)")
+                #expect(try database.query(query).records.map(\.recordID.recordName) == expected, "round \(round)")
+                _ = try database.modify([RecordOperation(kind: .forceReplace, record: Record(recordType: "W", recordName: "w\(round)"))])
+            } catch {
+                failures.append("round \(round): \(error)")
+            }
+        }
+        #expect(failures.count <= endedCount, "\(failures)")
+        #expect(try database.lookup([RecordID(recordName: "w5")]).first?.record != nil)
+    }
+
     /// A radius holding `densePoints` points or more is measured record by record in the query's
     /// order (PostgreSQL otherwise sorted every record within it first); a narrower one is found
     /// through the points' index. Both answer as the evaluator.
