@@ -344,7 +344,8 @@ struct PostgresSession {
         let rows: [PostgresRow]
         do {
             let prepared = try statement(sql, statements)
-            rows = try Self.send(on: connection) { prepared.execute(parameters.map(\.data)) }.wait()
+            let binds = parameters.map(\.data)
+            rows = try Self.send(on: connection) { prepared.execute(binds) }.wait()
         } catch {
             throw settled(after: error)
         }
@@ -364,7 +365,8 @@ struct PostgresSession {
                 statement = try await Self.send(on: connection) { [connection] in connection.prepare(query: sql) }.get()
                 statements.statements[sql] = statement
             }
-            return Self.cells(try await Self.send(on: connection) { statement.execute(parameters.map(\.data)) }.get())
+            let binds = parameters.map(\.data)
+            return Self.cells(try await Self.send(on: connection) { statement.execute(binds) }.get())
         } catch {
             throw Self.storageError(error, name: name)
         }
@@ -398,7 +400,8 @@ struct PostgresSession {
         }
         do {
             let prepared = try statement(sql, statements)
-            statements.pending.append(Self.send(on: connection) { prepared.execute(parameters.map(\.data)) }.map { _ in })
+            let binds = parameters.map(\.data)
+            statements.pending.append(Self.send(on: connection) { prepared.execute(binds) }.map { _ in })
             statements.sentCount += 1
         } catch {
             throw settled(after: error)
