@@ -13,6 +13,17 @@ import Testing
         return try #require(PostgresLocation(url: url))
     }
 
+    /// Two nodes' shared state on `location`: one to publish stream copies, one to listen.
+    static func publisherAndListener(on location: PostgresLocation) throws -> (publisher: PostgresContainers, listener: PostgresContainers) {
+        (try PostgresContainers(location: location, connections: 2), try PostgresContainers(location: location, connections: 2))
+    }
+
+    static func close(_ publisher: PostgresContainers, _ listener: PostgresContainers) {
+        listener.stopListening()
+        publisher.close()
+        listener.close()
+    }
+
     @Test func nodesShareTheSchemaTheSecretAndTheContainers() throws {
         let location = try Self.location()
         let first = try PostgresContainers(location: location, connections: 2)
@@ -148,14 +159,8 @@ import Testing
     /// for a NOTIFY (PostgreSQL refuses 8,000 bytes) in parts put together again, in the order
     /// published; one over the largest is dropped, not cut.
     @Test func streamCopiesOfAnySizeReachTheOtherNodesWhole() async throws {
-        let location = try Self.location()
-        let publisher = try PostgresContainers(location: location, connections: 2)
-        let listener = try PostgresContainers(location: location, connections: 2)
-        defer {
-            listener.stopListening()
-            publisher.close()
-            listener.close()
-        }
+        let (publisher, listener) = try Self.publisherAndListener(on: try Self.location())
+        defer { Self.close(publisher, listener) }
         let (received, arriving) = AsyncStream.makeStream(of: String.self)
         listener.listen(wake: {}, copied: { arriving.yield($0) })
         // Nothing waits for ever: after 60 s the stream ends.
@@ -191,16 +196,9 @@ import Testing
     /// again, wakes its couriers (pushes queued meanwhile), and hears what is sent after.
     @Test(.timeLimit(.minutes(1))) func aListenerWhoseConnectionEndedListensAgain() async throws {
         let cluster = try PostgresCluster.start()
-        let url = try cluster.createDatabase()
-        let name = try #require(url.split(separator: "/").last.map(String.init))
-        let location = try #require(PostgresLocation(url: url))
-        let publisher = try PostgresContainers(location: location, connections: 2)
-        let listener = try PostgresContainers(location: location, connections: 2)
-        defer {
-            listener.stopListening()
-            publisher.close()
-            listener.close()
-        }
+        let (name, url) = try cluster.createNamedDatabase()
+        let (publisher, listener) = try Self.publisherAndListener(on: try #require(PostgresLocation(url: url)))
+        defer { Self.close(publisher, listener) }
         let wakes = Locked(0)
         let (received, arriving) = AsyncStream.makeStream(of: String.self)
         listener.listen(wake: { wakes.withLock { $0 += 1 } }, copied: { arriving.yield($0) })
@@ -221,8 +219,7 @@ import Testing
             return false
         }
         #expect(await heard(#"{"probe":1}"#))
-        let ended = try cluster.psql(name, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'")
-        #expect(ended.trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+        #expect(try cluster.endConnections(to: name, where: "query LIKE 'LISTEN%'") == 1)
         #expect(await heard(#"{"probe":2}"#))
         #expect(wakes.withLock { $0 } >= 1)
     }
@@ -258,13 +255,10 @@ import Testing
     /// thread or by a task (postgres-nio dropped it: its borrower waited forever).
     @Test(.timeLimit(.minutes(1))) func aStatementOnAConnectionPostgreSQLClosedFails() async throws {
         let cluster = try PostgresCluster.start()
-        let url = try cluster.createDatabase()
-        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let (name, url) = try cluster.createNamedDatabase()
         let pool = PostgresConnectionPool(location: try #require(PostgresLocation(url: url)), limit: 1)
         defer { pool.shutdown() }
-        func endEveryConnection() throws {
-            _ = try cluster.psql(name, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        }
+        func endEveryConnection() throws { _ = try cluster.endConnections(to: name) }
         func waitUntilClosed(_ session: PostgresSession) async throws {
             for _ in 0..<500 where !session.connection.isClosed { try await Task.sleep(for: .milliseconds(10)) }
             try #require(session.connection.isClosed)

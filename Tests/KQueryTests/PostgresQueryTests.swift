@@ -382,8 +382,7 @@ import Testing
     /// on new connections, and at most one statement a connection fails meanwhile.
     @Test(.timeLimit(.minutes(1))) func connectionsPostgreSQLEndedAreReplaced() async throws {
         let cluster = try PostgresCluster.start()
-        let url = try cluster.createDatabase()
-        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let (name, url) = try cluster.createNamedDatabase()
         let storage = try PostgresContainerStorage(location: try #require(PostgresLocation(url: url)), containerIdentifier: "test", connections: 2)
         let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
         let database = try container.database(.public)
@@ -397,9 +396,8 @@ import Testing
         async let first = database.queryWithoutBlocking(query)
         async let second = database.queryWithoutBlocking(query)
         #expect(try await [first, second].map { $0?.records.map(\.recordID.recordName) } == [expected, expected])
-        let ended = try cluster.psql(name, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
         // (One or two: the two queries may have run one after the other, on one connection.)
-        let endedCount = try #require(Int(ended.trimmingCharacters(in: .whitespacesAndNewlines)))
+        let endedCount = try cluster.endConnections(to: name)
         #expect((1...2).contains(endedCount))
 
         var failures: [String] = []

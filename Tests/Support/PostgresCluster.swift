@@ -72,13 +72,26 @@ public final class PostgresCluster: Sendable {
 
     /// A new, empty database; returns its URL.
     public func createDatabase() throws -> String {
+        try createNamedDatabase().url
+    }
+
+    /// A new, empty database; returns its name and URL.
+    public func createNamedDatabase() throws -> (name: String, url: String) {
         let number = databases.withLock { count in
             count += 1
             return count
         }
         let name = "k\(getpid())_\(number)"
         try Self.run("/usr/bin/psql", ["-h", "127.0.0.1", "-p", "\(port)", "-U", user, "-d", "postgres", "-q", "-c", "CREATE DATABASE \(name)"])
-        return url(database: name)
+        return (name, url(database: name))
+    }
+
+    /// Ends the connections to `database` that `condition` (SQL on `pg_stat_activity`) picks, as a
+    /// restart or an administrator would (`pg_terminate_backend`); returns how many.
+    public func endConnections(to database: String, where condition: String = "TRUE") throws -> Int {
+        let ended = try psql(database, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND (\(condition))")
+        guard let count = Int(ended.trimmingCharacters(in: .whitespacesAndNewlines)) else { throw ClusterError(description: "pg_terminate_backend printed \(ended)") }
+        return count
     }
 
     public func url(database: String) -> String { "postgresql://\(user)@127.0.0.1:\(port)/\(database)" }
