@@ -31,8 +31,10 @@ final class PostgresConnectionPool: @unchecked Sendable {
     private var closed = false
     /// Tasks waiting for a connection without a thread (`withConnectionWithoutBlocking`), oldest first.
     private var taskWaiters = CircularBuffer<CheckedContinuation<Lending, Never>>()
-    /// Threads waiting in `borrow`: a connection given back goes to them before any task.
+    /// Threads waiting in `borrow`.
     private var threadWaiters = 0
+    /// Whether the next connection given back goes to a task while threads wait too.
+    private var taskNext = false
 
     init(location: PostgresLocation, limit: Int) {
         self.location = location
@@ -217,13 +219,15 @@ final class PostgresConnectionPool: @unchecked Sendable {
             if !connection.isClosed { try? connection.close().wait() }
             return
         }
-        // A thread waiting first (writes and the rest wait on threads; queries mostly as
-        // tasks): the committer is never starved by queries.
-        if threadWaiters == 0, let task = taskWaiters.popFirst() {
+        // Threads (writes and most requests) and tasks (queries) waiting both: each kind gets
+        // every other connection, so neither starves the other (nor queries the committer).
+        if !taskWaiters.isEmpty && (threadWaiters == 0 || taskNext), let task = taskWaiters.popFirst() {
+            taskNext = false
             condition.unlock()
             task.resume(returning: .lent(pooled))
             return
         }
+        taskNext = !taskWaiters.isEmpty
         idle.append(pooled)
         condition.signal()
         condition.unlock()

@@ -377,6 +377,46 @@ import Testing
         #expect(try await database.queryWithoutBlocking(inZone) == nil)
     }
 
+    /// Threads and tasks waiting for connections both get them: queries as tasks finish while
+    /// threads keep asking for the one connection without a pause (neither kind starves).
+    @Test(.timeLimit(.minutes(1))) func tasksAndThreadsWaitingTakeTurns() async throws {
+        let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", connections: 1)
+        let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
+        let database = try container.database(.public)
+        _ = try database.modify([RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r", fields: ["n": .int64(1)]))])
+        let query = Query(recordType: "R", predicate: try ValidatedPredicate("n == 1"))
+        #expect(try database.query(query).records.count == 1)
+        // Threads reading until the tasks are done, or 20 s have passed (then the tasks starved).
+        let tasksDone = Locked(false)
+        let deadline = Date().addingTimeInterval(20)
+        let threadReads = Locked(0)
+        let threads = (0..<4).map { _ in
+            Task.detached {
+                await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                    DispatchQueue.global().async {
+                        while !tasksDone.withLock({ $0 }) && Date() < deadline {
+                            if (try? database.query(query).records.count) == 1 { threadReads.withLock { $0 += 1 } }
+                        }
+                        done.resume()
+                    }
+                }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        let answered = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<50 { group.addTask { try await database.queryWithoutBlocking(query)?.records.count ?? 0 } }
+            var answered = 0
+            for try await count in group { answered += count }
+            return answered
+        }
+        let finishedInTime = Date() < deadline
+        tasksDone.withLock { $0 = true }
+        for thread in threads { await thread.value }
+        #expect(answered == 50)
+        #expect(finishedInTime)
+        #expect(threadReads.withLock { $0 } > 0)
+    }
+
     /// Connections PostgreSQL ended (a restart, an administrator's `pg_terminate_backend`) are
     /// dropped, not lent again: queries (as tasks and on threads) and writes answer after it,
     /// on new connections, and at most one statement a connection fails meanwhile.
