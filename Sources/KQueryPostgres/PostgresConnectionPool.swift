@@ -540,6 +540,11 @@ struct PostgresSession {
     /// then roll back to a savepoint before it goes on.
     func copy(_ rows: ByteBuffer, into table: String, columns: [String]) throws(ContainerError) -> Bool {
         let promise = connection.eventLoop.makePromise(of: Void.self)
+        // postgres-nio writes a COPY as it writes other statements (`send`): one written as the
+        // connection closed would never end, so the connection's end fails the copy. (A callback
+        // a copy, kept until the connection closes: `kquery migrate` copies a thousand records a
+        // page, so a million leave a few thousand.)
+        connection.closeFuture.whenComplete { _ in promise.fail(ContainerError(.internalError, "PostgreSQL closed the connection")) }
         Task(executorPreference: PostgresCopyExecutor.shared) { [connection, logger] in
             do {
                 try await connection.copyFrom(table: table, columns: columns, logger: logger) { writer in try await writer.write(rows) }
