@@ -621,8 +621,6 @@ struct PostgresSession {
 final class StatementScript {
     private var givenRows: [(sql: String, rows: [[PostgresCell]])] = []
     private var next = 0
-    /// How many statements have rows given.
-    var given: Int { givenRows.count }
     /// The statement the last run stopped at, with its parameters.
     private(set) var wanted: (sql: String, parameters: [PostgresParameter])?
 
