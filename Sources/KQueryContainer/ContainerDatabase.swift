@@ -195,7 +195,8 @@ public struct ContainerDatabase: Sendable {
         guard scope != .shared, container.storage.runsQueries, query.zoneID?.isDefaultZone ?? true else { return nil }
         var query = query
         query.zoneID = query.zoneID.map(canonical)
-        if let cursor, !query.accepts(cursor) { throw ContainerError(.badRequest, "the cursor belongs to a different query") }
+        // (The storage refuses another query's cursor, as `query` does; a database it does not
+        // know yet is left to `query`.)
         return try await container.storage.queryWithoutBlocking(query, cursor: cursor, in: key, now: now ?? container.clock())
     }
 

@@ -70,13 +70,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
     /// is closed, not returned.
     func withConnection<T>(_ body: (PostgresSession) throws(ContainerError) -> T) throws(ContainerError) -> T {
         let pooled = try borrow()
-        defer {
-            // Statements a body sent and never waited for are done before the next borrower's.
-            for statement in pooled.pending { _ = try? statement.wait() }
-            pooled.pending = []
-            pooled.sentFailure = nil
-            giveBack(pooled)
-        }
+        defer { giveBack(pooled) }
         return try body(PostgresSession(connection: pooled.connection, logger: logger, name: location.description, statements: pooled))
     }
 
@@ -91,10 +85,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
         } catch {
             result = .failure(error)
         }
-        // (A query's statements are waited for: none is pending.)
-        for statement in pooled.pending { _ = try? await statement.get() }
-        pooled.pending = []
-        pooled.sentFailure = nil
+        // (A query's statements are waited for: none is pending, and giving back waits for none.)
         giveBack(pooled)
         return try result.get()
     }
@@ -207,6 +198,10 @@ final class PostgresConnectionPool: @unchecked Sendable {
     }
 
     private func giveBack(_ pooled: PooledConnection) {
+        // Statements a borrower sent and never waited for are done before the next borrower's.
+        for statement in pooled.pending { _ = try? statement.wait() }
+        pooled.pending = []
+        pooled.sentFailure = nil
         let connection = pooled.connection
         condition.lock()
         if connection.isClosed || closed {

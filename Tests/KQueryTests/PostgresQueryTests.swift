@@ -12,6 +12,11 @@ import Testing
 /// research/scale-out.md §4 (int64 extremes, doubles near them, NaN, -0.0, empty and non-NFC
 /// strings, empty lists, missing fields, locations at the poles and the antimeridian).
 @Suite struct PostgresQueryTests {
+    /// The public database (or `scope`'s, for `user`) of a new container on `storage`, its clock fixed.
+    static func database(on storage: PostgresContainerStorage, _ scope: DatabaseScope = .public, user: String? = nil) throws -> ContainerDatabase {
+        try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 }).database(scope, user: user)
+    }
+
     // MARK: Keys
 
     static let edgeValues: [FieldValue] = [
@@ -179,8 +184,7 @@ import Testing
                 let densePoints = [1, 5, PostgresContainerStorage.densePoints].randomElement(using: &rng) ?? 1
                 let storage = try PostgresContainerStorage(
                     location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", densePoints: densePoints)
-                let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
-                let database = try container.database(.private, user: "_u1")
+                let database = try Self.database(on: storage, .private, user: "_u1")
                 for zone in Self.zones where !zone.isDefaultZone { try database.createZone(zone) }
                 let records = (0..<40).map { Self.randomRecord(&rng, index: $0) }
                 var byID: [RecordID: Record] = [:]
@@ -341,11 +345,10 @@ import Testing
 
     /// Queries waiting for a connection as tasks (`queryWithoutBlocking`) and writes waiting on
     /// threads share a pool of two connections: every query gets its page, the same as the
-    /// blocking way's, and every write commits (a connection given back goes to a thread first).
+    /// blocking way's, and every write commits.
     @Test func queriesWithoutBlockingShareThePoolWithWrites() async throws {
         let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", connections: 2)
-        let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
-        let database = try container.database(.public)
+        let database = try Self.database(on: storage)
         _ = try database.modify((0..<50).map { index in
             RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: ["n": .int64(Int64(index % 10))]))
         })
@@ -381,8 +384,7 @@ import Testing
     /// threads keep asking for the one connection without a pause (neither kind starves).
     @Test(.timeLimit(.minutes(1))) func tasksAndThreadsWaitingTakeTurns() async throws {
         let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", connections: 1)
-        let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
-        let database = try container.database(.public)
+        let database = try Self.database(on: storage)
         _ = try database.modify([RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r", fields: ["n": .int64(1)]))])
         let query = Query(recordType: "R", predicate: try ValidatedPredicate("n == 1"))
         #expect(try database.query(query).records.count == 1)
@@ -424,8 +426,7 @@ import Testing
         let cluster = try PostgresCluster.start()
         let (name, url) = try cluster.createNamedDatabase()
         let storage = try PostgresContainerStorage(location: try #require(PostgresLocation(url: url)), containerIdentifier: "test", connections: 2)
-        let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
-        let database = try container.database(.public)
+        let database = try Self.database(on: storage)
         _ = try database.modify((0..<10).map { index in
             RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r\(index)", fields: ["n": .int64(Int64(index % 2))]))
         })
@@ -460,8 +461,7 @@ import Testing
     /// through the points' index. Both answer as the evaluator.
     @Test func aRadiusHoldingManyPointsIsMeasuredRecordByRecord() throws {
         let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", densePoints: 5)
-        let container = try Container(containerIdentifier: ContainerFixture.identifier, storage: storage, clock: { 1_700_000_000_000 })
-        let database = try container.database(.public)
+        let database = try Self.database(on: storage)
         // Records r<index> at the points `point` gives, and a query within `km` of a point.
         func place(_ indices: Range<Int>, _ point: (Int) -> Location) throws {
             _ = try database.modify(indices.map { index in
