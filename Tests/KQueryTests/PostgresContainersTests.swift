@@ -321,6 +321,9 @@ import Testing
     @Test(arguments: [
         "", "postgresql://", "postgresql://host/db", "http://u@h/db", "postgresql://u@/db", "postgresql://u@h", "postgresql://u@h/a/b",
         "postgresql://u@h:notaport/db", "\u{0}", "postgresql://u@h:99999999999999999999/db",
+        // A host named twice, or empty; a socket's directory too long for its address; an unknown parameter.
+        "postgresql://u@h/db?host=/tmp", "postgresql://u@/db?host=/tmp&host=/var", "postgresql://u@/db?host=",
+        "postgresql://u@/db?host=/" + String(repeating: "d", count: 100), "postgresql://u@/db?sslmode=require", "postgresql://u@h/db?host",
     ]) func badURLsAreRefusedNotTrapped(url: String) {
         #expect(PostgresLocation(url: url) == nil)
     }
@@ -329,5 +332,29 @@ import Testing
         let location = try #require(PostgresLocation(url: "postgresql://kq:secret@127.0.0.1:6543/records"))
         #expect(location == PostgresLocation(host: "127.0.0.1", port: 6543, username: "kq", password: "secret", database: "records"))
         #expect(location.description == "postgresql://kq@127.0.0.1:6543/records")
+        #expect(!location.isSocket)
+    }
+
+    /// libpq's ways of naming a Unix-domain socket's directory, each read back from its description.
+    @Test(arguments: [
+        ("postgresql://kq@/records?host=/var/run/postgresql", 5432), ("postgres://kq@:6543/records?host=/tmp/pg", 6543),
+        ("postgresql://kq@%2Fvar%2Frun%2Fpostgresql:6543/records", 6543),
+    ]) func aSocketsDirectoryReads(url: String, port: Int) throws {
+        let location = try #require(PostgresLocation(url: url))
+        #expect(location.isSocket)
+        #expect(location.host.hasPrefix("/") && !location.host.contains("%"))
+        #expect(location.port == port)
+        #expect(location.username == "kq" && location.database == "records")
+        #expect(PostgresLocation(url: location.description) == location)
+    }
+
+    /// A node reaches PostgreSQL through its socket as through TCP.
+    @Test func aContainerOpensThroughTheSocket() throws {
+        let tcp = try Self.location()
+        let socket = try #require(PostgresLocation(url: "postgresql://\(tcp.username)@:\(tcp.port)/\(tcp.database)?host=\(try PostgresCluster.start().directory)"))
+        let storage = try PostgresContainerStorage(location: socket, containerIdentifier: "socket", connections: 1)
+        let database = try PostgresQueryTests.database(on: storage)
+        _ = try database.modify([RecordOperation(kind: .create, record: Record(recordType: "Note", recordName: "viaSocket"))])
+        #expect(try database.lookup([RecordID(recordName: "viaSocket")]).first?.record != nil)
     }
 }
