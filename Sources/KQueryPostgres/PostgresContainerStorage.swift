@@ -131,7 +131,7 @@ package final class PostgresContainerStorage: ContainerStorage {
             let tx = PostgresTransaction(session: scripted, containerID: containerID, densePoints: densePoints)
             // Each run stops at the first statement without rows, whose rows are then fetched; a
             // query wanting more statements than a radius's look at its points and the page's
-            // (`radiusIsDense`) is left to `query`.
+            // (`radiusPlan`) is left to `query`.
             for _ in 0...Self.statementsWithoutBlocking {
                 do throws(ContainerError) {
                     return try tx.query(query, cursor: cursor, databaseID: databaseID, now: now, oneStatement: true)

@@ -9,19 +9,26 @@ extension PostgresTransaction {
     /// the page (and one more) and each later one for twice as many, up to this.
     static let largestBatch = 1000
 
-    /// How many points a radius (`distanceToLocation:fromLocation:(field, centre) < r`) holds
-    /// before a query that stops at a full page (no sort, or a field sort) reads the records in
-    /// its own order and measures each one's point as it goes, rather than finding the points
-    /// within the radius first and sorting all their records. PostgreSQL cannot tell: PostGIS
-    /// estimated 4 points within a radius that held 531,063 of a million, whose page then took
-    /// 3.7 s; read in order, 5.6 ms. `radiusIsDense` reads the points nearest first through the
-    /// field's GiST index to see; a radius holding fewer than `denseFactor` times this many is
-    /// read through the index too. On 1,000,000 points, a point found through the index cost
-    /// about 20 µs (the second look included) and a record read in order 1.9: a page of 100 in
-    /// order with 2,204 points within read 73,000 records (139 ms, 45 through the index), and the
-    /// two ways cost the same at 3,000 to 4,000.
+    /// How a query that stops at a full page (no sort, or a field sort) with a radius
+    /// (`distanceToLocation:fromLocation:(field, centre) < r`) finds its records: the points
+    /// within the radius through the field's GiST index, each joined to its record and the
+    /// page sorted out of them; or the records in the query's own order, each one's point
+    /// measured as it goes, until the page is full. PostgreSQL cannot choose: PostGIS estimated
+    /// 4 points within a radius that held 531,063 of a million, whose page then took 3.7 s
+    /// through the index, 5.6 ms in order. On 1,000,000 points around Paris a point read through
+    /// the index cost about 3 µs, and a page in order 12-40 ms for radii holding 14,000 points
+    /// or more but 216 ms for one holding 3,011 (its records lie far apart in the record order).
+    ///
+    /// `radiusPlan` reads the `densePoints`-th nearest point through the index (nearest first):
+    /// beyond the radius, the radius holds fewer and the index finds them. Within it, the points
+    /// the radius holds are estimated from how far out that one lies (as many again in each
+    /// equal area: on the Paris points, 3.0, 4.2, 6.2, 7.8 and 13.8 thousand estimated where
+    /// 3,011, 4,199, 6,164, 7,791 and 13,864 were). A radius estimated to hold
+    /// `indexedPointsFactor` times `densePoints` (8,000) or more is read in order; any other
+    /// through the index, at most twice that many of its points: one that holds more (the
+    /// estimate was far too low) is then read in order, the look costing about 3 µs a point read.
     static let densePoints = 2000
-    static let denseFactor = 1.5
+    static let indexedPointsFactor = 4
 
     /// Runs `query` as SQL (`PostgresQueryCompiler`): one page of the query's matches in its
     /// order, and a cursor when more follow, as the in-memory store answers. Memory holds one
@@ -176,13 +183,34 @@ extension PostgresTransaction {
         var keyed = !sortFields.isEmpty
         if let position, let first = position.keys.first, first == nil { keyed = false }
         // (A sort SQL cannot order reads every candidate: finding them through the points is best.)
-        let measureEachRecord = fields != nil ? try radiusIsDense(query, databaseID: databaseID) : false
+        var radius = fields != nil ? try radiusPlan(query, databaseID: databaseID) : .filtered
+        // Whether the points read through the index were all the radius holds (once known).
+        var radiusRead = false
         var statements = 0
         while true {
             if oneStatement && statements == 1 { return nil }
             statements += 1
             var compiler = PostgresQueryCompiler(databaseID: databaseID, recordType: query.recordType)
-            compiler.distancesPerRecord = measureEachRecord
+            compiler.distancesPerRecord = radius == .eachRecord
+            var condition = query.predicate.condition
+            var source = "records r"
+            var capped: IndexedRadius?
+            if case .indexed(let indexed) = radius {
+                // The radius's points, at most the cap, and how many there were (up to it); each
+                // one's record looked up by its number (LATERAL and OFFSET 0: never a join that
+                // reads every record).
+                capped = indexed
+                condition = Self.radius(of: condition, field: indexed.field, center: indexed.center).rest
+                let origin = compiler.bind(PostgresValueKey.hex(indexed.point)) + "::geography"
+                let fieldKey = compiler.bindField(PostgresRecordValues.name(of: indexed.field))
+                source = """
+                    (SELECT q.record_id, count(*) OVER () AS points FROM (SELECT v.record_id FROM record_values v \
+                    WHERE v.database_id = \(compiler.database) AND v.field = \(fieldKey) AND v.location IS NOT NULL \
+                    AND ST_DWithin(v.location, \(origin), \(compiler.bind(PostgresQueryCompiler.widened(indexed.metres)))) \
+                    LIMIT \(compiler.bind(Int64(indexed.cap)))) q) p \
+                    CROSS JOIN LATERAL (SELECT * FROM records r WHERE r.database_id = \(compiler.database) AND r.id = p.record_id OFFSET 0) r
+                    """
+            }
             let ascending = fields == nil ? [] : descriptors.map(\.ascending)
             let joins = compiler.sortJoins(sortFields, firstKeyed: keyed)
             var conditions = ["r.database_id = \(compiler.database)", "r.record_type = \(compiler.recordType)"]
@@ -201,7 +229,7 @@ extension PostgresTransaction {
                 conditions.append("r.zone_name = \(compiler.bind(zoneID.zoneName))")
                 conditions.append("r.owner_name = \(compiler.bind(zoneID.ownerName))")
             }
-            let filter = compiler.filter(query.predicate.condition, now: now)
+            let filter = compiler.filter(condition, now: now)
             if filter == "FALSE" { return page(&matches, query, limit: limit) }
             if filter != "TRUE" { conditions.append(filter) }
             if let withoutPoint {
@@ -215,9 +243,9 @@ extension PostgresTransaction {
                 // Without a sort, a bound the record ID index (`records_by_type`) seeks to.
                 if fields != nil && sortFields.isEmpty { conditions.append(#"r.record_name COLLATE "C" >= "# + compiler.bind(position.id.recordName)) }
             }
-            let columns = (0..<sortFields.count).map { ", k\($0).sort_key" }.joined()
+            let columns = (0..<sortFields.count).map { ", k\($0).sort_key" }.joined() + (capped == nil ? "" : ", p.points")
             let select = """
-                SELECT r.zone_name, r.owner_name, r.record_name, r.body\(columns) FROM records r \(joins)
+                SELECT r.zone_name, r.owner_name, r.record_name, r.body\(columns) FROM \(source) \(joins)
                 WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed))
                 """
             // The rows of a batch: nil when they complete the page (returned).
@@ -242,10 +270,29 @@ extension PostgresTransaction {
                 }
                 return nil
             }
+            // Whether the radius holds more points than were read through the index: every row says
+            // how many (up to the cap); with none, a count says (in a snapshot: a transaction's).
+            func overflows(_ rows: [[PostgresCell]]) throws(ContainerError) -> Bool? {
+                guard let capped, !radiusRead else { return false }
+                radiusRead = !oneStatement || !rows.isEmpty
+                guard let first = rows.first else { return oneStatement ? nil : try radiusOverflows(capped, of: query, databaseID: databaseID) }
+                return try session.decode(first[4 + sortFields.count], Int64.self) >= Int64(capped.cap)
+            }
             if oneStatement {
                 let size = compiler.bind(Int64(batch))
                 let statement = compiler.statement(select + " LIMIT \(size)")
                 let rows = try session.prepared(statement.sql, statement.parameters)
+                switch try overflows(rows) {
+                case false?: break
+                case true?:
+                    // More points than the cap: the page is read in order, in one statement still.
+                    radius = .eachRecord
+                    statements = 0
+                    continue
+                case nil:
+                    // (No row to tell: in a transaction.)
+                    return nil
+                }
                 if let result = try take(rows) { return result }
                 // More rows than the batch: the next statement (none, outside a transaction).
                 if rows.count == batch { continue }
@@ -254,14 +301,30 @@ extension PostgresTransaction {
                 // takes to fill the page (a statement per batch sorted its candidates anew each
                 // time: a predicate SQL cannot narrow, on a million records, took minutes).
                 var result: QueryResult?
+                var overflowed = false
                 let purpose = withoutPoint != nil ? "then the records without a point, by record ID"
                     : fields == nil ? "every candidate, by record ID, keeping the best page (SQL cannot order them as the evaluator does)"
-                    : sortFields.isEmpty ? "the candidates by record ID, until the page is full"
+                    : capped.map { "the candidates among at most \($0.cap) points within the radius (found through its index), in the query's order" }
+                    ?? (sortFields.isEmpty ? "the candidates by record ID, until the page is full"
                     : keyed ? "the candidates with a value for the first sort field, in the sort's order, until the page is full"
-                    : "then the candidates without a value for the first sort field"
-                _ = try readThroughCursor("kquery_scan", compiler.statement(select), batch: batch, purpose: purpose) { rows throws(ContainerError) in
+                    : "then the candidates without a value for the first sort field")
+                _ = try readThroughCursor("kquery_scan", compiler.statement(select), batch: batch, purpose: purpose, whole: capped != nil) { rows throws(ContainerError) in
+                    if try overflows(rows) == true {
+                        overflowed = true
+                        return true
+                    }
                     result = try take(rows)
                     return result != nil
+                }
+                if explanation != nil, let capped, !radiusRead {
+                    // (Explaining reads no rows: the count says which way the page is read.)
+                    radiusRead = true
+                    overflowed = try radiusOverflows(capped, of: query, databaseID: databaseID)
+                }
+                if overflowed {
+                    // More points than the cap: none of them taken; the radius is read in order.
+                    radius = .eachRecord
+                    continue
                 }
                 if let result { return result }
             }
@@ -273,15 +336,34 @@ extension PostgresTransaction {
         }
     }
 
-    /// Whether a radius the query's predicate ANDs (`< r` or `<= r` on a distance) holds at least
-    /// `densePoints` times `denseFactor` points: the `densePoints`-th nearest, read through the
-    /// field's GiST index (on the sphere, `<->`), lies within the radius divided by `denseFactor`,
-    /// or within the radius and the point `denseFactor` times further down the list does too.
-    /// Only the plan depends on the answer.
-    private func radiusIsDense(_ query: Query, databaseID: Int64) throws(ContainerError) -> Bool {
+    /// How `scan` reads a radius (see `densePoints`).
+    enum RadiusPlan: Equatable {
+        /// As the predicate's other tests (no radius, or one holding fewer than `densePoints`
+        /// points: the index finds them).
+        case filtered
+        /// The records in the query's order, each one's point measured.
+        case eachRecord
+        /// The radius's points through its index, at most so many.
+        case indexed(IndexedRadius)
+    }
+
+    /// A radius read through its index: around `center` (`point`, as PostGIS reads it) on
+    /// `field`, `metres` wide (the least of the query's radii there), at most `cap` points.
+    struct IndexedRadius: Equatable {
+        var field: FieldReference
+        var center: Location
+        var point: [UInt8]
+        var metres: Double
+        var cap: Int
+    }
+
+    /// How `query`, which stops at a full page, reads the radii its predicate ANDs (`< r` or
+    /// `<= r` on a distance): see `densePoints`. Only the plan depends on the answer.
+    func radiusPlan(_ query: Query, databaseID: Int64) throws(ContainerError) -> RadiusPlan {
         let parts: [Condition]
         if case .and(let conjuncts) = query.predicate.condition { parts = conjuncts } else { parts = [query.predicate.condition] }
-        var dense = false
+        let most = densePoints * Self.indexedPointsFactor
+        var plan = RadiusPlan.filtered
         for part in parts {
             guard case .distance(let field, let center, let relation, let kilometres) = part, relation == .lessThan || relation == .lessThanOrEqual,
                   let point = PostgresRecordValues.point(latitude: center.latitude, longitude: center.longitude)
@@ -292,19 +374,35 @@ extension PostgresTransaction {
             let reach = metres * Self.sphereSlack + 1
             // Fewer points than that within this radius: it narrows the query, through the index.
             guard let nearest = try nthNearest(densePoints, to: point, field: field, query: query, databaseID: databaseID), nearest <= reach
-            else { return false }
-            // Points that close to the centre: a radius holding few more than `densePoints` would
-            // have them spread over it, so it holds many (no second look).
-            if nearest * Self.denseFactor <= reach {
-                dense = true
-                continue
+            else { return .filtered }
+            // As many points again in each equal area out to the radius: the estimate.
+            let estimate = Double(densePoints) * (reach / max(nearest, 1)) * (reach / max(nearest, 1))
+            if estimate >= Double(most) { return .eachRecord }
+            if plan == .filtered {
+                let least = Self.radius(of: query.predicate.condition, field: field, center: center).metres ?? metres
+                plan = .indexed(IndexedRadius(field: field, center: center, point: point, metres: least, cap: 2 * most))
             }
-            guard let further = try nthNearest(Int(Double(densePoints) * Self.denseFactor), to: point, field: field, query: query, databaseID: databaseID),
-                  further <= reach
-            else { return false }
-            dense = true
         }
-        return dense
+        return plan
+    }
+
+    /// Whether `radius` holds `cap` points or more (counted through its index, up to that).
+    private func radiusOverflows(_ radius: IndexedRadius, of query: Query, databaseID: Int64) throws(ContainerError) -> Bool {
+        var compiler = PostgresQueryCompiler(databaseID: databaseID, recordType: query.recordType)
+        let origin = compiler.bind(PostgresValueKey.hex(radius.point)) + "::geography"
+        let fieldKey = compiler.bindField(PostgresRecordValues.name(of: radius.field))
+        let metres = compiler.bind(PostgresQueryCompiler.widened(radius.metres))
+        let cap = compiler.bind(Int64(radius.cap))
+        let statement = compiler.statement("""
+            SELECT count(*) FROM (SELECT 1 FROM record_values v
+            WHERE v.database_id = \(compiler.database) AND v.field = \(fieldKey) AND v.location IS NOT NULL
+            AND ST_DWithin(v.location, \(origin), \(metres)) LIMIT \(cap)) q
+            """)
+        if explanation != nil {
+            try explain(statement, purpose: "whether the radius holds more than the \(radius.cap) points read through its index (then the records are read in order)")
+        }
+        guard let cell = try session.prepared(statement.sql, statement.parameters).first?.first else { return false }
+        return try session.decode(cell, Int64.self) >= Int64(radius.cap)
     }
 
     /// The distance in metres from `point` to the `n`-th nearest point of `field` (nil: fewer).
@@ -343,14 +441,21 @@ extension PostgresTransaction {
     /// While explaining, PostgreSQL plans the cursor instead, and no rows are read (`purpose`
     /// says what the statement is for).
     private func readThroughCursor(
-        _ name: String, _ statement: (sql: String, parameters: [PostgresParameter]), batch first: Int, purpose: String,
+        _ name: String, _ statement: (sql: String, parameters: [PostgresParameter]), batch first: Int, purpose: String, whole: Bool = false,
         _ take: ([[PostgresCell]]) throws(ContainerError) -> Bool
     ) throws(ContainerError) -> Bool {
+        // A cursor is planned for its first tenth (`cursor_tuple_fraction`): a statement that
+        // sorts all its rows anyway is planned for them all, or PostgreSQL may read a whole sort
+        // index in order to join each entry to a few rows it expects (a radius read through its
+        // index: PostGIS expects 10 points).
+        if whole { try session.run(PostgresQuery(unsafeSQL: "SET LOCAL cursor_tuple_fraction = 1")) }
         if explanation != nil {
             try explain(statement, cursor: name, purpose: purpose)
+            if whole { try session.run(PostgresQuery(unsafeSQL: "RESET cursor_tuple_fraction")) }
             return false
         }
         try session.rows(PostgresQuery(unsafeSQL: "DECLARE \(name) NO SCROLL CURSOR FOR " + statement.sql, binds: PostgresSession.bindings(statement.parameters)))
+        if whole { try session.run(PostgresQuery(unsafeSQL: "RESET cursor_tuple_fraction")) }
         var batch = first
         var enough = false
         while !enough {

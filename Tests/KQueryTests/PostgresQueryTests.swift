@@ -456,9 +456,10 @@ import Testing
         #expect(try database.lookup([RecordID(recordName: "w5")]).first?.record != nil)
     }
 
-    /// A radius holding `densePoints` points or more is measured record by record in the query's
-    /// order (PostgreSQL otherwise sorted every record within it first); a narrower one is found
-    /// through the points' index. Both answer as the evaluator.
+    /// A radius estimated to hold many points is measured record by record in the query's order
+    /// (PostgreSQL otherwise sorted every record within it first); a narrower one is found through
+    /// the points' index, a capped number of them, and read in order when it holds more. Each
+    /// answers as the evaluator.
     @Test func aRadiusHoldingManyPointsIsMeasuredRecordByRecord() throws {
         let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", densePoints: 5)
         let database = try Self.database(on: storage)
@@ -500,20 +501,27 @@ import Testing
         #expect(narrowText.contains("AND ST_DWithin(v.location"), "\(narrowText)")
         #expect(try database.query(narrow).records.map(\.recordID.recordName) == ["r0", "r1"])
 
-        // 6 km around r0's point holds r0 to r5: more than 5, its 5th nearest (4.4 km) too far
-        // out to tell (beyond the radius over 1.5), and fewer than 7: found through the index.
+        // 6 km around r0's point holds r0 to r5: more than 5, its 5th nearest (4.4 km) out so far
+        // that the radius is estimated to hold 9 (fewer than 20): through the index, at most 40 points.
         let between = try within(6, of: Location(latitude: 48, longitude: 2), " AND n >= 1", limit: 4)
         let betweenText = try database.explanation(between)
-        #expect(betweenText.contains("whether the radius holds 5 points or more") && betweenText.contains("whether the radius holds 7 points or more"),
-                "\(betweenText)")
-        #expect(!betweenText.contains("COALESCE") && betweenText.contains("AND ST_DWithin(v.location"), "\(betweenText)")
+        #expect(betweenText.contains("whether the radius holds 5 points or more")
+                && betweenText.contains("at most 40 points within the radius") && betweenText.contains("LIMIT"), "\(betweenText)")
+        #expect(!betweenText.contains("COALESCE"), "\(betweenText)")
         #expect(try names(between) == (1...5).map { "r\($0)" }.sorted())
-        // Only 2 km wide but 25 points 1.5 km out within it: read in order, after both looks.
-        try place(20..<45) { Location(latitude: 47.5 + Double($0) / 100_000, longitude: 3) }
+        // Only 2 km wide, estimated to hold 9, but 45 points 1.5 km out within it: more than the
+        // 40 read through the index, so read in order.
+        try place(20..<65) { Location(latitude: 47.5 + Double($0) / 100_000, longitude: 3) }
         let crowded = try within(2, of: Location(latitude: 47.5137, longitude: 3), limit: 4)
         let crowdedText = try database.explanation(crowded)
-        #expect(crowdedText.contains("whether the radius holds 7 points or more") && crowdedText.contains("COALESCE((SELECT ST_DWithin("), "\(crowdedText)")
+        #expect(crowdedText.contains("at most 40 points within the radius") && crowdedText.contains("holds more than the 40 points")
+                && crowdedText.contains("COALESCE((SELECT ST_DWithin("), "\(crowdedText)")
         #expect(try database.query(crowded).records.map(\.recordID.recordName) == ["r20", "r21", "r22", "r23"])
+        #expect(try names(crowded) == (20..<65).map { "r\($0)" }.sorted())
+        // Another test beside the radius narrows the matches, not the points (still more than the
+        // cap): every page answers as the evaluator.
+        let fewer = try within(2, of: Location(latitude: 47.5137, longitude: 3), " AND n < 38", limit: 4)
+        #expect(try names(fewer) == (20..<38).map { "r\($0)" }.sorted())
     }
 
     /// Table-driven rules: each predicate's SQL answer on a fixed set of records.
