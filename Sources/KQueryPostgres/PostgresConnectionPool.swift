@@ -35,6 +35,14 @@ final class PostgresConnectionPool: @unchecked Sendable {
     private var threadWaiters = 0
     /// Whether the next connection given back goes to a task while threads wait too.
     private var taskNext = false
+    /// Connections lent to tasks now, at most `taskLimit`. A task holds its connection while it
+    /// waits for its rows and needs a thread of Swift's cooperative pool to give it back; a
+    /// thread waiting in `borrow` may be one of those threads (a synchronous storage call made
+    /// from async code). With every connection lent to tasks and every cooperative thread
+    /// waiting for one, nothing moved again: the server's PostgreSQL suites hung so, under load.
+    /// One connection kept from tasks is always held by a thread that gives it back by itself.
+    private var lentToTasks = 0
+    private var taskLimit: Int { limit - 1 }
 
     init(location: PostgresLocation, limit: Int) {
         self.location = location
@@ -86,7 +94,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
             result = .failure(error)
         }
         // (A query's statements are waited for: none is pending, and giving back waits for none.)
-        giveBack(pooled)
+        giveBack(pooled, byTask: true)
         return try result.get()
     }
 
@@ -96,13 +104,19 @@ final class PostgresConnectionPool: @unchecked Sendable {
         // (Decided under the lock, in the continuation's synchronous body: a task cannot hold it.)
         let lending = await withCheckedContinuation { (task: CheckedContinuation<Lending, Never>) in
             condition.lock()
-            if let connection = takeIdle() {
-                condition.unlock()
-                task.resume(returning: .lent(connection))
-            } else if closed {
+            if closed || taskLimit < 1 {
+                // (With one connection, tasks take none: the blocking way lends it to a thread.)
                 condition.unlock()
                 task.resume(returning: .none)
+            } else if lentToTasks >= taskLimit {
+                taskWaiters.append(task)
+                condition.unlock()
+            } else if let connection = takeIdle() {
+                lentToTasks += 1
+                condition.unlock()
+                task.resume(returning: .lent(connection))
             } else if open < limit {
+                lentToTasks += 1
                 let id = opening()
                 condition.unlock()
                 task.resume(returning: .open(id))
@@ -118,7 +132,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
             do {
                 return PooledConnection(try await connect(id: id).get())
             } catch {
-                throw openingFailed(error)
+                throw openingFailed(error, byTask: true)
             }
         }
     }
@@ -150,7 +164,7 @@ final class PostgresConnectionPool: @unchecked Sendable {
         do {
             return PooledConnection(try connect(id: id).wait())
         } catch {
-            throw openingFailed(error)
+            throw openingFailed(error, byTask: false)
         }
     }
 
@@ -172,12 +186,17 @@ final class PostgresConnectionPool: @unchecked Sendable {
         return nextID
     }
 
-    /// Uncounts a connection that could not be opened; the error to throw.
-    private func openingFailed(_ error: any Error) -> ContainerError {
+    /// Uncounts a connection that could not be opened (for a task: `byTask`); the error to throw.
+    private func openingFailed(_ error: any Error, byTask: Bool) -> ContainerError {
         condition.lock()
         open -= 1
+        if byTask { lentToTasks -= 1 }
         condition.signal()
+        // A task waiting for a task's connection would wait for one given back: it goes the
+        // blocking way, which opens one.
+        let task = byTask ? taskWaiters.popFirst() : nil
         condition.unlock()
+        task?.resume(returning: .none)
         return PostgresSession.storageError(error, name: location.description)
     }
 
@@ -197,13 +216,14 @@ final class PostgresConnectionPool: @unchecked Sendable {
         }
     }
 
-    private func giveBack(_ pooled: PooledConnection) {
+    private func giveBack(_ pooled: PooledConnection, byTask: Bool = false) {
         // Statements a borrower sent and never waited for are done before the next borrower's.
         for statement in pooled.pending { _ = try? statement.wait() }
         pooled.pending = []
         pooled.sentFailure = nil
         let connection = pooled.connection
         condition.lock()
+        if byTask { lentToTasks -= 1 }
         if connection.isClosed || closed {
             open -= 1
             condition.signal()
@@ -216,8 +236,9 @@ final class PostgresConnectionPool: @unchecked Sendable {
         }
         // Threads (writes and most requests) and tasks (queries) waiting both: each kind gets
         // every other connection, so neither starves the other (nor queries the committer).
-        if !taskWaiters.isEmpty && (threadWaiters == 0 || taskNext), let task = taskWaiters.popFirst() {
+        if !taskWaiters.isEmpty && (threadWaiters == 0 || taskNext) && lentToTasks < taskLimit, let task = taskWaiters.popFirst() {
             taskNext = false
+            lentToTasks += 1
             condition.unlock()
             task.resume(returning: .lent(pooled))
             return

@@ -380,10 +380,37 @@ import Testing
         #expect(try await database.queryWithoutBlocking(inZone) == nil)
     }
 
+    /// Synchronous queries made on Swift's cooperative threads (as a server's async code makes
+    /// some storage calls) and queries as tasks share a pool of two: every one answers. A task
+    /// holds its connection until a cooperative thread runs it again; with both connections lent
+    /// to tasks and every cooperative thread waiting in the pool for one, nothing moved again
+    /// (the whole test process hung: a time limit needs a cooperative thread too).
+    @Test(.timeLimit(.minutes(1))) func callsOnCooperativeThreadsAndTasksShareThePool() async throws {
+        let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", connections: 2)
+        let database = try Self.database(on: storage)
+        _ = try database.modify([RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r", fields: ["n": .int64(1)]))])
+        let query = Query(recordType: "R", predicate: try ValidatedPredicate("n == 1"))
+        for _ in 0..<5 {
+            let answered = try await withThrowingTaskGroup(of: Int.self) { group in
+                for index in 0..<100 {
+                    if index % 2 == 0 {
+                        group.addTask { try await database.queryWithoutBlocking(query)?.records.count ?? database.query(query).records.count }
+                    } else {
+                        group.addTask { try database.query(query).records.count }   // waits on a cooperative thread
+                    }
+                }
+                var answered = 0
+                for try await count in group { answered += count }
+                return answered
+            }
+            #expect(answered == 100)
+        }
+    }
+
     /// Threads and tasks waiting for connections both get them: queries as tasks finish while
-    /// threads keep asking for the one connection without a pause (neither kind starves).
+    /// threads keep asking for the connection tasks may take without a pause (neither kind starves).
     @Test(.timeLimit(.minutes(1))) func tasksAndThreadsWaitingTakeTurns() async throws {
-        let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", connections: 1)
+        let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", connections: 2)
         let database = try Self.database(on: storage)
         _ = try database.modify([RecordOperation(kind: .forceReplace, record: Record(recordType: "R", recordName: "r", fields: ["n": .int64(1)]))])
         let query = Query(recordType: "R", predicate: try ValidatedPredicate("n == 1"))
