@@ -18,6 +18,8 @@ package final class PostgresContainerStorage: ContainerStorage {
     package let secret: (UInt64, UInt64)
     /// The container's number in `containers`, which container-wide rows lead with.
     let containerID: Int64
+    /// The container's identifier, which a commit's wake-up names (`QueuedPushes`).
+    let containerIdentifier: String
     /// Closed when the last storage or `PostgresContainers` using it goes.
     let pool: PostgresConnectionPool
     /// The databases' numbers, which never change once given (no database row is deleted), so
@@ -56,6 +58,7 @@ package final class PostgresContainerStorage: ContainerStorage {
         densePoints: Int = PostgresContainerStorage.densePoints
     ) throws(ContainerError) {
         self.pool = pool
+        self.containerIdentifier = containerIdentifier
         self.densePoints = max(1, densePoints)
         let location = pool.location
         (containerID, secret) = try pool.withConnection { session throws(ContainerError) in
@@ -87,7 +90,7 @@ package final class PostgresContainerStorage: ContainerStorage {
                 try lock(session)
                 let memo = DatabaseMemo()
                 let result = try body(PostgresTransaction(session: session, containerID: containerID, memo: memo, densePoints: densePoints))
-                try memo.deferred.flush(session, containerID: containerID)
+                try memo.deferred.flush(session, containerID: containerID, containerIdentifier: containerIdentifier)
                 return result
             }
         }
@@ -231,7 +234,7 @@ package final class PostgresContainerStorage: ContainerStorage {
                 let batch = PostgresBatch(session: session, containerID: containerID)
                 let result = try body(batch)
                 if let failure = batch.failure { throw failure }
-                try batch.deferred.flush(session, containerID: containerID)
+                try batch.deferred.flush(session, containerID: containerID, containerIdentifier: containerIdentifier)
                 return result
             }
         }

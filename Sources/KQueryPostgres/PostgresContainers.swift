@@ -287,11 +287,12 @@ public final class PostgresContainers: Sendable {
         }
     }
 
-    /// Calls `wake` each time any node commits a transaction that queued pushes, and `copied`
-    /// with each message any node publishes (`publishStreamCopy`), until `stopListening`; a lost
-    /// connection is made again (a second later), then `wake` is called once, since pushes may
-    /// have been queued while nobody listened (copies sent meanwhile are missed).
-    public func listen(wake: @escaping @Sendable () -> Void, copied: @escaping @Sendable (String) -> Void) {
+    /// Calls `wake` with whom the pushes are for each time any node commits a transaction that
+    /// queued pushes, and `copied` with each message any node publishes (`publishStreamCopy`),
+    /// until `stopListening`; a lost connection is made again (a second later), then `wake` is
+    /// called for everyone, since pushes may have been queued while nobody listened (copies sent
+    /// meanwhile are missed).
+    public func listen(wake: @escaping @Sendable (QueuedPushes) -> Void, copied: @escaping @Sendable (String) -> Void) {
         let location = location
         let task = Task.detached {
             var logger = Logger(label: "kquery.postgres.listen")
@@ -302,12 +303,12 @@ public final class PostgresContainers: Sendable {
                 do {
                     let connection = try await PostgresConnection.connect(configuration: location.configuration, id: attempt, logger: logger)
                     defer { Task { try? await connection.close() } }
-                    if attempt > 1 { wake() }
+                    if attempt > 1 { wake(.everyone) }
                     // Both channels on the one connection; when either ends, the connection is made again.
                     try await withThrowingTaskGroup(of: Void.self) { group in
                         group.addTask {
                             try await connection.listen(on: Self.pushChannel) { notifications in
-                                for try await _ in notifications { wake() }
+                                for try await notification in notifications { wake(QueuedPushes(notifyPayload: notification.payload)) }
                             }
                         }
                         group.addTask {

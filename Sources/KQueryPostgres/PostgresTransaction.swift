@@ -455,6 +455,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         for position in queued.indices {
             let new = queued[position]
             let key = new.database
+            memo.deferred.recipients.insert(new.recipient)
             let payload = new.payload
             let payloadText = String(decoding: payload.serializedBytes, as: UTF8.self)
             try session.send("""
@@ -576,15 +577,18 @@ struct DeferredWrites {
     /// Whether `outboxSequence` moved since it was read: pushes were queued, so the other nodes'
     /// couriers are woken at commit too.
     var outboxChanged = false
+    /// Whom the pushes queued are for: the wake-up names them, so each node wakes their polls alone.
+    var recipients: Set<OutboxRecipient> = []
 
     /// Sends the writes kept (not waited for: the COMMIT after them reports their failure).
-    func flush(_ session: PostgresSession, containerID: Int64) throws(ContainerError) {
+    func flush(_ session: PostgresSession, containerID: Int64, containerIdentifier: String) throws(ContainerError) {
         for (id, sequence) in sequences.sorted(by: { $0.key < $1.key }) {
             try session.send("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(id)])
         }
         if outboxChanged, let outboxSequence {
             try session.send("UPDATE containers SET outbox_sequence = $1::bigint WHERE id = $2::bigint", [.int64(outboxSequence), .int64(containerID)])
-            try session.send("SELECT pg_notify(\(PostgresContainers.pushChannel), '')")
+            let wake = QueuedPushes.recipients(containerIdentifier: containerIdentifier, recipients).notifyPayload
+            try session.send("SELECT pg_notify($1::text, $2::text)", [.text(PostgresContainers.pushChannel), .text(wake)])
         }
     }
 }

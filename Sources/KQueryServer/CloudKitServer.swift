@@ -88,8 +88,8 @@ public final class CloudKitServer: Sendable {
             Task {
                 for await message in copies { await courier.copied(message) }   // in the order they came
             }
-            shared.listen(wake: {
-                Task { await courier.pushesQueued() }
+            shared.listen(wake: { pushes in
+                Task { await courier.pushesQueued(pushes) }
                 apns?.pushesQueued()
             }, copied: { arriving.yield($0) })
         }
@@ -272,8 +272,8 @@ public final class CloudKitServer: Sendable {
             } else {
                 answer = try await self.blockingWork.run { () throws(ServerError) -> ServiceAnswer in try service.run(operation, json) }
             }
-            if answer.pushes > 0 {
-                await self.courier.pushesQueued()
+            if !answer.pushedTo.isEmpty {
+                await self.courier.pushesQueued(.recipients(containerIdentifier: containerIdentifier, answer.pushedTo))
                 self.apns?.pushesQueued()
             }
             return answer

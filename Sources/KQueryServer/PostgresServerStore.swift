@@ -15,7 +15,7 @@ public struct PostgresServerStore: SharedContainerStore {
 
     public func containerIdentifiers() throws(ContainerError) -> [String] { try containers.containerIdentifiers() }
     public func serverSecret() throws(ContainerError) -> [UInt8] { try containers.serverSecret() }
-    public func listen(wake: @escaping @Sendable () -> Void, copied: @escaping @Sendable (String) -> Void) {
+    public func listen(wake: @escaping @Sendable (QueuedPushes) -> Void, copied: @escaping @Sendable (String) -> Void) {
         containers.listen(wake: wake, copied: copied)
     }
     public func publishStreamCopy(_ message: String) { containers.publishStreamCopy(message) }

@@ -13,9 +13,9 @@ public protocol SharedContainerStore: Sendable {
     func containerIdentifiers() throws(ContainerError) -> [String]
     /// The web auth secret all nodes share, made by the first node that asks.
     func serverSecret() throws(ContainerError) -> [UInt8]
-    /// Calls `wake` whenever any node has queued pushes, and `copied` with each message any node
-    /// (this one too) publishes, until `stopListening`.
-    func listen(wake: @escaping @Sendable () -> Void, copied: @escaping @Sendable (String) -> Void)
+    /// Calls `wake` with whom they are for whenever any node (this one too) has queued pushes, and
+    /// `copied` with each message any node publishes, until `stopListening`.
+    func listen(wake: @escaping @Sendable (QueuedPushes) -> Void, copied: @escaping @Sendable (String) -> Void)
     /// Sends `message` to every node's `listen(copied:)`: a copy of a push one of this node's
     /// WebSocket streams took, for the user's streams on other nodes (dropped when it cannot go).
     func publishStreamCopy(_ message: String)

@@ -51,7 +51,16 @@ actor WebCourier {
 
     /// The notifications being handed over, and when each was taken.
     private var reserved: [Int64: ContinuousClock.Instant] = [:]
-    private var waiters: [UUID: CheckedContinuation<Void, Never>] = [:]
+    /// The waiting polls and streams, by whose pushes they wait for: pushes queued for a user wake
+    /// that user's alone (each woken poll reads the outbox).
+    private var waiters: [Subscriber: [UUID: CheckedContinuation<Void, Never>]] = [:]
+    /// For each subscriber with a poll in `next`, how many polls and how many wakes for the
+    /// subscriber so far; and the wakes of everyone. A poll notes both before it looks at the
+    /// outbox and waits only if neither moved, so a wake between its look and its wait is not lost.
+    private var polling: [Subscriber: (polls: Int, wakes: Int)] = [:]
+    private var wakesOfEveryone = 0
+    /// How many times polls and streams have looked at the outbox (each look is a read of it).
+    private(set) var looks = 0
     /// Each user's open streams: a push is taken from the user's queue once, and every other open
     /// stream of the user gets a copy, so each listening device hears it (but the one that made
     /// the change). On many nodes the copy goes to the other nodes' streams too (`shared`).
@@ -104,16 +113,27 @@ actor WebCourier {
     /// shutting down).
     func next(for subscriber: Subscriber, device: String, in container: Container, timeout: Duration) async throws(ServerError) -> Taken? {
         let deadline = ContinuousClock.now + timeout
+        polling[subscriber, default: (0, 0)].polls += 1
+        defer { endPolling(subscriber) }
         while true {
+            let mark = wakeMark(subscriber)
             if let taken = try pop(for: subscriber, device: device, in: container) { return taken }
             if isShuttingDown || ContinuousClock.now >= deadline { return nil }
-            await waitForPushes(until: deadline)
+            await waitForPushes(of: subscriber, since: mark, until: deadline)
             if Task.isCancelled || Task.isShuttingDownGracefully { return nil }
         }
     }
 
+    private func wakeMark(_ subscriber: Subscriber) -> [Int] { [wakesOfEveryone, polling[subscriber]?.wakes ?? 0] }
+
+    private func endPolling(_ subscriber: Subscriber) {
+        guard let count = polling[subscriber]?.polls else { return }
+        if count <= 1 { polling[subscriber] = nil } else { polling[subscriber]?.polls = count - 1 }
+    }
+
     private func pop(for subscriber: Subscriber, device: String, in container: Container) throws(ServerError) -> Taken? {
         let now = ContinuousClock.now
+        looks += 1
         reserved = reserved.filter { now - $0.value < Self.reservationLifetime }
         do throws(ContainerError) {
             // Past the reserved ones there are a few more, if the user has any.
@@ -187,45 +207,65 @@ actor WebCourier {
     /// Settles a delivery whose answer could not be written: the next poll takes it.
     func returned(_ delivery: Delivery) {
         reserved[delivery.id] = nil
-        pushesQueued()
+        wakePolls(of: delivery.subscriber)
     }
 
     /// Suspends until pushes are queued, the deadline passes, the poll is cancelled or the server
     /// shuts down gracefully.
-    private func waitForPushes(until deadline: ContinuousClock.Instant) async {
+    private func waitForPushes(of subscriber: Subscriber, since mark: [Int], until deadline: ContinuousClock.Instant) async {
         let id = UUID()
         let timer = Task { [weak self] in
             try? await Task.sleep(until: deadline, clock: .continuous)
-            await self?.wake(id)
+            await self?.wake(id, of: subscriber)
         }
         await withTaskCancellationOrGracefulShutdownHandler {
-            await suspend(id, until: deadline)
+            await suspend(id, of: subscriber, since: mark, until: deadline)
         } onCancelOrGracefulShutdown: {
-            Task { await self.wake(id) }
+            Task { await self.wake(id, of: subscriber) }
         }
         timer.cancel()
     }
 
-    private func suspend(_ id: UUID, until deadline: ContinuousClock.Instant) async {
+    private func suspend(_ id: UUID, of subscriber: Subscriber, since mark: [Int], until deadline: ContinuousClock.Instant) async {
         await withCheckedContinuation { continuation in
             // A wake that came before the poll was registered must not be lost.
-            if isShuttingDown || Task.isCancelled || Task.isShuttingDownGracefully || ContinuousClock.now >= deadline {
+            if isShuttingDown || Task.isCancelled || Task.isShuttingDownGracefully || ContinuousClock.now >= deadline || wakeMark(subscriber) != mark {
                 continuation.resume()
             } else {
-                waiters[id] = continuation
+                waiters[subscriber, default: [:]][id] = continuation
             }
         }
     }
 
-    private func wake(_ id: UUID) {
-        waiters.removeValue(forKey: id)?.resume()
+    private func wake(_ id: UUID, of subscriber: Subscriber) {
+        guard let continuation = waiters[subscriber]?.removeValue(forKey: id) else { return }
+        if waiters[subscriber]?.isEmpty == true { waiters[subscriber] = nil }
+        continuation.resume()
     }
 
-    /// Wakes every waiting poll to look at the outbox again: a modify queued pushes.
+    /// Wakes the waiting polls of `subscriber` to look at the outbox again.
+    private func wakePolls(of subscriber: Subscriber) {
+        polling[subscriber]?.wakes += 1
+        for continuation in waiters.removeValue(forKey: subscriber)?.values ?? [:].values { continuation.resume() }
+    }
+
+    /// Wakes the polls of those pushes were queued for (this node's modify, or any node's).
+    func pushesQueued(_ pushes: QueuedPushes) {
+        switch pushes {
+        case .everyone: pushesQueued()
+        case .recipients(let containerIdentifier, let recipients):
+            for recipient in recipients {
+                wakePolls(of: Subscriber(containerIdentifier: containerIdentifier, environment: recipient.environment, user: recipient.owner))
+            }
+        }
+    }
+
+    /// Wakes every waiting poll to look at the outbox again.
     func pushesQueued() {
+        wakesOfEveryone += 1
         let woken = waiters
         waiters = [:]
-        for continuation in woken.values { continuation.resume() }
+        for continuation in woken.values.lazy.flatMap(\.values) { continuation.resume() }
     }
 
     /// Ends every waiting poll (they answer 204) and every later wait: the server is stopping.

@@ -3,30 +3,33 @@ import KQueryContainer
 import KQueryStore
 
 /// What a Web Services operation answers: the JSON body, its HTTP status, and how many pushes the
-/// operation queued (for the request log and the web courier).
+/// operation queued (for the request log) and for whom (the web courier wakes their polls).
 package struct ServiceAnswer: Sendable {
     /// The answer as a JSON tree, or already serialized (a query's records are written straight
     /// to bytes).
     private var content: Content
     package var status: Int
     package var pushes: Int
+    package var pushedTo: Set<OutboxRecipient>
 
     private enum Content: Sendable {
         case json(JSON)
         case serialized([UInt8])
     }
 
-    package init(json: JSON, status: Int = 200, pushes: Int = 0) {
+    package init(json: JSON, status: Int = 200, pushes: [OutboxNotification] = []) {
         content = .json(json)
         self.status = status
-        self.pushes = pushes
+        self.pushes = pushes.count
+        pushedTo = Set(pushes.lazy.map(\.recipient))
     }
 
     /// An answer whose JSON text is `bytes` (valid JSON, as `JSON.serializedBytes` writes it).
-    package init(serialized bytes: [UInt8], status: Int = 200, pushes: Int = 0) {
+    package init(serialized bytes: [UInt8], status: Int = 200, pushes: [OutboxNotification] = []) {
         content = .serialized(bytes)
         self.status = status
-        self.pushes = pushes
+        self.pushes = pushes.count
+        pushedTo = Set(pushes.lazy.map(\.recipient))
     }
 
     /// The answer's JSON (read back from its bytes when it was written as bytes).
@@ -228,9 +231,9 @@ package struct DatabaseService: Sendable {
         if request.atomic, result.results.contains(where: { $0.error?.code == .atomicError }) {
             var error = ServerError("ATOMIC_ERROR", "an operation of an atomic zone failed, so none of that zone's were applied", httpStatus: 400)
             error.extra["records"] = json["records"]
-            return ServiceAnswer(json: error.webServicesJSON, status: 400, pushes: result.notifications.count)
+            return ServiceAnswer(json: error.webServicesJSON, status: 400, pushes: result.notifications)
         }
-        return ServiceAnswer(json: json, pushes: result.notifications.count)
+        return ServiceAnswer(json: json, pushes: result.notifications)
     }
 
     func lookup(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
@@ -321,7 +324,7 @@ package struct DatabaseService: Sendable {
             parsed.append((type, try zoneID(zoneJSON["zoneID"] ?? zoneJSON)))
         }
         var answers: [JSON] = []
-        var pushes = 0
+        var pushes: [OutboxNotification] = []
         for (type, requested) in parsed {
             // `__defaultOwner__` means the caller: the answer names the real owner, as lists and lookups do.
             let zone = database.canonical(requested)
@@ -330,7 +333,7 @@ package struct DatabaseService: Sendable {
                     try database.createZone(zone)
                     answers.append(zoneJSON(zone))
                 } else {
-                    pushes += try database.deleteZone(zone).count
+                    pushes += try database.deleteZone(zone)
                     answers.append(.object([("zoneID", zone.json), ("deleted", .bool(true))]))
                 }
             } catch {

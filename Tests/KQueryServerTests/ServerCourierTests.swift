@@ -1,5 +1,5 @@
 import KQuery
-import KQueryServer
+@testable import KQueryServer
 import Testing
 
 import Foundation
@@ -75,6 +75,48 @@ import Foundation
             #expect(push.json["ck"]?["qry"]?["sid"] == .string("notes"))
             #expect(push.json["ck"]?["qry"]?["rid"] == .string("n1"))
             #expect(push.json["aps"]?["alert"] != nil)
+        }
+    }
+
+    /// Pushes wake the polls of the users they are for, not everyone's: with ten polls of Eve
+    /// waiting, twenty modifies queuing pushes for Dave make none of them read the outbox again
+    /// (each did, twenty times over, when every push woke every poll); a push for Eve wakes hers.
+    @Test func pushesWakeOnlyTheirUsersPolls() async throws {
+        try await ServerHarness { $0.courierTimeout = .seconds(30) }.run { c in
+            let courier = try #require(c.server?.courier)
+            for user in ["_dave", "_eve"] {
+                let answer = try await c.post("private", "subscriptions/modify", """
+                    {"operations": [{"operationType": "create", "subscription": {"subscriptionID": "notes", "subscriptionType": "query",
+                      "query": {"recordType": "Note"}, "firesOn": ["create"], "notificationInfo": {"alertBody": "new note"}}}]}
+                    """, user: user)
+                #expect(answer.status == 200)
+            }
+            var polls: [String] = []
+            for _ in 0..<10 {
+                let answer = try await c.send(.post, "/device/1/\(c.container)/development/tokens/create", body: "{}", user: "_eve")
+                polls.append(try Self.pathAndQuery(try #require(answer.json["webcourierURL"]?.stringValue)))
+            }
+            let waiting = polls.map { poll in Task { try await c.send(.get, poll, apiToken: nil) } }
+            // Each poll has looked once, found nothing, and waits.
+            var looks = await courier.looks
+            for _ in 0..<500 where looks < polls.count {
+                try await Task.sleep(for: .milliseconds(10))
+                looks = await courier.looks
+            }
+            #expect(looks == polls.count)
+            for note in 0..<20 {
+                let answer = try await c.post("private", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "d\#(note)", "recordType": "Note"}}]}"#, user: "_dave")
+                #expect(answer.status == 200)
+            }
+            try await Task.sleep(for: .milliseconds(300))   // wakes sent through PostgreSQL arrive
+            #expect(await courier.looks == looks, "Dave's pushes woke Eve's polls")
+            // Eve's pushes, one for each poll: each ends with one.
+            let notes = (0..<polls.count).map { #"{"operationType": "create", "record": {"recordName": "e\#($0)", "recordType": "Note"}}"# }
+            let answer = try await c.post("private", "records/modify", #"{"operations": ["# + notes.joined(separator: ",") + "]}", user: "_eve")
+            #expect(answer.status == 200)
+            var delivered: [String] = []
+            for poll in waiting { delivered.append(try await poll.value.json["ck"]?["qry"]?["rid"]?.stringValue ?? "none") }
+            #expect(delivered.sorted() == (0..<polls.count).map { "e\($0)" }.sorted())
         }
     }
 

@@ -202,7 +202,7 @@ import Testing
         let (publisher, listener) = try Self.publisherAndListener(on: try Self.location())
         defer { Self.close(publisher, listener) }
         let (received, arriving) = AsyncStream.makeStream(of: String.self)
-        listener.listen(wake: {}, copied: { arriving.yield($0) })
+        listener.listen(wake: { _ in }, copied: { arriving.yield($0) })
         // Nothing waits for ever: after 60 s the stream ends.
         let deadline = Task {
             try await Task.sleep(for: .seconds(60))
@@ -241,7 +241,7 @@ import Testing
         defer { Self.close(publisher, listener) }
         let wakes = Locked(0)
         let (received, arriving) = AsyncStream.makeStream(of: String.self)
-        listener.listen(wake: { wakes.withLock { $0 += 1 } }, copied: { arriving.yield($0) })
+        listener.listen(wake: { pushes in if pushes == .everyone { wakes.withLock { $0 += 1 } } }, copied: { arriving.yield($0) })
         var iterator = received.makeAsyncIterator()
         // Sends `probe` until the listener hears it.
         func heard(_ probe: String) async -> Bool {
@@ -262,6 +262,49 @@ import Testing
         #expect(try cluster.endConnections(to: name, where: "query LIKE 'LISTEN%'") == 1)
         #expect(await heard(#"{"probe":2}"#))
         #expect(wakes.withLock { $0 } >= 1)
+    }
+
+    /// A commit that queues pushes wakes every node with whom they are for: the container and
+    /// each subscription owner's environment and name, so a node wakes only those users' polls.
+    @Test(.timeLimit(.minutes(1))) func aCommitsWakeNamesWhomItsPushesAreFor() async throws {
+        let (publisher, listener) = try Self.publisherAndListener(on: try Self.location())
+        defer { Self.close(publisher, listener) }
+        let (received, arriving) = AsyncStream.makeStream(of: QueuedPushes.self)
+        listener.listen(wake: { arriving.yield($0) }, copied: { _ in })
+        let container = try publisher.openContainer("iCloud.wakes")
+        for user in ["_dave", "_eve"] {
+            let condition = try ValidatedPredicate("TRUEPREDICATE").condition
+            _ = try container.database(.public, environment: .production, user: user).saveSubscription(
+                Subscription(subscriptionID: "all-\(user)", kind: .query(recordType: "Note", condition: condition, zoneID: nil), options: [.firesOnRecordCreation]))
+        }
+        // Modifies until the listener (listening as soon as its connection is made) hears one.
+        let modifying = Task {
+            for n in 0..<400 {
+                _ = try container.database(.public, environment: .production).modify(
+                    [RecordOperation(kind: .create, record: Record(recordType: "Note", recordID: RecordID(recordName: "n\(n)")))])
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        defer { modifying.cancel() }
+        var iterator = received.makeAsyncIterator()
+        let wake = await iterator.next()
+        let expected: Set = [OutboxRecipient(owner: "_dave", environment: .production), OutboxRecipient(owner: "_eve", environment: .production)]
+        #expect(wake == .recipients(containerIdentifier: "iCloud.wakes", expected))
+    }
+
+    /// The wake-up's payload: whom it names read back the same; too many to fit, or a payload that
+    /// does not read (another version's), wake everyone.
+    @Test func aWakesPayloadReadsBackOrWakesEveryone() {
+        let recipients = Set((0..<50).map { OutboxRecipient(owner: "_user\($0) \"🙂\"", environment: $0 % 2 == 0 ? .development : .production) })
+        let named = QueuedPushes.recipients(containerIdentifier: "iCloud.com.example", recipients)
+        #expect(QueuedPushes(notifyPayload: named.notifyPayload) == named)
+        #expect(named.notifyPayload.utf8.count <= QueuedPushes.notifyPayloadLimit)
+        let many = QueuedPushes.recipients(containerIdentifier: "iCloud.com.example", Set((0..<1_000).map { OutboxRecipient(owner: "_u\($0)", environment: .development) }))
+        #expect(many.notifyPayload == "")
+        for payload in ["", "{", "[]", #"{"container":"c"}"#, #"{"container":"c","to":[["staging","_a"]]}"#, #"{"container":"c","to":[["development"]]}"#] {
+            #expect(QueuedPushes(notifyPayload: payload) == .everyone, "\(payload)")
+        }
+        #expect(QueuedPushes.everyone.notifyPayload == "")
     }
 
     @Test func streamCopyPartsPutTogetherOnlyWholeCopies() throws {
