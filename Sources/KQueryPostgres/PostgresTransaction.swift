@@ -49,12 +49,17 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     private func storedDatabase(_ key: DatabaseKey) throws(ContainerError) -> StoredDatabase? {
+        // With the container's outbox counter: a write that queues pushes needs it, and read
+        // apart it was a round trip more the committer waited for in every such batch.
         let rows = try session.prepared("""
-            SELECT id, sequence, horizon, subscriptions_version FROM databases WHERE container_id = $1::bigint AND environment = $2::bigint
+            SELECT id, sequence, horizon, subscriptions_version, (SELECT outbox_sequence FROM containers WHERE id = $1::bigint)
+            FROM databases WHERE container_id = $1::bigint AND environment = $2::bigint
             AND scope = $3::bigint AND user_record_name = $4::text
             """, [.int64(containerID), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)), .text(key.userRecordName)])
         guard let row = rows.first else { return nil }
-        guard row.count == 4 else { throw ContainerError(.internalError, "\(name): the databases row has \(row.count) columns") }
+        guard row.count == 5 else { throw ContainerError(.internalError, "\(name): the databases row has \(row.count) columns") }
+        // (Read under the container's write lock in a write: current until the write ends.)
+        if let memo, memo.deferred.outboxSequence == nil { memo.deferred.outboxSequence = try session.decode(row[4], Int64?.self) }
         let id = try session.decode(row[0], Int64.self), sequence = try session.decode(row[1], Int64.self)
         return StoredDatabase(
             id: id, sequence: memo?.deferred.sequences[id] ?? sequence, horizon: try session.decode(row[2], Int64.self),
