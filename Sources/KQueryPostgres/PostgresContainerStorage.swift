@@ -327,6 +327,7 @@ private final class PostgresBatch: StorageBatchWriter {
         let transaction = PostgresTransaction(session: session, containerID: containerID, memo: memo)
         guard let database = try transaction.database(key) else { return }
         databases = memo.databases
+        deferred = memo.deferred   // (the outbox counter read with the database's row)
         let rows = try session.prepared("""
             SELECT r.zone_name, r.owner_name, r.record_name, r.body
             FROM unnest($2::text[], $3::text[], $4::text[]) AS i (z, o, n)
