@@ -456,7 +456,6 @@ struct PostgresTransaction: StorageWriteTransaction {
         if memo.deferred.outboxSequence == nil { memo.deferred.outboxSequence = try outboxSequence() }
         var nextID = (memo.deferred.outboxSequence ?? 0) + 1
         memo.deferred.outboxSequence = nextID + Int64(queued.count) - 1
-        memo.deferred.outboxChanged = true
         for position in queued.indices {
             let new = queued[position]
             let key = new.database
@@ -579,10 +578,9 @@ struct DeferredWrites {
     var sequences: [Int64: Int64] = [:]
     /// The container's last outbox number, once read (nil: not yet read).
     var outboxSequence: Int64?
-    /// Whether `outboxSequence` moved since it was read: pushes were queued, so the other nodes'
-    /// couriers are woken at commit too.
-    var outboxChanged = false
-    /// Whom the pushes queued are for: the wake-up names them, so each node wakes their polls alone.
+    /// Whom the pushes queued are for (none: `outboxSequence` did not move). When some were,
+    /// the counter is written and every node is woken at commit, the wake-up naming them so that
+    /// each node wakes their polls alone.
     var recipients: Set<OutboxRecipient> = []
 
     /// Sends the writes kept (not waited for: the COMMIT after them reports their failure).
@@ -590,7 +588,7 @@ struct DeferredWrites {
         for (id, sequence) in sequences.sorted(by: { $0.key < $1.key }) {
             try session.send("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(id)])
         }
-        if outboxChanged, let outboxSequence {
+        if !recipients.isEmpty, let outboxSequence {
             try session.send("UPDATE containers SET outbox_sequence = $1::bigint WHERE id = $2::bigint", [.int64(outboxSequence), .int64(containerID)])
             let wake = QueuedPushes.recipients(containerIdentifier: containerIdentifier, recipients).notifyPayload
             try session.send("SELECT pg_notify($1::text, $2::text)", [.text(PostgresContainers.pushChannel), .text(wake)])

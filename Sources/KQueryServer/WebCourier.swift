@@ -55,10 +55,10 @@ actor WebCourier {
     /// that user's alone (each woken poll reads the outbox).
     private var waiters: [Subscriber: [UUID: CheckedContinuation<Void, Never>]] = [:]
     /// For each subscriber with a poll in `next`, how many polls and how many wakes for the
-    /// subscriber so far; and the wakes of everyone. A poll notes both before it looks at the
-    /// outbox and waits only if neither moved, so a wake between its look and its wait is not lost.
+    /// subscriber so far (a wake of everyone counts for each). A poll notes the wakes before it
+    /// looks at the outbox and waits only if none came since, so a wake between its look and its
+    /// wait is not lost.
     private var polling: [Subscriber: (polls: Int, wakes: Int)] = [:]
-    private var wakesOfEveryone = 0
     /// How many times polls and streams have looked at the outbox (each look is a read of it).
     private(set) var looks = 0
     /// Each user's open streams: a push is taken from the user's queue once, and every other open
@@ -124,7 +124,7 @@ actor WebCourier {
         }
     }
 
-    private func wakeMark(_ subscriber: Subscriber) -> [Int] { [wakesOfEveryone, polling[subscriber]?.wakes ?? 0] }
+    private func wakeMark(_ subscriber: Subscriber) -> Int { polling[subscriber]?.wakes ?? 0 }
 
     private func endPolling(_ subscriber: Subscriber) {
         guard let count = polling[subscriber]?.polls else { return }
@@ -212,7 +212,7 @@ actor WebCourier {
 
     /// Suspends until pushes are queued, the deadline passes, the poll is cancelled or the server
     /// shuts down gracefully.
-    private func waitForPushes(of subscriber: Subscriber, since mark: [Int], until deadline: ContinuousClock.Instant) async {
+    private func waitForPushes(of subscriber: Subscriber, since mark: Int, until deadline: ContinuousClock.Instant) async {
         let id = UUID()
         let timer = Task { [weak self] in
             try? await Task.sleep(until: deadline, clock: .continuous)
@@ -226,7 +226,7 @@ actor WebCourier {
         timer.cancel()
     }
 
-    private func suspend(_ id: UUID, of subscriber: Subscriber, since mark: [Int], until deadline: ContinuousClock.Instant) async {
+    private func suspend(_ id: UUID, of subscriber: Subscriber, since mark: Int, until deadline: ContinuousClock.Instant) async {
         await withCheckedContinuation { continuation in
             // A wake that came before the poll was registered must not be lost.
             if isShuttingDown || Task.isCancelled || Task.isShuttingDownGracefully || ContinuousClock.now >= deadline || wakeMark(subscriber) != mark {
@@ -246,7 +246,8 @@ actor WebCourier {
     /// Wakes the waiting polls of `subscriber` to look at the outbox again.
     private func wakePolls(of subscriber: Subscriber) {
         polling[subscriber]?.wakes += 1
-        for continuation in waiters.removeValue(forKey: subscriber)?.values ?? [:].values { continuation.resume() }
+        guard let woken = waiters.removeValue(forKey: subscriber) else { return }
+        for continuation in woken.values { continuation.resume() }
     }
 
     /// Wakes the polls of those pushes were queued for (this node's modify, or any node's).
@@ -262,7 +263,7 @@ actor WebCourier {
 
     /// Wakes every waiting poll to look at the outbox again.
     func pushesQueued() {
-        wakesOfEveryone += 1
+        for subscriber in polling.keys { polling[subscriber]?.wakes += 1 }
         let woken = waiters
         waiters = [:]
         for continuation in woken.values.lazy.flatMap(\.values) { continuation.resume() }
