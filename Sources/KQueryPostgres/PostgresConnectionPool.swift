@@ -59,19 +59,48 @@ final class PostgresConnectionPool: @unchecked Sendable {
     var eventLoop: any EventLoop { group.next() }
 
     /// Closes every connection and stops the event loop (the pool lends none after).
+    ///
+    /// A connection lent meanwhile is closed too, which fails the statement its borrower waits
+    /// for, and the loop stops once it is given back (or after `shutdownGrace`): a statement
+    /// on a stopped loop never completes, and its borrower waited for ever, holding its thread
+    /// (a test's modifying task outlived its test so, and with the cooperative pool's other
+    /// thread blocked too, the whole test process stopped).
     func shutdown() {
         condition.lock()
         guard !closed else { return condition.unlock() }
         closed = true
         let connections = idle
         idle = []
+        open -= connections.count
+        let lent = opened.filter { connection in !connections.contains { $0.connection === connection } }
+        opened = []
         let tasks = taskWaiters
         taskWaiters.removeAll()
         condition.broadcast()
         condition.unlock()
         for task in tasks { task.resume(returning: .none) }
         for pooled in connections { try? pooled.connection.close().wait() }
+        for connection in lent where !connection.isClosed { try? connection.close().wait() }
+        let deadline = Date(timeIntervalSinceNow: Self.shutdownGrace)
+        condition.lock()
+        while open > 0 && condition.wait(until: deadline) {}
+        condition.unlock()
         try? group.syncShutdownGracefully()
+    }
+
+    /// How long `shutdown` waits for connections lent to be given back.
+    static let shutdownGrace: TimeInterval = 10
+
+    /// Every connection opened and not known closed (pruned as more open), for `shutdown`.
+    /// Guarded by `condition`.
+    private var opened: [PostgresConnection] = []
+
+    /// Notes a connection opened (`opened`).
+    private func noteOpened(_ connection: PostgresConnection) {
+        condition.lock()
+        if opened.count >= 2 * limit { opened.removeAll { $0.isClosed } }
+        opened.append(connection)
+        condition.unlock()
     }
 
     /// Lends `body` a connection, waiting for one while `limit` are lent. A connection that broke
@@ -130,7 +159,9 @@ final class PostgresConnectionPool: @unchecked Sendable {
         case .none: return nil
         case .open(let id):
             do {
-                return PooledConnection(try await connect(id: id).get())
+                let connection = try await connect(id: id).get()
+                noteOpened(connection)
+                return PooledConnection(connection)
             } catch {
                 throw openingFailed(error, byTask: true)
             }
@@ -162,7 +193,9 @@ final class PostgresConnectionPool: @unchecked Sendable {
         let id = opening()
         condition.unlock()
         do {
-            return PooledConnection(try connect(id: id).wait())
+            let connection = try connect(id: id).wait()
+            noteOpened(connection)
+            return PooledConnection(connection)
         } catch {
             throw openingFailed(error, byTask: false)
         }
@@ -225,13 +258,18 @@ final class PostgresConnectionPool: @unchecked Sendable {
         condition.lock()
         if byTask { lentToTasks -= 1 }
         if connection.isClosed || closed {
+            // Closed before it is uncounted: `shutdown` stops the loop once none is counted.
+            if !connection.isClosed {
+                condition.unlock()
+                try? connection.close().wait()
+                condition.lock()
+            }
             open -= 1
-            condition.signal()
+            condition.broadcast()
             // A task waiting opens no connection: it goes the blocking way, which does.
             let task = threadWaiters == 0 ? taskWaiters.popFirst() : nil
             condition.unlock()
             task?.resume(returning: .none)
-            if !connection.isClosed { try? connection.close().wait() }
             return
         }
         // Threads (writes and most requests) and tasks (queries) waiting both: each kind gets

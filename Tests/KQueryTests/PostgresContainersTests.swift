@@ -288,6 +288,9 @@ import Testing
         defer { modifying.cancel() }
         var iterator = received.makeAsyncIterator()
         let wake = await iterator.next()
+        // Stopped before the nodes close (a modify outliving them failed: see `shutdown`).
+        modifying.cancel()
+        _ = await modifying.result
         let expected: Set = [OutboxRecipient(owner: "_dave", environment: .production), OutboxRecipient(owner: "_eve", environment: .production)]
         #expect(wake == .recipients(containerIdentifier: "iCloud.wakes", expected))
     }
@@ -332,6 +335,40 @@ import Testing
             var fresh = StreamCopyParts()
             #expect(fresh.take(bad) == nil, "\(bad.debugDescription)")
         }
+    }
+
+    /// A pool shut down while a connection is lent (a request still running as a node stops)
+    /// closes that connection too and stops its event loop only once it is given back: its
+    /// borrower's statements fail. A statement sent after the loop stopped never completed, and
+    /// its borrower waited for ever, holding its thread (a test's leftover modifying task and a
+    /// blocked read took both cooperative threads so, and the whole test process stopped).
+    @Test(.timeLimit(.minutes(2))) func aPoolShutDownWhileAConnectionIsLentFailsItsBorrower() async throws {
+        let pool = PostgresConnectionPool(location: try Self.location(), limit: 2)
+        let outcome = Locked<String?>(nil), shutDown = Locked(false)
+        // Threads of their own: a borrower that never returns must not hold a cooperative one.
+        // The borrower starts the shutdown itself (a test's task may wait long for a thread when
+        // the whole suite runs), then goes on sending statements for up to a minute.
+        Thread.detachNewThread {
+            do {
+                try pool.withConnection { session throws(ContainerError) in
+                    try session.run("SELECT 1")
+                    Thread.detachNewThread {
+                        pool.shutdown()
+                        shutDown.withLock { $0 = true }
+                    }
+                    for _ in 0..<2400 {
+                        try session.run("SELECT 1")
+                        usleep(25_000)
+                    }
+                }
+                outcome.withLock { $0 = "ran to its end" }
+            } catch {
+                outcome.withLock { $0 = "failed" }
+            }
+        }
+        for _ in 0..<9000 where outcome.withLock({ $0 }) == nil || !shutDown.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(outcome.withLock { $0 } == "failed")
+        #expect(shutDown.withLock { $0 })
     }
 
     /// A statement (or a COPY) sent on a connection PostgreSQL has closed fails at once, waited
