@@ -389,12 +389,16 @@ struct PostgresSession {
     /// Rows given ahead for the prepared statements the session's caller sends (nil: none, each
     /// statement is run). See `StatementScript`.
     var script: StatementScript? = nil
+    /// The writes a write transaction holds back (nil: each is sent when made): sent before any
+    /// other statement on the session, which must follow them (`HeldWrites`).
+    var held: HeldWrites? = nil
 
     /// Runs `sql` as a named prepared statement, prepared on this connection the first time:
     /// PostgreSQL then plans it once (a generic plan, `plan_cache_mode`), not at every run. A
     /// query's planning took 0.3 of its 0.43 ms, its run as a prepared statement 0.05.
     /// Every parameter in `sql` is cast to its type (`PostgresParameter.cast`). Each row's cells.
     func prepared(_ sql: String, _ parameters: [PostgresParameter]) throws(ContainerError) -> [[PostgresCell]] {
+        try releaseHeld()
         if let script { return try script.rows(sql, parameters) }
         guard let statements else {
             return try rows(PostgresQuery(unsafeSQL: sql, binds: Self.bindings(parameters))).map { Array($0.makeRandomAccess()) }
@@ -452,6 +456,7 @@ struct PostgresSession {
     /// next statement waited for (`settle`). A write's statements were each a round trip the
     /// committer waited for, most of a modify's time in the node.
     func send(_ sql: String, _ parameters: [PostgresParameter]) throws(ContainerError) {
+        try releaseHeld()
         guard let statements else {
             _ = try prepared(sql, parameters)
             return
@@ -468,12 +473,21 @@ struct PostgresSession {
 
     /// `send` for a statement with inline parameters.
     func send(_ query: PostgresQuery) throws(ContainerError) {
+        try releaseHeld()
         guard let statements else {
             try run(query)
             return
         }
         statements.pending.append(Self.send(on: connection) { [connection, logger] in connection.query(query, logger: logger) }.map { _ in })
         statements.sentCount += 1
+    }
+
+    /// Sends the writes held back, if any, before a statement that must follow them.
+    private func releaseHeld() throws(ContainerError) {
+        guard let held, held.isWaiting else { return }
+        var plain = self
+        plain.held = nil
+        try held.send(on: plain)
     }
 
     /// How many statements have been sent on the connection: the number the next one sent gets.
@@ -566,6 +580,7 @@ struct PostgresSession {
     /// Runs a statement and returns its rows.
     @discardableResult
     func rows(_ query: PostgresQuery) throws(ContainerError) -> [PostgresRow] {
+        try releaseHeld()
         let rows: [PostgresRow]
         do {
             rows = try Self.send(on: connection) { [connection, logger] in connection.query(query, logger: logger) }.wait().rows
@@ -579,6 +594,7 @@ struct PostgresSession {
     /// Runs a statement and returns how many rows it changed.
     @discardableResult
     func run(_ query: PostgresQuery) throws(ContainerError) -> Int {
+        try releaseHeld()
         let count: Int
         do {
             count = try Self.send(on: connection) { [connection, logger] in connection.query(query, logger: logger) }.wait().metadata.rows ?? 0
@@ -593,6 +609,7 @@ struct PostgresSession {
     /// False, nothing copied, when a row's key is taken (SQLSTATE 23505): the transaction must
     /// then roll back to a savepoint before it goes on.
     func copy(_ rows: ByteBuffer, into table: String, columns: [String]) throws(ContainerError) -> Bool {
+        try releaseHeld()
         let promise = connection.eventLoop.makePromise(of: Void.self)
         // postgres-nio writes a COPY as it writes other statements (`send`): one written as the
         // connection closed would never end, so the connection's end fails the copy. (A callback

@@ -85,8 +85,10 @@ package final class PostgresContainerStorage: ContainerStorage {
     }
 
     package func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try pool.withConnection { session throws(ContainerError) -> T in
-            try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
+        try pool.withConnection { plain throws(ContainerError) -> T in
+            var session = plain
+            session.held = HeldWrites(containerID: containerID)
+            return try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
                 try lock(session)
                 let memo = DatabaseMemo()
                 let result = try body(PostgresTransaction(session: session, containerID: containerID, memo: memo, densePoints: densePoints))
@@ -228,8 +230,10 @@ package final class PostgresContainerStorage: ContainerStorage {
 
     /// One transaction for the whole batch, each write in a savepoint of its own.
     package func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
-        try pool.withConnection { session throws(ContainerError) -> T in
-            try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
+        try pool.withConnection { plain throws(ContainerError) -> T in
+            var session = plain
+            session.held = HeldWrites(containerID: containerID)
+            return try Self.transaction(session, begin: "BEGIN") { () throws(ContainerError) -> T in
                 try lock(session)
                 let batch = PostgresBatch(session: session, containerID: containerID)
                 let result = try body(batch)
@@ -254,6 +258,7 @@ package final class PostgresContainerStorage: ContainerStorage {
             try session.run("COMMIT")
             return result
         } catch {
+            session.held?.discard()
             _ = try? session.run("ROLLBACK")
             throw error
         }
@@ -282,29 +287,36 @@ private final class PostgresBatch: StorageBatchWriter {
 
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         if let failure { throw failure }
-        // The statements numbered below `mark` are earlier writes' (`takeSentFailure`).
-        let mark = session.sentCount
+        guard let held = session.held else { throw ContainerError(.internalError, "\(session.name): a batch's write without held writes") }
+        // Statements numbered below the write's savepoint (or, with none sent, every statement)
+        // are earlier writes' (`takeSentFailure`).
         _ = session.takeSentFailure()
-        try session.send("SAVEPOINT kquery_write")
+        // The write's statements go after a savepoint, sent with the first of them: a write whose
+        // writes are all held (`HeldWrites`) sends none, and is undone by dropping them.
+        held.beginWrite()
         do throws(ContainerError) {
             // The rows as the batch's earlier writes left them; this write's changes count once
-            // it is released (a rolled-back one's are dropped with it).
+            // it applied (a failed one's are dropped with it).
             let memo = DatabaseMemo(databases, deferred: deferred)
             let result = try body(PostgresTransaction(session: session, containerID: containerID, memo: memo, prefetched: prefetched))
             // Sent, not waited for: a modify's release was one of its two round trips on the
             // committer, which waited for them one modify after another. Should it or a statement
-            // before it fail, the next write (or the COMMIT) finds out, and fails the batch.
-            try session.send("RELEASE kquery_write")
+            // before it fail, the next statement waited for (or the COMMIT) finds out, and fails the batch.
+            if held.savepoint == .open { try session.send("RELEASE kquery_write") }
+            held.endWrite()
             databases = memo.databases
             deferred = memo.deferred
             return result
         } catch {
-            if let failed = session.takeSentFailure(), failed < mark {
+            let firstOwn = held.firstStatement
+            let savepointOpen = held.abandonWrite()
+            if let failed = session.takeSentFailure(), failed < (firstOwn ?? Int.max) {
                 // A statement of a write this batch counted as done failed: rolling back to the
                 // last savepoint would undo that write, which its caller is told succeeded.
                 failure = error
                 throw error
             }
+            guard savepointOpen else { throw error }
             do throws(ContainerError) {
                 try session.run("ROLLBACK TO kquery_write")
                 try session.run("RELEASE kquery_write")
@@ -325,21 +337,17 @@ private final class PostgresBatch: StorageBatchWriter {
         guard !ids.isEmpty else { return }
         let memo = DatabaseMemo(databases, deferred: deferred)
         let transaction = PostgresTransaction(session: session, containerID: containerID, memo: memo)
-        guard let database = try transaction.database(key) else { return }
+        guard let (database, rows) = try transaction.databaseAndRecords(key, ids) else { return }
         databases = memo.databases
         deferred = memo.deferred   // (the outbox counter read with the database's row)
-        let rows = try session.prepared("""
-            SELECT r.zone_name, r.owner_name, r.record_name, r.body
-            FROM unnest($2::text[], $3::text[], $4::text[]) AS i (z, o, n)
-            JOIN records r ON r.database_id = $1::bigint AND r.zone_name = i.z AND r.owner_name = i.o AND r.record_name = i.n
-            """, [.int64(database.id), .textArray(ids.map(\.zoneID.zoneName)), .textArray(ids.map(\.zoneID.ownerName)), .textArray(ids.map(\.recordName))])
         for id in ids { prefetched.store(.absent, for: id, in: database.id) }
         for row in rows {
             guard row.count == 4 else { throw ContainerError(.internalError, "\(session.name): a record read ahead has \(row.count) columns") }
+            let cell = row.startIndex
             let id = RecordID(
-                recordName: try session.decode(row[2], String.self),
-                zoneID: ZoneID(zoneName: try session.decode(row[0], String.self), ownerName: try session.decode(row[1], String.self)))
-            prefetched.store(.body(try session.decode(row[3], ByteBuffer.self)), for: id, in: database.id)
+                recordName: try session.decode(row[cell + 2], String.self),
+                zoneID: ZoneID(zoneName: try session.decode(row[cell], String.self), ownerName: try session.decode(row[cell + 1], String.self)))
+            prefetched.store(.body(try session.decode(row[cell + 3], ByteBuffer.self)), for: id, in: database.id)
         }
     }
 }

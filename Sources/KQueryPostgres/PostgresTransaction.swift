@@ -57,13 +57,48 @@ struct PostgresTransaction: StorageWriteTransaction {
             AND scope = $3::bigint AND user_record_name = $4::text
             """, [.int64(containerID), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)), .text(key.userRecordName)])
         guard let row = rows.first else { return nil }
-        guard row.count == 5 else { throw ContainerError(.internalError, "\(name): the databases row has \(row.count) columns") }
+        return try storedDatabase(row)
+    }
+
+    /// A database's row as `storedDatabase` reads it: its first five cells.
+    private func storedDatabase(_ row: [PostgresCell]) throws(ContainerError) -> StoredDatabase {
+        guard row.count >= 5 else { throw ContainerError(.internalError, "\(name): the databases row has \(row.count) columns") }
         // (Read under the container's write lock in a write: current until the write ends.)
         if let memo, memo.deferred.outboxSequence == nil { memo.deferred.outboxSequence = try session.decode(row[4], Int64?.self) }
         let id = try session.decode(row[0], Int64.self), sequence = try session.decode(row[1], Int64.self)
         return StoredDatabase(
             id: id, sequence: memo?.deferred.sequences[id] ?? sequence, horizon: try session.decode(row[2], Int64.self),
             subscriptionsVersion: try session.decode(row[3], Int64.self))
+    }
+
+    /// The database's row and, of `ids`, the records it holds (each row's cells: zone, owner,
+    /// name, body), nil without the database. Its row not known yet (the first read of a batch),
+    /// both come in one statement: read one after the other they were two round trips the
+    /// committer waited for at the start of every batch.
+    func databaseAndRecords(_ key: DatabaseKey, _ ids: ArraySlice<RecordID>) throws(ContainerError) -> (StoredDatabase, [ArraySlice<PostgresCell>])? {
+        let zones = PostgresParameter.textArray(ids.map(\.zoneID.zoneName)), owners = PostgresParameter.textArray(ids.map(\.zoneID.ownerName))
+        let names = PostgresParameter.textArray(ids.map(\.recordName))
+        if let known = memo?.databases[key] {
+            let rows = try session.prepared("""
+                SELECT r.zone_name, r.owner_name, r.record_name, r.body
+                FROM unnest($2::text[], $3::text[], $4::text[]) AS i (z, o, n)
+                JOIN records r ON r.database_id = $1::bigint AND r.zone_name = i.z AND r.owner_name = i.o AND r.record_name = i.n
+                """, [.int64(known.id), zones, owners, names])
+            return (known, rows.map { $0[...] })
+        }
+        // A row for the database alone when it holds none of the records (the LEFT JOIN).
+        let rows = try session.prepared("""
+            SELECT d.id, d.sequence, d.horizon, d.subscriptions_version, (SELECT outbox_sequence FROM containers WHERE id = $1::bigint),
+                   r.zone_name, r.owner_name, r.record_name, r.body
+            FROM databases d
+            LEFT JOIN (unnest($5::text[], $6::text[], $7::text[]) AS i (z, o, n)
+                       JOIN records r ON r.zone_name = i.z AND r.owner_name = i.o AND r.record_name = i.n) ON r.database_id = d.id
+            WHERE d.container_id = $1::bigint AND d.environment = $2::bigint AND d.scope = $3::bigint AND d.user_record_name = $4::text
+            """, [.int64(containerID), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)), .text(key.userRecordName), zones, owners, names])
+        guard let first = rows.first else { return nil }
+        let database = try storedDatabase(first)
+        memo?.databases[key] = database
+        return (database, rows.compactMap { row in row.count == 9 && row[8].bytes != nil ? row[5...] : nil })
     }
 
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
@@ -291,8 +326,14 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func saveRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        prefetched?.forget(record.recordID, in: database.id)
+        if let held = session.held { return held.hold(.save(record, sequence: sequence, database: database.id)) }
+        try saveRecord(record, sequence: sequence, inDatabase: database.id)
+    }
+
+    /// Sends a record's save (`saveRecord`; the database by number).
+    func saveRecord(_ record: Record, sequence: Int64, inDatabase database: Int64) throws(ContainerError) {
         let id = record.recordID
-        prefetched?.forget(id, in: database.id)
         let (fields, keys, members, locations) = PostgresRecordValues.rows(of: record)
         // One prepared statement: the tombstone, the old reference rows and the query values of
         // fields the record no longer has go; the record and its query values are written (a
@@ -317,7 +358,7 @@ struct PostgresTransaction: StorageWriteTransaction {
             ON CONFLICT (database_id, record_id, field)
             DO UPDATE SET sort_key = EXCLUDED.sort_key, members = EXCLUDED.members, location = EXCLUDED.location
             """, [
-                .int64(database.id), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName), .text(record.recordType),
+                .int64(database), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName), .text(record.recordType),
                 .int64(sequence), .bytea(ByteBuffer(bytes: RecordCoding.encode(record))),
                 .int64Array(fields), .textArray(keys), .textArray(members), .textArray(locations),
             ])
@@ -325,7 +366,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         guard !references.isEmpty else { return }
         try session.send("""
             INSERT INTO record_references (database_id, zone_name, owner_name, target_name, action, source_name)
-            SELECT \(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), target, action, \(id.recordName)
+            SELECT \(database), \(id.zoneID.zoneName), \(id.zoneID.ownerName), target, action, \(id.recordName)
             FROM unnest(\(references.map(\.recordID.recordName))::text[], \(references.map(\.action.rawValue))::text[]) AS r (target, action)
             ON CONFLICT DO NOTHING
             """)
@@ -335,13 +376,23 @@ struct PostgresTransaction: StorageWriteTransaction {
     /// `kquery migrate` was a round trip per record before, 1.5 records a millisecond. A record
     /// named twice is written once, as its last version.
     func saveRecords(_ records: consuming [(record: Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError) {
+        let records = records
+        if let prefetched { for (record, _) in records { prefetched.forget(record.recordID, in: database.id) } }
+        if let held = session.held {
+            for (record, sequence) in records { held.hold(.save(record, sequence: sequence, database: database.id)) }
+            return
+        }
+        try saveRecords(records, inDatabase: database.id)
+    }
+
+    /// Sends the saves of `saveRecords` (the database by number).
+    func saveRecords(_ records: consuming [(record: Record, sequence: Int64)], inDatabase database: Int64) throws(ContainerError) {
         guard records.count > 1 else {
-            for (record, sequence) in records { try saveRecord(record, sequence: sequence, in: database) }
+            for (record, sequence) in records { try saveRecord(record, sequence: sequence, inDatabase: database) }
             return
         }
         var last: [RecordID: Int] = [:]
         for (index, entry) in records.enumerated() { last[entry.record.recordID] = index }
-        for id in last.keys { prefetched?.forget(id, in: database.id) }
         var valueRecords: [Int64] = [], valueFields: [Int64] = [], valueKeys: [String] = [], valueMembers: [String] = [], valueLocations: [String] = []
         var zones: [String] = [], owners: [String] = [], names: [String] = [], types: [String] = [], sequences: [Int64] = [], bodies: [ByteBuffer] = []
         var referenceZones: [String] = [], referenceOwners: [String] = [], targets: [String] = [], actions: [String] = [], sources: [String] = []
@@ -383,7 +434,7 @@ struct PostgresTransaction: StorageWriteTransaction {
             SELECT $1::bigint, zone_name, owner_name, record_name, record_type, change_sequence, body FROM input
             ON CONFLICT (database_id, zone_name, owner_name, record_name)
             DO UPDATE SET record_type = EXCLUDED.record_type, change_sequence = EXCLUDED.change_sequence, body = EXCLUDED.body
-            """, [.int64(database.id), .textArray(zones), .textArray(owners), .textArray(names), .textArray(types), .int64Array(sequences), .byteaArray(bodies)])
+            """, [.int64(database), .textArray(zones), .textArray(owners), .textArray(names), .textArray(types), .int64Array(sequences), .byteaArray(bodies)])
         // The query values (`PostgresRecordValues`), each row naming its record by position.
         try session.send("""
             INSERT INTO record_values (database_id, record_id, field, sort_key, members, location)
@@ -392,7 +443,7 @@ struct PostgresTransaction: StorageWriteTransaction {
             JOIN records r ON r.database_id = $1::bigint AND r.zone_name = ($2::text[])[i] AND r.owner_name = ($3::text[])[i]
                  AND r.record_name = ($4::text[])[i]
             """, [
-                .int64(database.id), .textArray(zones), .textArray(owners), .textArray(names),
+                .int64(database), .textArray(zones), .textArray(owners), .textArray(names),
                 .int64Array(valueRecords), .int64Array(valueFields), .textArray(valueKeys), .textArray(valueMembers), .textArray(valueLocations),
             ])
         guard !sources.isEmpty else { return }
@@ -401,22 +452,28 @@ struct PostgresTransaction: StorageWriteTransaction {
             SELECT $1::bigint, z, o, target, action, source
             FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS r (z, o, target, action, source)
             ON CONFLICT DO NOTHING
-            """, [.int64(database.id), .textArray(referenceZones), .textArray(referenceOwners), .textArray(targets), .textArray(actions), .textArray(sources)])
+            """, [.int64(database), .textArray(referenceZones), .textArray(referenceOwners), .textArray(targets), .textArray(actions), .textArray(sources)])
     }
 
     func deleteRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        prefetched?.forget(record.recordID, in: database.id)
+        if let held = session.held { return held.hold(.delete(record, sequence: sequence, database: database.id)) }
+        try deleteRecord(record, sequence: sequence, inDatabase: database.id)
+    }
+
+    /// Sends a record's deletion (`deleteRecord`; the database by number).
+    func deleteRecord(_ record: Record, sequence: Int64, inDatabase database: Int64) throws(ContainerError) {
         let id = record.recordID
-        prefetched?.forget(id, in: database.id)
         try session.send("""
-            WITH r AS (DELETE FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+            WITH r AS (DELETE FROM records WHERE database_id = \(database) AND zone_name = \(id.zoneID.zoneName)
                        AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)),
-                 x AS (DELETE FROM record_references WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+                 x AS (DELETE FROM record_references WHERE database_id = \(database) AND zone_name = \(id.zoneID.zoneName)
                        AND owner_name = \(id.zoneID.ownerName) AND source_name = \(id.recordName)),
-                 v AS (DELETE FROM record_values WHERE database_id = \(database.id) AND record_id = (
-                       SELECT id FROM records WHERE database_id = \(database.id) AND zone_name = \(id.zoneID.zoneName)
+                 v AS (DELETE FROM record_values WHERE database_id = \(database) AND record_id = (
+                       SELECT id FROM records WHERE database_id = \(database) AND zone_name = \(id.zoneID.zoneName)
                        AND owner_name = \(id.zoneID.ownerName) AND record_name = \(id.recordName)))
             INSERT INTO record_tombstones (database_id, zone_name, owner_name, record_name, record_type, deleted_sequence)
-            VALUES (\(database.id), \(id.zoneID.zoneName), \(id.zoneID.ownerName), \(id.recordName), \(record.recordType), \(sequence))
+            VALUES (\(database), \(id.zoneID.zoneName), \(id.zoneID.ownerName), \(id.recordName), \(record.recordType), \(sequence))
             ON CONFLICT (database_id, zone_name, owner_name, record_name)
             DO UPDATE SET record_type = EXCLUDED.record_type, deleted_sequence = EXCLUDED.deleted_sequence
             """)
@@ -457,26 +514,70 @@ struct PostgresTransaction: StorageWriteTransaction {
         var nextID = (memo.deferred.outboxSequence ?? 0) + 1
         memo.deferred.outboxSequence = nextID + Int64(queued.count) - 1
         for position in queued.indices {
-            let new = queued[position]
-            let key = new.database
-            memo.deferred.recipients.insert(new.recipient)
-            let payload = new.payload
-            let payloadText = String(decoding: payload.serializedBytes, as: UTF8.self)
-            try session.send("""
-                INSERT INTO outbox (container_id, id, environment, scope, user_record_name, subscription_id, owner, notification_id, payload,
-                                    priority, push_type, created, collapse_id, excluded_device)
-                VALUES ($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::text, $10::bigint,
-                        $11::text, $12::bigint, $13::text, $14::text)
-                """, [
-                    .int64(containerID), .int64(nextID), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)),
-                    .text(key.userRecordName), .text(new.subscriptionID), .text(new.owner), .text(payload["ck"]?["nid"]?.stringValue ?? ""),
-                    .text(payloadText), .int64(Int64(new.priority)), .text(new.pushType), .int64(new.created), .optionalText(new.collapseID),
-                    .optionalText(new.excludedDevice),
-                ])
             queued[position].id = nextID
             nextID += 1
+            memo.deferred.recipients.insert(queued[position].recipient)
+        }
+        if let held = session.held {
+            for notification in queued { held.hold(.push(notification)) }
+        } else {
+            try insertOutbox(queued)
         }
         return queued
+    }
+
+    /// Sends the rows of numbered pushes (`enqueue`): one in a statement of its own, many as arrays.
+    func insertOutbox(_ notifications: [OutboxNotification]) throws(ContainerError) {
+        guard notifications.count > 1 else {
+            for new in notifications {
+                let key = new.database
+                let payload = new.payload
+                try session.send("""
+                    INSERT INTO outbox (container_id, id, environment, scope, user_record_name, subscription_id, owner, notification_id, payload,
+                                        priority, push_type, created, collapse_id, excluded_device)
+                    VALUES ($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::text, $10::bigint,
+                            $11::text, $12::bigint, $13::text, $14::text)
+                    """, [
+                        .int64(containerID), .int64(new.id), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)),
+                        .text(key.userRecordName), .text(new.subscriptionID), .text(new.owner), .text(payload["ck"]?["nid"]?.stringValue ?? ""),
+                        .text(String(decoding: payload.serializedBytes, as: UTF8.self)), .int64(Int64(new.priority)), .text(new.pushType),
+                        .int64(new.created), .optionalText(new.collapseID), .optionalText(new.excludedDevice),
+                    ])
+            }
+            return
+        }
+        var ids: [Int64] = [], environments: [Int64] = [], scopes: [Int64] = [], users: [String] = [], subscriptions: [String] = []
+        var owners: [String] = [], notificationIDs: [String] = [], payloads: [String] = [], priorities: [Int64] = [], pushTypes: [String] = []
+        var created: [Int64] = [], collapseIDs: [String] = [], excludedDevices: [String] = [], present: [Int64] = []
+        for new in notifications {
+            let payload = new.payload
+            ids.append(new.id)
+            environments.append(Int64(new.database.environment.rawValue))
+            scopes.append(Int64(new.database.scope.rawValue))
+            users.append(new.database.userRecordName)
+            subscriptions.append(new.subscriptionID)
+            owners.append(new.owner)
+            notificationIDs.append(payload["ck"]?["nid"]?.stringValue ?? "")
+            payloads.append(String(decoding: payload.serializedBytes, as: UTF8.self))
+            priorities.append(Int64(new.priority))
+            pushTypes.append(new.pushType)
+            created.append(new.created)
+            collapseIDs.append(new.collapseID ?? "")
+            excludedDevices.append(new.excludedDevice ?? "")
+            // Which of the two optional columns hold a value (an array of text holds no NULL here).
+            present.append((new.collapseID == nil ? 0 : 1) | (new.excludedDevice == nil ? 0 : 2))
+        }
+        try session.send("""
+            INSERT INTO outbox (container_id, id, environment, scope, user_record_name, subscription_id, owner, notification_id, payload,
+                                priority, push_type, created, collapse_id, excluded_device)
+            SELECT $1::bigint, i, e, s, u, sub, o, n, p, pr, t, c, CASE WHEN f & 1 = 1 THEN col END, CASE WHEN f & 2 = 2 THEN x END
+            FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[],
+                        $11::text[], $12::bigint[], $13::text[], $14::text[], $15::bigint[]) AS v (i, e, s, u, sub, o, n, p, pr, t, c, col, x, f)
+            """, [
+                .int64(containerID), .int64Array(ids), .int64Array(environments), .int64Array(scopes), .textArray(users), .textArray(subscriptions),
+                .textArray(owners), .textArray(notificationIDs), .textArray(payloads), .int64Array(priorities), .textArray(pushTypes),
+                .int64Array(created), .textArray(collapseIDs), .textArray(excludedDevices), .int64Array(present),
+            ])
     }
 
     /// The memo of the write transaction this is (every write transaction has one: `write`, a
@@ -583,15 +684,20 @@ struct DeferredWrites {
     /// each node wakes their polls alone.
     var recipients: Set<OutboxRecipient> = []
 
-    /// Sends the writes kept (not waited for: the COMMIT after them reports their failure).
+    /// Sends the writes kept, in one statement (not waited for: the COMMIT after them reports
+    /// their failure). Three statements a batch before, each a message both ends handled.
     func flush(_ session: PostgresSession, containerID: Int64, containerIdentifier: String) throws(ContainerError) {
-        for (id, sequence) in sequences.sorted(by: { $0.key < $1.key }) {
-            try session.send("UPDATE databases SET sequence = $1::bigint WHERE id = $2::bigint", [.int64(sequence), .int64(id)])
-        }
+        let ids = Array(sequences.keys), values = ids.map { sequences[$0] ?? 0 }
+        // (The container's write lock orders the writers of these rows: the order they are updated in does not matter.)
+        let databases = "UPDATE databases SET sequence = u.s FROM unnest($1::bigint[], $2::bigint[]) AS u (id, s) WHERE databases.id = u.id"
         if !recipients.isEmpty, let outboxSequence {
-            try session.send("UPDATE containers SET outbox_sequence = $1::bigint WHERE id = $2::bigint", [.int64(outboxSequence), .int64(containerID)])
             let wake = QueuedPushes.recipients(containerIdentifier: containerIdentifier, recipients).notifyPayload
-            try session.send("SELECT pg_notify($1::text, $2::text)", [.text(PostgresContainers.pushChannel), .text(wake)])
+            try session.send("""
+                WITH d AS (\(databases)), c AS (UPDATE containers SET outbox_sequence = $3::bigint WHERE id = $4::bigint)
+                SELECT pg_notify($5::text, $6::text)
+                """, [.int64Array(ids), .int64Array(values), .int64(outboxSequence), .int64(containerID), .text(PostgresContainers.pushChannel), .text(wake)])
+        } else if !ids.isEmpty {
+            try session.send(databases, [.int64Array(ids), .int64Array(values)])
         }
     }
 }

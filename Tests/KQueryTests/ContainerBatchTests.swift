@@ -201,6 +201,49 @@ import KQueryPostgres
         #expect(kept.isEmpty, "the failed batch kept \(kept.map(\.recordID.recordName))")
     }
 
+    /// On PostgreSQL a batch's writes hold their records and pushes back and send them together
+    /// (`HeldWrites`), with no savepoint for a write that sends nothing. A write that reads what it
+    /// held sends it first, after the earlier writes' and its own savepoint: when it then fails,
+    /// rolling back to that savepoint undoes its records and keeps the earlier writes', and the
+    /// writes after it apply as ever.
+    @Test func aBatchedWriteThatReadsWhatItHeldThenFailsLeavesTheOthers() throws {
+        let location = try PostgresTestDatabase.shared()
+        let container = try Container(
+            containerIdentifier: F.identifier,
+            storage: try PostgresContainerStorage(location: location, containerIdentifier: "held-\(UUID().uuidString)"), clock: { 1_700_000_000_000 })
+        let database = try F.privateDatabase(container)
+        try database.saveSubscription(Subscription(subscriptionID: "zone", kind: .recordZone(zoneID: F.zone, recordType: nil)))
+        var readBack: Record?
+        var failed: ContainerError?
+        try container.batchingWrites {
+            _ = try? database.modify([F.operation(.create, F.record("before", zone: F.zone, ["v": .int64(1)]))], durably: false)
+            _ = try? database.modify([F.operation(.create, F.record("also", zone: F.zone, ["v": .int64(2)]))], durably: false)
+            failed = containerError {
+                _ = try container.write { _, tx throws(ContainerError) -> Int in
+                    let stored = try tx.existingOrNewDatabase(database.key)
+                    let phantom = F.record("phantom", zone: F.zone, ["v": .int64(99)])
+                    try tx.saveRecord(phantom, sequence: stored.sequence + 1, in: stored)
+                    try tx.setSequence(stored.sequence + 1, of: stored)
+                    readBack = try tx.record(phantom.recordID, in: stored)
+                    throw ContainerError(.internalError, "injected failure")
+                }
+            }
+            _ = try? database.modify([F.operation(.create, F.record("after", zone: F.zone, ["v": .int64(3)]))], durably: false)
+        }
+        #expect(failed?.reason == "injected failure")
+        #expect(readBack?["v"] == .int64(99), "the write did not read back what it held")
+        let records = try database.lookup(["before", "also", "phantom", "after"].map { RecordID(recordName: $0, zoneID: F.zone) }).map { $0.record?["v"] }
+        #expect(records == [.int64(1), .int64(2), nil, .int64(3)])
+        let changes = try database.zoneChanges(F.zone, since: nil).changes.map { change -> String in
+            if case .changed(let record) = change { return record.recordID.recordName }
+            return "deleted"
+        }
+        #expect(changes == ["before", "also", "after"])
+        let pushes = try container.pendingNotifications()
+        #expect(pushes.count == 3)
+        #expect(pushes.map(\.id) == pushes.map(\.id).sorted() && Set(pushes.map(\.id)).count == 3)
+    }
+
     /// A batch's writes are seen by the writes after them in the batch, and by readers only once
     /// the batch has committed.
     @Test func readersSeeABatchOnceItCommits() throws {

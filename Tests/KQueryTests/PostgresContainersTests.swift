@@ -154,6 +154,50 @@ import Testing
         #expect(try reads() == start + 2, "the first node reads the other's change once")
     }
 
+    /// A batch of modifies (what the server's committer runs) sends its records and its pushes
+    /// together, and no savepoint for a modify that sent nothing before it ended (`HeldWrites`):
+    /// each modify was four statements, each a message both ends handled. Counted in the
+    /// statements PostgreSQL logged; the records and pushes read back whole.
+    @Test func aBatchSendsItsModifiesRecordsAndPushesTogether() throws {
+        let cluster = try PostgresCluster.start()
+        let (name, url) = try cluster.createNamedDatabase()
+        let location = try #require(PostgresLocation(url: url))
+        let node = try PostgresContainers(location: location, connections: 2)
+        defer { node.close() }
+        let container = try node.openContainer("iCloud.held")
+        let database = try container.database(.public)
+        let condition = try ValidatedPredicate("price >= 0").condition
+        _ = try database.saveSubscription(Subscription(
+            subscriptionID: "all", kind: .query(recordType: "Item", condition: condition, zoneID: nil), options: [.firesOnRecordCreation]))
+        func executed(_ text: String) throws -> Int {
+            try cluster.log().split(separator: "\n").count { $0.hasPrefix("@\(name)@") && $0.contains("execute") && $0.contains(text) }
+        }
+        let before = (savepoints: try executed("SAVEPOINT"), outbox: try executed("INSERT INTO outbox"),
+                      one: try executed("WITH t AS (DELETE FROM record_tombstones"), many: try executed("WITH input AS"))
+        var results: [String] = []
+        // Their records read ahead, as the committer reads them: a modify's read of its record
+        // is then no statement (one would send what earlier modifies held, and open its savepoint).
+        let ids = (1...3).map { RecordID(recordName: "i\($0)") }
+        try container.batchingWrites(prefetching: [database.key: ids]) {
+            for n in 1...3 {
+                let record = Record(recordType: "Item", recordName: "i\(n)", fields: ["price": .int64(Int64(n))])
+                let result = try? database.modify([RecordOperation(kind: .create, record: record)], durably: false)
+                results.append(result?.notifications.map(\.subscriptionID).joined() ?? "failed")
+            }
+        }
+        #expect(results == ["all", "all", "all"])
+        #expect(try executed("SAVEPOINT") == before.savepoints, "a modify that sent nothing opened a savepoint")
+        #expect(try executed("INSERT INTO outbox") == before.outbox + 1)
+        #expect(try executed("WITH t AS (DELETE FROM record_tombstones") == before.one)
+        #expect(try executed("WITH input AS") == before.many + 1)
+        for n in 1...3 {
+            #expect(try database.record(RecordID(recordName: "i\(n)"))?["price"] == .int64(Int64(n)))
+        }
+        let pushes = try container.pendingNotifications()
+        #expect(pushes.map { $0.payload["ck"]?["qry"]?["rid"]?.stringValue } == ["i1", "i2", "i3"])
+        #expect(pushes.allSatisfy { $0.collapseID == nil && $0.excludedDevice == nil && $0.subscriptionID == "all" })
+    }
+
     @Test func oneNodeAtATimeHoldsTheAPNsDuty() throws {
         let location = try Self.location()
         let first = try PostgresContainers(location: location, connections: 1)
