@@ -228,7 +228,8 @@ package final class PostgresContainerStorage: ContainerStorage {
         _ = try pool.withConnection { session throws(ContainerError) in try session.run("ANALYZE") }
     }
 
-    /// One transaction for the whole batch, each write in a savepoint of its own.
+    /// One transaction for the whole batch, a write that sends a statement in a savepoint of its
+    /// own (one whose writes are all held sends none: `HeldWrites`).
     package func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
         try pool.withConnection { plain throws(ContainerError) -> T in
             var session = plain
@@ -265,7 +266,8 @@ package final class PostgresContainerStorage: ContainerStorage {
     }
 }
 
-/// The writes of a batch (`PostgresContainerStorage.batch`), each in a savepoint.
+/// The writes of a batch (`PostgresContainerStorage.batch`), each undone alone when it fails: by
+/// dropping what it held, or by rolling back to the savepoint its first statement opened.
 private final class PostgresBatch: StorageBatchWriter {
     let session: PostgresSession
     let containerID: Int64

@@ -482,8 +482,10 @@ struct PostgresTransaction: StorageWriteTransaction {
     func saveSubscription(_ subscription: Subscription, in database: StoredDatabase) throws(ContainerError) {
         let body = try subscription.storedJSON().serialized
         // Deleted and inserted: a saved-again subscription moves to the end of the save order.
-        try session.run("DELETE FROM subscriptions WHERE database_id = \(database.id) AND subscription_id = \(subscription.subscriptionID)")
-        try session.run("""
+        // Sent, not waited for (the next statement waited for reports their failure): a request's
+        // subscriptions share a transaction, where each waited for was two round trips a save.
+        try session.send("DELETE FROM subscriptions WHERE database_id = \(database.id) AND subscription_id = \(subscription.subscriptionID)")
+        try session.send("""
             INSERT INTO subscriptions (database_id, subscription_id, owner, body)
             VALUES (\(database.id), \(subscription.subscriptionID), \(subscription.owner), \(body))
             """)
@@ -491,7 +493,7 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError) {
-        try session.run("DELETE FROM subscriptions WHERE database_id = \(database.id) AND subscription_id = \(subscriptionID)")
+        try session.send("DELETE FROM subscriptions WHERE database_id = \(database.id) AND subscription_id = \(subscriptionID)")
         try subscriptionsChanged(database)
     }
 

@@ -374,25 +374,49 @@ package struct DatabaseService: Sendable {
             guard case .object? = operation["subscription"] else { throw ContainerError(.badRequest, "operations[\(index)] needs a \"subscription\" object") }
         }
         var answers: [JSON] = []
-        for operation in operations {
-            let subscriptionJSON = operation["subscription"]!
-            let id = subscriptionJSON["subscriptionID"]?.stringValue ?? ""
+        // The operations of each run of `subscriptionsPerTransaction` share one transaction, each
+        // applied or refused alone (`Container.batchingWrites`): each its own transaction was a
+        // commit, a disk sync, a subscription (100,000 through a node took 113 s on PostgreSQL).
+        for start in stride(from: 0, to: operations.count, by: Self.subscriptionsPerTransaction) {
+            let run = operations[start..<min(start + Self.subscriptionsPerTransaction, operations.count)]
+            var runAnswers: [JSON] = []
             do throws(ContainerError) {
-                if operation["operationType"]?.stringValue == "delete" {
-                    try database.deleteSubscription(id)
-                    answers.append(.object([("subscriptionID", .string(id)), ("deleted", .bool(true))]))
-                } else {
-                    let subscription: Subscription
-                    do throws(SubscriptionError) { subscription = try Subscription(webServicesJSON: subscriptionJSON) } catch {
-                        throw ContainerError(.badRequest, error.message)
-                    }
-                    answers.append(try database.saveSubscription(subscription).webServicesJSON)
+                try database.container.batchingWrites {
+                    for operation in run { runAnswers.append(modifySubscription(operation)) }
                 }
+                try database.container.waitUntilDurable()
             } catch {
-                answers.append(.object([("subscriptionID", .string(id))] + error.webServicesMembers))
+                // None of the run's changes committed.
+                runAnswers = run.map { operation in
+                    .object([("subscriptionID", .string(operation["subscription"]?["subscriptionID"]?.stringValue ?? ""))] + error.webServicesMembers)
+                }
             }
+            answers += runAnswers
         }
         return ServiceAnswer(json: .object([("subscriptions", .array(answers))]))
+    }
+
+    /// The most subscription operations of one request that share a transaction (holding the
+    /// container's writes meanwhile).
+    static let subscriptionsPerTransaction = 200
+
+    /// One checked operation of `subscriptions/modify` applied: its answer.
+    private func modifySubscription(_ operation: JSON) -> JSON {
+        let subscriptionJSON = operation["subscription"] ?? .object([])
+        let id = subscriptionJSON["subscriptionID"]?.stringValue ?? ""
+        do throws(ContainerError) {
+            if operation["operationType"]?.stringValue == "delete" {
+                try database.deleteSubscription(id)
+                return .object([("subscriptionID", .string(id)), ("deleted", .bool(true))])
+            }
+            let subscription: Subscription
+            do throws(SubscriptionError) { subscription = try Subscription(webServicesJSON: subscriptionJSON) } catch {
+                throw ContainerError(.badRequest, error.message)
+            }
+            return try database.saveSubscription(subscription).webServicesJSON
+        } catch {
+            return .object([("subscriptionID", .string(id))] + error.webServicesMembers)
+        }
     }
 
     // MARK: Assets

@@ -3,6 +3,7 @@ import KQuery
 import PropertyBased
 import Testing
 import KQueryPostgres
+import KQueryWebServices
 @testable import KQueryContainer
 
 /// Writes batched into one transaction (`Container.batchingWrites`, what the server's committer
@@ -287,6 +288,70 @@ import KQueryPostgres
         #expect(result.notifications.isEmpty)
         let query = Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"), zoneID: F.otherZone)
         #expect(try database.query(query).records.map(\.recordID.recordName) == ["kept"])
+    }
+}
+
+/// A storage that counts its transactions (each a commit: a disk sync on a file, a WAL flush on
+/// PostgreSQL) and can fail its batches' commits.
+private final class CountingStorage: ContainerStorage, @unchecked Sendable {
+    let inner: SQLiteContainerStorage
+    let commits = Locked(0)
+    let failBatches = Locked(false)
+    init(_ inner: SQLiteContainerStorage) { self.inner = inner }
+
+    var secret: (UInt64, UInt64) { inner.secret }
+    func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.read(body) }
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        commits.withLock { $0 += 1 }
+        return try inner.write(body)
+    }
+    func waitUntilDurable() throws(ContainerError) { try inner.waitUntilDurable() }
+    func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        commits.withLock { $0 += 1 }
+        let fail = failBatches.withLock { $0 }
+        return try inner.batch { writer throws(ContainerError) -> T in
+            let result = try body(writer)
+            if fail { throw ContainerError(.internalError, "injected commit failure") }
+            return result
+        }
+    }
+}
+
+extension ContainerBatchTests {
+    /// A `subscriptions/modify` request's operations share a transaction for each 200 (each was
+    /// its own: a commit a subscription, 113 s for 100,000 on PostgreSQL), each still applied or
+    /// refused alone; when a run's commit fails, every operation of that run answers the error
+    /// and none of it is kept.
+    @Test func aSubscriptionsRequestCommitsOnceForEachTwoHundred() throws {
+        let storage = CountingStorage(try SQLiteContainerStorage(path: nil))
+        let container = try Container(containerIdentifier: F.identifier, storage: storage, clock: { 1_700_000_000_000 })
+        let database = try F.privateDatabase(container)
+        try database.createZone(F.zone)
+        let service = DatabaseService(database: database)
+        func operation(_ n: Int, _ id: String? = nil, zone: String = "Notes") -> String {
+            let name = id ?? "s\(n)"
+            return #"{"operationType": "create", "subscription": {"subscriptionID": "\#(name)", "subscriptionType": "query", "zoneID": {"zoneName": "\#(zone)"}, "#
+                + #""query": {"recordType": "Item", "filterBy": [{"comparator": "EQUALS", "fieldName": "price", "fieldValue": {"value": \#(n)}}]}, "firesOn": ["create"]}}"#
+        }
+        // 450 operations, the 7th in a zone that does not exist.
+        let operations = (0..<450).map { $0 == 7 ? operation($0, zone: "Missing") : operation($0) }
+        let before = storage.commits.withLock { $0 }
+        let answer = try service.run("subscriptions/modify", try JSON.parse(#"{"operations": [\#(operations.joined(separator: ","))]}"#))
+        #expect(storage.commits.withLock { $0 } - before == 3)
+        guard case .array(let answers)? = answer.json["subscriptions"] else { Issue.record("no subscriptions in \(answer.json)"); return }
+        #expect(answers.count == 450)
+        #expect(answers[7]["serverErrorCode"]?.stringValue == "ZONE_NOT_FOUND")
+        #expect(answers.enumerated().allSatisfy { $0.offset == 7 || $0.element["serverErrorCode"] == nil })
+        #expect(try database.subscriptions().count == 449)
+
+        storage.failBatches.withLock { $0 = true }
+        let failed = try service.run("subscriptions/modify", try JSON.parse(#"{"operations": [\#(operation(1000, "lost1")), \#(operation(1001, "lost2"))]}"#))
+        storage.failBatches.withLock { $0 = false }
+        guard case .array(let lost)? = failed.json["subscriptions"] else { Issue.record("no subscriptions in \(failed.json)"); return }
+        #expect(lost.map { $0["subscriptionID"]?.stringValue } == ["lost1", "lost2"])
+        #expect(lost.allSatisfy { $0["serverErrorCode"]?.stringValue == "INTERNAL_ERROR" })
+        #expect(try database.subscription("lost1") == nil)
+        #expect(try database.subscriptions().count == 449)
     }
 }
 
