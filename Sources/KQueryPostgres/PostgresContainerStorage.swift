@@ -92,6 +92,8 @@ package final class PostgresContainerStorage: ContainerStorage {
                 try lock(session)
                 let memo = DatabaseMemo()
                 let result = try body(PostgresTransaction(session: session, containerID: containerID, memo: memo, densePoints: densePoints))
+                // (A body that caught the failure of sending its held writes must not commit without them.)
+                if let failure = session.held?.failure { throw failure }
                 try memo.deferred.flush(session, containerID: containerID, containerIdentifier: containerIdentifier)
                 return result
             }
@@ -238,7 +240,7 @@ package final class PostgresContainerStorage: ContainerStorage {
                 try lock(session)
                 let batch = PostgresBatch(session: session, containerID: containerID)
                 let result = try body(batch)
-                if let failure = batch.failure { throw failure }
+                if let failure = batch.failure ?? session.held?.failure { throw failure }
                 try batch.deferred.flush(session, containerID: containerID, containerIdentifier: containerIdentifier)
                 return result
             }
@@ -312,6 +314,11 @@ private final class PostgresBatch: StorageBatchWriter {
         } catch {
             let firstOwn = held.firstStatement
             let savepointOpen = held.abandonWrite()
+            if let broken = held.failure {
+                // What earlier writes held may not have been sent: the batch cannot commit.
+                failure = broken
+                throw error
+            }
             if let failed = session.takeSentFailure(), failed < (firstOwn ?? Int.max) {
                 // A statement of a write this batch counted as done failed: rolling back to the
                 // last savepoint would undo that write, which its caller is told succeeded.

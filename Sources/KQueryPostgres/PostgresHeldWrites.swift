@@ -40,6 +40,9 @@ final class HeldWrites {
     private(set) var savepoint = Savepoint.none
     /// The number of the current write's first statement, its savepoint (nil: none sent).
     private(set) var firstStatement: Int?
+    /// Why sending what was held failed, once it has: writes already applied may be lost with
+    /// it, so the transaction must not commit.
+    private(set) var failure: ContainerError?
 
     init(containerID: Int64) {
         self.containerID = containerID
@@ -83,6 +86,15 @@ final class HeldWrites {
     /// Sends what is held on `session` (one that holds nothing), and the current write's
     /// savepoint when it is wanted: after the earlier writes', before its own.
     func send(on session: PostgresSession) throws(ContainerError) {
+        do throws(ContainerError) {
+            try sendHeld(on: session)
+        } catch {
+            failure = failure ?? error
+            throw error
+        }
+    }
+
+    private func sendHeld(on session: PostgresSession) throws(ContainerError) {
         let all = writes
         writes = []
         let own = ownStart
