@@ -528,26 +528,9 @@ struct PostgresTransaction: StorageWriteTransaction {
         return queued
     }
 
-    /// Sends the rows of numbered pushes (`enqueue`): one in a statement of its own, many as arrays.
+    /// Sends the rows of numbered pushes (`enqueue`), as arrays, in one statement.
     func insertOutbox(_ notifications: [OutboxNotification]) throws(ContainerError) {
-        guard notifications.count > 1 else {
-            for new in notifications {
-                let key = new.database
-                let payload = new.payload
-                try session.send("""
-                    INSERT INTO outbox (container_id, id, environment, scope, user_record_name, subscription_id, owner, notification_id, payload,
-                                        priority, push_type, created, collapse_id, excluded_device)
-                    VALUES ($1::bigint, $2::bigint, $3::bigint, $4::bigint, $5::text, $6::text, $7::text, $8::text, $9::text, $10::bigint,
-                            $11::text, $12::bigint, $13::text, $14::text)
-                    """, [
-                        .int64(containerID), .int64(new.id), .int64(Int64(key.environment.rawValue)), .int64(Int64(key.scope.rawValue)),
-                        .text(key.userRecordName), .text(new.subscriptionID), .text(new.owner), .text(payload["ck"]?["nid"]?.stringValue ?? ""),
-                        .text(String(decoding: payload.serializedBytes, as: UTF8.self)), .int64(Int64(new.priority)), .text(new.pushType),
-                        .int64(new.created), .optionalText(new.collapseID), .optionalText(new.excludedDevice),
-                    ])
-            }
-            return
-        }
+        guard !notifications.isEmpty else { return }
         var ids: [Int64] = [], environments: [Int64] = [], scopes: [Int64] = [], users: [String] = [], subscriptions: [String] = []
         var owners: [String] = [], notificationIDs: [String] = [], payloads: [String] = [], priorities: [Int64] = [], pushTypes: [String] = []
         var created: [Int64] = [], collapseIDs: [String] = [], excludedDevices: [String] = [], present: [Int64] = []
