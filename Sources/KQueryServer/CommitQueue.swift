@@ -33,6 +33,8 @@ final class CommitQueue: Sendable {
         /// The records the commit reads, read ahead with its batch's (`Container.batchingWrites`).
         var reads: (database: DatabaseKey, records: [RecordID])?
         var run: @Sendable () -> Settlement?
+        /// Resumes its request with the error when `run` is never called (its batch failed first).
+        var fail: @Sendable (ContainerError) -> Void
     }
 
     /// The most commits one batch takes: the first of a batch waits for all of them.
@@ -79,20 +81,31 @@ final class CommitQueue: Sendable {
     }
 
     /// Runs `batch` in one transaction of `container`; passes the settlements of its commits to
-    /// the syncer once it has committed, or fails them all when it could not.
+    /// the syncer once it has committed, or fails them all when it could not. A batch that fails
+    /// before its commits run (its transaction's start, or reading their records ahead) runs each
+    /// of them again alone: one request's records (a name PostgreSQL cannot hold) must not fail
+    /// the others' modifies, and every request is answered.
     private static func commit(_ batch: ArraySlice<Commit>, to container: Container, settlements: BlockingQueue<Settlement>) {
         var settled: [Settlement] = []
         settled.reserveCapacity(batch.count)
         var reads: [DatabaseKey: [RecordID]] = [:]
         for commit in batch { if let read = commit.reads { reads[read.database, default: []] += read.records } }
+        var ran = 0
         do throws(ContainerError) {
             try container.batchingWrites(prefetching: reads) {
                 for commit in batch {
+                    ran += 1
                     if let settlement = commit.run() { settled.append(settlement) }
                 }
             }
         } catch {
             for settlement in settled { settlement.resume(error) }
+            let unrun = batch.indices.dropFirst(ran)
+            if batch.count > 1 {
+                for index in unrun { Self.commit(batch[index...index], to: container, settlements: settlements) }
+            } else {
+                for index in unrun { batch[index].fail(error) }
+            }
             return
         }
         for settlement in settled { settlements.append(settlement) }
@@ -111,7 +124,8 @@ final class CommitQueue: Sendable {
         durable: @escaping @Sendable () throws(ContainerError) -> Void
     ) async throws(ContainerError) -> T {
         let outcome: Result<T, ContainerError> = await withCheckedContinuation { continuation in
-            let queued = commits.append(Commit(container: container, reads: reads) { () -> Settlement? in
+            // Exactly one of `run` and `fail` is called.
+            let queued = commits.append(Commit(container: container, reads: reads, run: { () -> Settlement? in
                 let value: T
                 do throws(ContainerError) { value = try commit() } catch {
                     continuation.resume(returning: .failure(error))
@@ -120,7 +134,7 @@ final class CommitQueue: Sendable {
                 return Settlement(waitUntilDurable: durable) { error in
                     continuation.resume(returning: error.map { .failure($0) } ?? .success(value))
                 }
-            })
+            }, fail: { error in continuation.resume(returning: .failure(error)) }))
             if !queued { continuation.resume(returning: .failure(ContainerError(.internalError, "the server is stopping: the modify was not applied"))) }
         }
         return try outcome.get()

@@ -1,6 +1,6 @@
 import Foundation
 import KQuery
-import KQueryContainer
+@testable import KQueryContainer
 import Testing
 @testable import KQueryServer
 
@@ -93,6 +93,77 @@ struct CommitQueueTests {
         for index in 0..<200 where index != 153 {
             let record = try reopened[index % 2].record(RecordID(recordName: "r\(index)"))
             #expect(record?["i"] == .int64(Int64(index)), "record \(index)")
+        }
+    }
+
+    /// A batch that fails before its commits run (reading their records ahead failed: on
+    /// PostgreSQL, a name holding U+0000 failed the statement) runs each again alone: the others
+    /// commit, the culprit fails, and every request is answered (they waited for ever before).
+    @Test(.timeLimit(.minutes(1))) func aBatchThatFailsBeforeItsCommitsRunRunsEachAlone() async throws {
+        let storage = PoisonedReadAheadStorage(try SQLiteContainerStorage(path: nil))
+        let container = try Container(containerIdentifier: "iCloud.test", storage: storage, clock: { 1_700_000_000_000 })
+        let key = DatabaseKey(environment: .development, scope: .public, userRecordName: "")
+        let queue = CommitQueue()
+        // The first commit holds the committer while the rest queue behind it: one batch.
+        let started = Locked(false)
+        let first = Task {
+            try await queue.run(in: container) { () throws(ContainerError) -> Int in
+                started.withLock { $0 = true }
+                Thread.sleep(forTimeInterval: 0.3)
+                return -1
+            } durable: {}
+        }
+        while !started.withLock({ $0 }) { await Task.yield() }
+        let answers = (0..<20).map { index in
+            Task { () -> Result<Int, ContainerError> in
+                let name = index == 7 ? "poison" : "r\(index)"
+                do throws(ContainerError) {
+                    return .success(try await queue.run(in: container, reading: (key, [RecordID(recordName: name)])) { () throws(ContainerError) -> Int in index } durable: {})
+                } catch {
+                    return .failure(error)
+                }
+            }
+        }
+        #expect(try await first.value == -1)
+        for (index, answer) in answers.enumerated() {
+            switch await answer.value {
+            case .success(let value): #expect(index != 7 && value == index)
+            case .failure(let error): #expect(index == 7 && error.reason == "unreadable name", "\(index): \(error)")
+            }
+        }
+        #expect(storage.poisonedBatches.withLock { $0 } >= 1)
+    }
+}
+
+/// A storage whose read-ahead fails for a record named "poison", as PostgreSQL's fails for a name
+/// it cannot hold, before any of the batch's writes run.
+private final class PoisonedReadAheadStorage: ContainerStorage, @unchecked Sendable {
+    let inner: SQLiteContainerStorage
+    let poisonedBatches = Locked(0)
+    init(_ inner: SQLiteContainerStorage) { self.inner = inner }
+
+    var secret: (UInt64, UInt64) { inner.secret }
+    func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.read(body) }
+    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.write(body) }
+    func waitUntilDurable() throws(ContainerError) { try inner.waitUntilDurable() }
+    func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
+        try inner.batch { writer throws(ContainerError) -> T in try body(writer.map { Writer(inner: $0, storage: self) }) }
+    }
+
+    final class Writer: StorageBatchWriter {
+        let inner: any StorageBatchWriter
+        let storage: PoisonedReadAheadStorage
+        init(inner: any StorageBatchWriter, storage: PoisonedReadAheadStorage) {
+            self.inner = inner
+            self.storage = storage
+        }
+
+        func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.write(body) }
+        func prefetchRecords(_ ids: [RecordID], in key: DatabaseKey) throws(ContainerError) {
+            if ids.contains(where: { $0.recordName == "poison" }) {
+                storage.poisonedBatches.withLock { $0 += 1 }
+                throw ContainerError(.badRequest, "unreadable name")
+            }
         }
     }
 }
