@@ -9,6 +9,8 @@ import Foundation
 extension ContainerDatabase {
     /// The most operations one modify takes (CloudKit Web Services' limit).
     public static let maximumOperations = 200
+    /// CloudKit's limit on a record name ("must not exceed 255 characters", `CKRecord.ID`).
+    public static let maximumRecordNameLength = 255
 
     /// Applies record operations (Web Services `records/modify`, CKModifyRecordsOperation) in one
     /// transaction and returns one result per operation, in order, with the notifications the
@@ -48,6 +50,11 @@ extension ContainerDatabase {
         for index in requested.indices {
             let id = requested[index].record.recordID
             guard !id.recordName.isEmpty else { throw ContainerError(.badRequest, "operation \(index) has an empty recordName") }
+            // (A deletion names what exists, or is answered NOT_FOUND.)
+            let length = id.recordName.utf16.count
+            if length > Self.maximumRecordNameLength, requested[index].kind != .delete, requested[index].kind != .forceDelete {
+                throw ContainerError(.badRequest, "operation \(index): a record name is at most \(Self.maximumRecordNameLength) characters, not \(length)")
+            }
             // A lone operation repeats no other: not hashed.
             guard requested.count == 1 || seen.insert(id).inserted else {
                 throw ContainerError(.badRequest, "record '\(id.recordName)' appears in more than one operation (one operation per record)")

@@ -669,8 +669,9 @@ struct PostgresSession {
         if let (message, state) = server {
             let code = state.map { " (\($0))" } ?? ""
             // Class 22, a data exception, is a value PostgreSQL cannot hold (text with U+0000):
-            // the request's fault, not the server's.
-            return ContainerError(state?.hasPrefix("22") == true ? .badRequest : .internalError, "\(name): \(message)\(code)")
+            // the request's fault, not the server's, and said to its client without the server's name.
+            if state?.hasPrefix("22") == true { return ContainerError(.badRequest, "a value PostgreSQL cannot hold: \(message)\(code)") }
+            return ContainerError(.internalError, "\(name): \(message)\(code)")
         }
         if let error = error as? PSQLError {
             return ContainerError(.internalError, "\(name): \(error.code)\(error.underlying.map { ": \($0)" } ?? "")")

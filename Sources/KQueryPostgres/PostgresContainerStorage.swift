@@ -33,6 +33,9 @@ package final class PostgresContainerStorage: ContainerStorage {
     let densePoints: Int
     /// Its default: 2,000.
     package static let densePoints = PostgresTransaction.densePoints
+    /// The most field tests and sort fields a query's SQL holds (`PostgresQueryCompiler`).
+    package static let maximumFieldTests = PostgresQueryCompiler.maximumFieldTests
+    package static let maximumSortFields = PostgresQueryCompiler.maximumSortFields
 
     /// Opens `containerIdentifier` in the database at `location`, creating or migrating the
     /// schema and the container's row as needed. `connections`: the most open at once. `loading`:
@@ -342,7 +345,9 @@ private final class PostgresBatch: StorageBatchWriter {
     /// one modify after another: most of a modify's time on the committer, 350 µs of 600.
     func prefetchRecords(_ ids: [RecordID], in key: DatabaseKey) throws(ContainerError) {
         if let failure { throw failure }
-        let ids = ids.prefix(Self.prefetchLimit)
+        // (A name holding U+0000 cannot be stored, and a statement naming it would fail the
+        // batch: its modify finds no such record, and is refused alone when it saves one.)
+        let ids = ids.filter(PostgresTransaction.storable).prefix(Self.prefetchLimit)
         guard !ids.isEmpty else { return }
         let memo = DatabaseMemo(databases, deferred: deferred)
         let transaction = PostgresTransaction(session: session, containerID: containerID, memo: memo)

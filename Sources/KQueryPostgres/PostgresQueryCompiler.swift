@@ -20,6 +20,14 @@ struct PostgresQueryCompiler {
 
     /// The record type, whose fields `record_values` knows by `PostgresRecordValues.fieldKey`.
     let type: String
+    /// The most field tests (each a subquery on `record_values`) a filter holds: PostgreSQL's
+    /// planning time grows faster than their number (200 took 6 s, 1,000 gigabytes), so a
+    /// predicate of more leaves the rest to the evaluator (the filter stays a superset).
+    static let maximumFieldTests = 32
+    /// The most sort fields SQL orders by (a join each, planned as slowly); a query sorted by
+    /// more reads its candidates and keeps the best page (`PostgresTransaction.scan`).
+    static let maximumSortFields = 8
+    private var fieldTests = 0
     /// Whether a radius is tested on each record read (a subquery per record, which PostgreSQL
     /// cannot turn into a join) rather than by a test it may run first, on the points' index,
     /// over every point within it (`PostgresTransaction.densePoints`).
@@ -113,6 +121,13 @@ struct PostgresQueryCompiler {
     /// A condition true on every record `condition` matches.
     mutating func filter(_ condition: Condition, now: Int64) -> String {
         switch condition {
+        case .field, .tokens, .distance:
+            guard fieldTests < Self.maximumFieldTests else { return "TRUE" }
+            fieldTests += 1
+        default:
+            break
+        }
+        switch condition {
         case .constant(let value):
             return value ? "TRUE" : "FALSE"
         case .and(let conditions):
@@ -134,7 +149,7 @@ struct PostgresQueryCompiler {
         case .tokens(let match, let text):
             let tokens = Tokenizer.tokens(of: text)
             if tokens.isEmpty { return "FALSE" }
-            let keys = bind(Array(Set(tokens)).sorted().map { PostgresValueKey.hex(Array($0.utf8)) })
+            let keys = bind(Array(Set(tokens.map { PostgresValueKey.hex(PostgresValueKey.stored(Array($0.utf8)).head) })).sorted())
             let name = bindField(PostgresRecordValues.tokensField)
             return row(named: name, "v.members \(match == .all ? "@>" : "&&") \(keys)")
         case .distance(let field, let center, let relation, let kilometres):
@@ -202,12 +217,13 @@ struct PostgresQueryCompiler {
                 let value = constant(operand, now: now)
                 if case .list = value { return nil }
                 // A NaN equals nothing.
-                if let key = PostgresValueKey.key(value) { keys.append(key) }
+                if let key = PostgresValueKey.key(value) { keys.append(PostgresValueKey.indexedHead(ofHex: key).head) }
             }
             return keys.isEmpty ? "FALSE" : "v.sort_key = ANY(\(bind(keys)))"
         case .string(.beginsWith, let prefix, let options):
             guard options.isEmpty else { return nil }
-            let bytes = [PostgresValueKey.Tag.string.rawValue] + Array(prefix.utf8)
+            // (A prefix longer than a stored head: the values that begin with it have its head.)
+            let bytes = Array(([PostgresValueKey.Tag.string.rawValue] + Array(prefix.utf8)).prefix(PostgresValueKey.indexedBytes))
             guard let end = PostgresValueKey.successor(ofPrefix: bytes) else { return nil }
             return "v.sort_key >= \(bind(PostgresValueKey.hex(bytes))) AND v.sort_key < \(bind(end))"
         case .string:
@@ -215,20 +231,20 @@ struct PostgresQueryCompiler {
         case .members(.any, .compare(.equal, let operand, let options)) where options.isEmpty:
             let value = constant(operand, now: now)
             guard let key = PostgresValueKey.key(value) else { return "FALSE" }
-            return "v.members @> \(bind([key]))"
+            return "v.members @> \(bind([PostgresValueKey.indexedHead(ofHex: key).head]))"
         case .members:
             return "v.members IS NOT NULL"
         case .containsAll(let operands):
             var keys: [String] = []
             for operand in operands {
                 guard let key = PostgresValueKey.key(constant(operand, now: now)) else { return "FALSE" }
-                keys.append(key)
+                keys.append(PostgresValueKey.indexedHead(ofHex: key).head)
             }
             return "v.members @> \(bind(keys))"
         case .contains(let operand, let options):
             guard options.isEmpty else { return nil }
             let value = constant(operand, now: now)
-            let member = PostgresValueKey.key(value).map { key in "v.members @> \(bind([key]))" } ?? "FALSE"
+            let member = PostgresValueKey.key(value).map { key in "v.members @> \(bind([PostgresValueKey.indexedHead(ofHex: key).head]))" } ?? "FALSE"
             // A string holds a substring: any string may.
             if case .string = value { return "(\(member) OR (\(keyIn(.string))))" }
             return member
@@ -243,23 +259,27 @@ struct PostgresQueryCompiler {
     }
 
     /// `relation` against a constant, on the row's key: exact for numbers, timestamps and plain
-    /// strings (the key orders as `ValueOrder`), equality for the kinds that only have it.
+    /// strings (the key orders as `ValueOrder`), equality for the kinds that only have it. A
+    /// constant whose key is longer than a stored head is compared on its head, widened: the
+    /// values it can hold on are those whose heads equal it, or lie on that side of it.
     private mutating func compare(_ relation: Relation, _ operand: Operand, now: Int64) -> String? {
         let value = constant(operand, now: now)
         if case .list = value { return nil }
-        guard let key = PostgresValueKey.key(value) else { return "FALSE" }
+        guard let full = PostgresValueKey.key(value) else { return "FALSE" }
+        let (key, exact) = PostgresValueKey.indexedHead(ofHex: full)
         guard let tag = PostgresValueKey.orderedTag(value) else {
             return relation == .equal ? "v.sort_key = \(bind(key))" : nil
         }
+        if relation == .equal { return "v.sort_key = \(bind(key))" }
+        if !exact && relation == .notEqual { return keyIn(tag) }
         let op = switch relation {
         case .equal: "="
         case .notEqual: "<>"
-        case .lessThan: "<"
+        case .lessThan: exact ? "<" : "<="
         case .lessThanOrEqual: "<="
-        case .greaterThan: ">"
+        case .greaterThan: exact ? ">" : ">="
         case .greaterThanOrEqual: ">="
         }
-        if relation == .equal { return "v.sort_key = \(bind(key))" }
         return "\(keyIn(tag)) AND v.sort_key \(op) \(bind(key))"
     }
 
@@ -280,17 +300,22 @@ struct PostgresQueryCompiler {
     }
 
     /// ORDER BY for the descriptors' keys (missing values last either way), then the record ID as
-    /// `RecordID` orders (name bytes, zone name, owner name).
+    /// `RecordID` orders (name bytes, zone name, owner name). A key is its head, then its tail
+    /// (none first: `PostgresValueKey.indexedBytes`).
     /// `keyed`: the first key is never NULL (PostgreSQL reads the sort index in its order, and
     /// sorts only the records that share a key by their IDs).
     static func orderBy(_ ascending: [Bool], keyed: Bool = false) -> String {
         let keys = ascending.enumerated().map { index, up in
-            keyed && index == 0 ? "k0.sort_key \(up ? "ASC" : "DESC")" : "k\(index).sort_key \(up ? "ASC" : "DESC") NULLS LAST"
+            let head = keyed && index == 0 ? "k0.sort_key \(up ? "ASC" : "DESC")" : "k\(index).sort_key \(up ? "ASC" : "DESC") NULLS LAST"
+            return head + ", k\(index).sort_tail \(up ? "ASC NULLS FIRST" : "DESC NULLS LAST")"
         }
         return (keys + [#"r.record_name COLLATE "C""#, #"r.zone_name COLLATE "C""#, #"r.owner_name COLLATE "C""#]).joined(separator: ", ")
     }
 
-    /// Rows strictly after `position` in that order.
+    /// The whole key of sort column `index` (its head and tail), as a row's position holds it.
+    static func sortKey(_ index: Int) -> String { "k\(index).sort_key || COALESCE(k\(index).sort_tail, '')" }
+
+    /// Rows strictly after `position` (whole keys: `sortKey`) in that order.
     mutating func after(keys: [String?], ascending: [Bool], id: RecordID) -> String {
         let name = bind(id.recordName)
         let zone = bind(id.zoneID.zoneName)
@@ -302,8 +327,14 @@ struct PostgresQueryCompiler {
         for index in keys.indices.reversed() {
             let column = "k\(index).sort_key"
             if let key = keys[index] {
-                let value = bind(key)
-                test = "(\(column) \(ascending[index] ? ">" : "<") \(value) OR \(column) IS NULL OR (\(column) = \(value) AND \(test)))"
+                let (head, tail) = PostgresValueKey.storedHex(key)
+                let value = bind(head)
+                let op = ascending[index] ? ">" : "<"
+                // Within a head, by tail (none: ""), then what follows.
+                let tailColumn = "COALESCE(k\(index).sort_tail, '')"
+                let tailValue = bind(tail ?? "")
+                let within = "(\(tailColumn) \(op) \(tailValue) OR (\(tailColumn) = \(tailValue) AND \(test)))"
+                test = "(\(column) \(op) \(value) OR \(column) IS NULL OR (\(column) = \(value) AND \(within)))"
             } else {
                 test = "(\(column) IS NULL AND \(test))"
             }

@@ -44,37 +44,45 @@ package enum PostgresRecordValues {
     /// The system fields a record has rows for.
     static let systemFields: [FieldReference] = FieldReference.systemFields.map(\.field)
 
-    /// Calls `body` with each of the record's rows: the field's number, its key's bytes (nil:
-    /// none), its members' keys (nil: not a list; the token row's members are its tokens) and,
-    /// for a location, its point (`geography`).
-    package static func forEachRow<E: Error>(of record: Record, _ body: (Int64, [UInt8]?, [[UInt8]]?, [UInt8]?) throws(E) -> Void) throws(E) {
+    /// Calls `body` with each of the record's rows: the field's number, its key's indexed head
+    /// (nil: none) and the rest of it (nil: none; `PostgresValueKey.stored`), its members' keys'
+    /// heads (nil: not a list; the token row's members are its tokens) and, for a location, its
+    /// point (`geography`).
+    package static func forEachRow<E: Error>(
+        of record: Record, _ body: (Int64, _ key: [UInt8]?, _ tail: [UInt8]?, _ members: [[UInt8]]?, _ point: [UInt8]?) throws(E) -> Void
+    ) throws(E) {
         let type = record.recordType
         func row(_ name: String, _ value: FieldValue) throws(E) {
             var members: [[UInt8]]?
-            if case .list(_, let items) = value { members = items.compactMap(PostgresValueKey.bytes) }
-            try body(fieldKey(recordType: type, field: name), PostgresValueKey.bytes(value), members, geography(value))
+            if case .list(_, let items) = value { members = items.compactMap { PostgresValueKey.bytes($0).map { PostgresValueKey.stored($0).head } } }
+            let key = PostgresValueKey.bytes(value).map(PostgresValueKey.stored)
+            try body(fieldKey(recordType: type, field: name), key?.head, key?.tail, members, geography(value))
         }
         for (key, value) in record.fields { try row(key.name, value) }
         for field in systemFields {
             if let value = record.value(of: field) { try row(name(of: field), value) }
         }
-        try body(fieldKey(recordType: type, field: tokensField), nil, record.searchTokens.sorted().map { Array($0.utf8) }, nil)
+        let tokens = record.searchTokens.sorted().map { PostgresValueKey.stored(Array($0.utf8)).head }
+        try body(fieldKey(recordType: type, field: tokensField), nil, nil, tokens, nil)
     }
 
-    /// The rows' field numbers, keys ("" for none), members ("n" for not a list, else the keys
-    /// joined by commas) and points ("" for none), as four arrays for one `unnest`.
-    package static func rows(of record: Record) -> (fields: [Int64], keys: [String], members: [String], locations: [String]) {
+    /// The rows' field numbers, keys' heads ("" for none) and tails ("" for none), members ("n"
+    /// for not a list, else the keys joined by commas) and points ("" for none), as five arrays
+    /// for one `unnest`.
+    package static func rows(of record: Record) -> (fields: [Int64], keys: [String], tails: [String], members: [String], locations: [String]) {
         var fields: [Int64] = []
         var keys: [String] = []
+        var tails: [String] = []
         var members: [String] = []
         var locations: [String] = []
-        forEachRow(of: record) { (field: Int64, key: [UInt8]?, list: [[UInt8]]?, point: [UInt8]?) in
+        forEachRow(of: record) { (field: Int64, key: [UInt8]?, tail: [UInt8]?, list: [[UInt8]]?, point: [UInt8]?) in
             fields.append(field)
             keys.append(key.map(PostgresValueKey.hex) ?? "")
+            tails.append(tail.map(PostgresValueKey.hex) ?? "")
             members.append(list.map { $0.map(PostgresValueKey.hex).joined(separator: ",") } ?? "n")
             locations.append(point.map(PostgresValueKey.hex) ?? "")
         }
-        return (fields, keys, members, locations)
+        return (fields, keys, tails, members, locations)
     }
 
     /// The point PostGIS holds for a location (`record_values.location`, a `geography(Point,4326)`
@@ -106,12 +114,31 @@ package enum PostgresRecordValues {
     /// Writes a stored record's rows (`backfill`, at version 6, before the points of version 7:
     /// `backfillLocations`; a record's save writes them with the record).
     private static func save(_ record: Record, id: Int64, databaseID: Int64, _ session: PostgresSession) throws(ContainerError) {
-        let (fields, keys, members, _) = rows(of: record)
+        let (fields, keys, tails, members, _) = rows(of: record)
         try session.run("""
-            INSERT INTO record_values (database_id, record_id, field, sort_key, members)
-            SELECT \(databaseID), \(id), f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
-            FROM unnest(\(fields)::bigint[], \(keys)::text[], \(members)::text[]) AS v (f, k, m)
+            INSERT INTO record_values (database_id, record_id, field, sort_key, sort_tail, members)
+            SELECT \(databaseID), \(id), f, NULLIF(k, ''), NULLIF(t, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END
+            FROM unnest(\(fields)::bigint[], \(keys)::text[], \(tails)::text[], \(members)::text[]) AS v (f, k, t, m)
             """)
+    }
+
+    /// Splits the keys stored whole before version 11 that are longer than an index entry holds
+    /// (`PostgresValueKey.indexedBytes`: only keys that compressed well fit) into head and tail,
+    /// and cuts long members to their heads, a database at a time.
+    static func splitLongKeys(_ session: PostgresSession) throws(ContainerError) {
+        let limit = "\(2 * PostgresValueKey.indexedBytes)"
+        let databases = try session.rows("SELECT id FROM databases").map { row throws(ContainerError) in try session.decode(row, Int64.self) }
+        for databaseID in databases {
+            try session.run("""
+                UPDATE record_values SET sort_tail = substr(sort_key, \(unescaped: limit) + 1), sort_key = left(sort_key, \(unescaped: limit))
+                WHERE database_id = \(databaseID) AND length(sort_key) > \(unescaped: limit)
+                """)
+            try session.run("""
+                UPDATE record_values SET members = ARRAY(SELECT left(m, \(unescaped: limit)) FROM unnest(members) AS m)
+                WHERE database_id = \(databaseID) AND members IS NOT NULL
+                AND EXISTS (SELECT 1 FROM unnest(members) AS m WHERE length(m) > \(unescaped: limit))
+                """)
+        }
     }
 
     /// Writes the rows of every record already stored (the migration that adds the table): a

@@ -31,7 +31,7 @@ import PostgresNIO
 /// asset_uploads(container_id, token PK, ...), asset_receipts(container_id, receipt PK, ...),
 /// asset_blobs(container_id, content_hash PK, ...), asset_chunks(container_id, owner, chunk PK, bytes),
 /// asset_blob_chunks(container_id, content_hash PK, owner), asset_references(container_id, database_id, zone_name, owner_name, record_name, content_hash PK)
-/// record_values(database_id, record_id, field PK, sort_key, members, location)   what queries filter and sort on (v6; location: v7)
+/// record_values(database_id, record_id, field PK, sort_key, sort_tail, members, location)   what queries filter and sort on (v6; location: v7; sort_tail: v11)
 /// ```
 /// A record's `body` is `RecordCoding`'s binary form, as in a container file.
 enum PostgresSchema {
@@ -183,8 +183,8 @@ enum PostgresSchema {
             recordsByID.create,
             """
             CREATE TABLE record_values (
-                database_id bigint NOT NULL, record_id bigint NOT NULL, field bigint NOT NULL, sort_key text COLLATE "C", members text[],
-                PRIMARY KEY (database_id, record_id, field))
+                database_id bigint NOT NULL, record_id bigint NOT NULL, field bigint NOT NULL, sort_key text COLLATE "C",
+                sort_tail text COLLATE "C", members text[], PRIMARY KEY (database_id, record_id, field))
             """,
             recordValuesByKey.create,
             recordValuesMembers.create,
@@ -220,6 +220,13 @@ enum PostgresSchema {
             // Version 10: a count of each database's subscription changes, so a node keeps the
             // set it read while nobody changes it instead of reading it again at every write.
             "ALTER TABLE databases ADD COLUMN IF NOT EXISTS subscriptions_version bigint NOT NULL DEFAULT 0",
+        ],
+        [
+            // Version 11: keys longer than an index entry holds (a long string, bytes, a long
+            // token: `PostgresValueKey.indexedBytes`) are stored as their head, indexed, and the
+            // rest (`sort_tail`); rows stored before are split by `splitLongKeys`. (Version 6
+            // creates the column too, for the rows its backfill writes.)
+            #"ALTER TABLE record_values ADD COLUMN IF NOT EXISTS sort_tail text COLLATE "C""#,
         ],
     ]
 
@@ -328,10 +335,11 @@ enum PostgresSchema {
 
     /// Work a migration step does beyond its statements, in its transaction, after them: the step
     /// that creates `record_values` writes the rows of the records already stored, the one that
-    /// adds their points writes those.
+    /// adds their points writes those, the one that adds `sort_tail` splits the long keys.
     static func afterStep(_ step: Int, _ session: PostgresSession) throws(ContainerError) {
         if migrations[step].contains(where: { $0.contains("CREATE TABLE record_values") }) { try PostgresRecordValues.backfill(session) }
         if migrations[step].contains(where: { $0.contains("ADD COLUMN IF NOT EXISTS location") }) { try PostgresRecordValues.backfillLocations(session) }
+        if migrations[step].contains(where: { $0.contains("ADD COLUMN IF NOT EXISTS sort_tail") }) { try PostgresRecordValues.splitLongKeys(session) }
     }
 
     /// A migration statement's failure, said so that whoever runs the server can act: an

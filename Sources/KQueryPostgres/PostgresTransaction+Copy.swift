@@ -79,7 +79,7 @@ extension PostgresTransaction {
     }
 
     static let recordColumns = ["database_id", "zone_name", "owner_name", "record_name", "record_type", "change_sequence", "body", "id"]
-    static let valueColumns = ["database_id", "record_id", "field", "sort_key", "members", "location"]
+    static let valueColumns = ["database_id", "record_id", "field", "sort_key", "sort_tail", "members", "location"]
     static let referenceColumns = ["database_id", "zone_name", "owner_name", "target_name", "action", "source_name"]
 
     /// The record's row (numbered `number`), its `record_values` rows (`PostgresRecordValues.rows`)
@@ -105,10 +105,11 @@ extension PostgresTransaction {
         var lead = PostgresCopyText(capacity: 32)
         lead.int(databaseID)
         lead.int(number)
-        PostgresRecordValues.forEachRow(of: record) { (field: Int64, key: [UInt8]?, members: [[UInt8]]?, point: [UInt8]?) in
+        PostgresRecordValues.forEachRow(of: record) { (field: Int64, key: [UInt8]?, tail: [UInt8]?, members: [[UInt8]]?, point: [UInt8]?) in
             values.columns(lead)
             values.int(field)
             if let key { values.hex(key) } else { values.null() }
+            if let tail { values.hex(tail) } else { values.null() }
             if let members { values.hexArray(members) } else { values.null() }
             if let point { values.hex(point) } else { values.null() }
             values.endRow()

@@ -49,11 +49,13 @@ extension PostgresTransaction {
     func query(_ query: Query, cursor: QueryCursor?, databaseID: Int64, now: Int64, oneStatement: Bool) throws(ContainerError) -> QueryResult? {
         if let cursor, !query.accepts(cursor) { throw ContainerError(.badRequest, "the cursor belongs to a different query") }
         let limit = min(max(query.resultsLimit ?? Database.defaultResultsLimit, 1), Database.maximumResultsLimit)
+        var matches: [(key: SortKey, record: Record)] = []
+        // (No record type holds a U+0000: PostgreSQL text cannot.)
+        if query.recordType.utf8.contains(0) { return page(&matches, query, limit: limit) }
         if let first = query.sortDescriptors.first, first.ascending, case .distance(let field, let center) = first.key,
            let point = PostgresRecordValues.point(latitude: center.latitude, longitude: center.longitude) {
             return try nearest(query, field: field, center: center, point: point, cursor: cursor, limit: limit, databaseID: databaseID, now: now, oneStatement: oneStatement)
         }
-        var matches: [(key: SortKey, record: Record)] = []
         return try scan(query, cursor: cursor, limit: limit, databaseID: databaseID, now: now, oneStatement: oneStatement, matches: &matches)
     }
 
@@ -167,7 +169,8 @@ extension PostgresTransaction {
         matches: inout [(key: SortKey, record: Record)]
     ) throws(ContainerError) -> QueryResult? {
         let descriptors = query.sortDescriptors
-        let fields: [FieldReference]? = descriptors.allSatisfy { if case .field = $0.key { true } else { false } }
+        let fields: [FieldReference]? = descriptors.count <= PostgresQueryCompiler.maximumSortFields
+            && descriptors.allSatisfy { if case .field = $0.key { true } else { false } }
             ? descriptors.compactMap { if case .field(let field) = $0.key { field } else { nil } } : nil
 
         var names = RecordCoding.FieldNames()
@@ -219,7 +222,7 @@ extension PostgresTransaction {
                     conditions.append("k0.sort_key IS NOT NULL")
                     // A bound the sort index seeks to (the exact test is `after`).
                     if let first = position?.keys.first, let key = first {
-                        conditions.append("k0.sort_key \(ascending[0] ? ">=" : "<=") \(compiler.bind(key))")
+                        conditions.append("k0.sort_key \(ascending[0] ? ">=" : "<=") \(compiler.bind(PostgresValueKey.storedHex(key).head))")
                     }
                 } else {
                     conditions.append("k0.sort_key IS NULL")
@@ -243,7 +246,7 @@ extension PostgresTransaction {
                 // Without a sort, a bound the record ID index (`records_by_type`) seeks to.
                 if fields != nil && sortFields.isEmpty { conditions.append(#"r.record_name COLLATE "C" >= "# + compiler.bind(position.id.recordName)) }
             }
-            let columns = (0..<sortFields.count).map { ", k\($0).sort_key" }.joined() + (capped == nil ? "" : ", p.points")
+            let columns = (0..<sortFields.count).map { ", " + PostgresQueryCompiler.sortKey($0) }.joined() + (capped == nil ? "" : ", p.points")
             let select = """
                 SELECT r.zone_name, r.owner_name, r.record_name, r.body\(columns) FROM \(source) \(joins)
                 WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed))

@@ -102,6 +102,8 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
+        // (No zone's name holds a U+0000: PostgreSQL text cannot.)
+        guard !zoneID.zoneName.utf8.contains(0), !zoneID.ownerName.utf8.contains(0) else { return nil }
         let rows = try session.rows("""
             SELECT created_sequence, changed_sequence FROM zones
             WHERE database_id = \(database.id) AND zone_name = \(zoneID.zoneName) AND owner_name = \(zoneID.ownerName)
@@ -122,7 +124,24 @@ struct PostgresTransaction: StorageWriteTransaction {
         }
     }
 
+    /// Whether PostgreSQL text can hold the ID's names: one holding a U+0000 cannot be stored, so
+    /// no such record exists, and a statement naming it would fail its whole transaction (a
+    /// batch's: every modify in it).
+    static func storable(_ id: RecordID) -> Bool {
+        !id.recordName.utf8.contains(0) && !id.zoneID.zoneName.utf8.contains(0) && !id.zoneID.ownerName.utf8.contains(0)
+    }
+
+    /// Refuses a record PostgreSQL text cannot hold (a U+0000 in its names, type or the records
+    /// it refers to), before any statement: BAD_REQUEST for the record alone.
+    static func checkStorable(_ record: Record) throws(ContainerError) {
+        let id = record.recordID
+        guard storable(id), !record.recordType.utf8.contains(0), record.trackedReferences.allSatisfy({ storable($0.recordID) }) else {
+            throw ContainerError(.badRequest, "record '\(id.recordName)' holds a U+0000 (in a name, its type or a reference), which PostgreSQL text cannot hold")
+        }
+    }
+
     func record(_ id: RecordID, in database: StoredDatabase) throws(ContainerError) -> Record? {
+        guard Self.storable(id) else { return nil }
         let body: ByteBuffer
         switch prefetched?.entry(id, in: database.id) {
         case .absent?: return nil
@@ -326,6 +345,7 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func saveRecord(_ record: Record, sequence: Int64, in database: StoredDatabase) throws(ContainerError) {
+        try Self.checkStorable(record)
         prefetched?.forget(record.recordID, in: database.id)
         if let held = session.held { return held.hold(.save(record, sequence: sequence, database: database.id)) }
         try saveRecord(record, sequence: sequence, inDatabase: database.id)
@@ -334,7 +354,7 @@ struct PostgresTransaction: StorageWriteTransaction {
     /// Sends a record's save (`saveRecord`; the database by number).
     func saveRecord(_ record: Record, sequence: Int64, inDatabase database: Int64) throws(ContainerError) {
         let id = record.recordID
-        let (fields, keys, members, locations) = PostgresRecordValues.rows(of: record)
+        let (fields, keys, tails, members, locations) = PostgresRecordValues.rows(of: record)
         // One prepared statement: the tombstone, the old reference rows and the query values of
         // fields the record no longer has go; the record and its query values are written (a
         // record saved again keeps its number, `id`).
@@ -351,16 +371,16 @@ struct PostgresTransaction: StorageWriteTransaction {
                        RETURNING id),
                  d AS (DELETE FROM record_values WHERE database_id = $1::bigint AND record_id = (SELECT id FROM r)
                        AND field <> ALL($8::bigint[]))
-            INSERT INTO record_values (database_id, record_id, field, sort_key, members, location)
-            SELECT $1::bigint, (SELECT id FROM r), f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END,
+            INSERT INTO record_values (database_id, record_id, field, sort_key, sort_tail, members, location)
+            SELECT $1::bigint, (SELECT id FROM r), f, NULLIF(k, ''), NULLIF(t, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END,
                    NULLIF(l, '')::geography
-            FROM unnest($8::bigint[], $9::text[], $10::text[], $11::text[]) AS u (f, k, m, l)
+            FROM unnest($8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[]) AS u (f, k, t, m, l)
             ON CONFLICT (database_id, record_id, field)
-            DO UPDATE SET sort_key = EXCLUDED.sort_key, members = EXCLUDED.members, location = EXCLUDED.location
+            DO UPDATE SET sort_key = EXCLUDED.sort_key, sort_tail = EXCLUDED.sort_tail, members = EXCLUDED.members, location = EXCLUDED.location
             """, [
                 .int64(database), .text(id.zoneID.zoneName), .text(id.zoneID.ownerName), .text(id.recordName), .text(record.recordType),
                 .int64(sequence), .bytea(ByteBuffer(bytes: RecordCoding.encode(record))),
-                .int64Array(fields), .textArray(keys), .textArray(members), .textArray(locations),
+                .int64Array(fields), .textArray(keys), .textArray(tails), .textArray(members), .textArray(locations),
             ])
         let references = record.trackedReferences
         guard !references.isEmpty else { return }
@@ -377,6 +397,7 @@ struct PostgresTransaction: StorageWriteTransaction {
     /// named twice is written once, as its last version.
     func saveRecords(_ records: consuming [(record: Record, sequence: Int64)], in database: StoredDatabase) throws(ContainerError) {
         let records = records
+        for (record, _) in records { try Self.checkStorable(record) }
         if let prefetched { for (record, _) in records { prefetched.forget(record.recordID, in: database.id) } }
         if let held = session.held {
             for (record, sequence) in records { held.hold(.save(record, sequence: sequence, database: database.id)) }
@@ -393,7 +414,7 @@ struct PostgresTransaction: StorageWriteTransaction {
         }
         var last: [RecordID: Int] = [:]
         for (index, entry) in records.enumerated() { last[entry.record.recordID] = index }
-        var valueRecords: [Int64] = [], valueFields: [Int64] = [], valueKeys: [String] = [], valueMembers: [String] = [], valueLocations: [String] = []
+        var valueRecords: [Int64] = [], valueFields: [Int64] = [], valueKeys: [String] = [], valueTails: [String] = [], valueMembers: [String] = [], valueLocations: [String] = []
         var zones: [String] = [], owners: [String] = [], names: [String] = [], types: [String] = [], sequences: [Int64] = [], bodies: [ByteBuffer] = []
         var referenceZones: [String] = [], referenceOwners: [String] = [], targets: [String] = [], actions: [String] = [], sources: [String] = []
         for (index, (record, sequence)) in records.enumerated() where last[record.recordID] == index {
@@ -404,10 +425,11 @@ struct PostgresTransaction: StorageWriteTransaction {
             types.append(record.recordType)
             sequences.append(sequence)
             bodies.append(ByteBuffer(bytes: RecordCoding.encode(record)))
-            let (fields, keys, members, locations) = PostgresRecordValues.rows(of: record)
+            let (fields, keys, tails, members, locations) = PostgresRecordValues.rows(of: record)
             valueRecords.append(contentsOf: repeatElement(Int64(zones.count), count: fields.count))
             valueFields += fields
             valueKeys += keys
+            valueTails += tails
             valueMembers += members
             valueLocations += locations
             for reference in record.trackedReferences {
@@ -437,14 +459,16 @@ struct PostgresTransaction: StorageWriteTransaction {
             """, [.int64(database), .textArray(zones), .textArray(owners), .textArray(names), .textArray(types), .int64Array(sequences), .byteaArray(bodies)])
         // The query values (`PostgresRecordValues`), each row naming its record by position.
         try session.send("""
-            INSERT INTO record_values (database_id, record_id, field, sort_key, members, location)
-            SELECT $1::bigint, r.id, f, NULLIF(k, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END, NULLIF(l, '')::geography
-            FROM unnest($5::bigint[], $6::bigint[], $7::text[], $8::text[], $9::text[]) AS v (i, f, k, m, l)
+            INSERT INTO record_values (database_id, record_id, field, sort_key, sort_tail, members, location)
+            SELECT $1::bigint, r.id, f, NULLIF(k, ''), NULLIF(t, ''), CASE WHEN m = 'n' THEN NULL ELSE string_to_array(m, ',') END,
+                   NULLIF(l, '')::geography
+            FROM unnest($5::bigint[], $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[]) AS v (i, f, k, t, m, l)
             JOIN records r ON r.database_id = $1::bigint AND r.zone_name = ($2::text[])[i] AND r.owner_name = ($3::text[])[i]
                  AND r.record_name = ($4::text[])[i]
             """, [
                 .int64(database), .textArray(zones), .textArray(owners), .textArray(names),
-                .int64Array(valueRecords), .int64Array(valueFields), .textArray(valueKeys), .textArray(valueMembers), .textArray(valueLocations),
+                .int64Array(valueRecords), .int64Array(valueFields), .textArray(valueKeys), .textArray(valueTails), .textArray(valueMembers),
+                .textArray(valueLocations),
             ])
         guard !sources.isEmpty else { return }
         try session.send("""

@@ -88,6 +88,37 @@ package enum PostgresValueKey {
 
     package static func hex(_ bytes: [UInt8]) -> String { AssetSecrets.hex(bytes) }
 
+    /// The most bytes of a key `record_values` indexes: a btree or GIN entry holds about 2,700
+    /// bytes at most, and a string, bytes or token key is as long as its value (a 100 KB note).
+    /// A longer key is stored as its first `indexedBytes` (`sort_key`, or the member) and the
+    /// rest beside them (`sort_tail`, not indexed; members keep none). A key's head orders as the
+    /// key does whenever the heads differ, so sorts order by the head, then the tail; a test
+    /// against a constant whose key is shorter than `indexedBytes` is exact on the head, and one
+    /// against a longer constant is widened to the heads (the evaluator, which tests every row
+    /// SQL returns, has the last word: `PostgresQueryCompiler`).
+    package static let indexedBytes = 1000
+
+    /// `key` as stored: its indexed head, and the rest (nil: none).
+    package static func stored(_ key: [UInt8]) -> (head: [UInt8], tail: [UInt8]?) {
+        key.count <= indexedBytes ? (key, nil) : (Array(key[..<indexedBytes]), Array(key[indexedBytes...]))
+    }
+
+    /// A constant's hex key as tests compare it with stored heads: its head, and whether a test
+    /// on the head is exact (a key shorter than `indexedBytes` is never a stored head's prefix
+    /// that a longer stored key could share).
+    package static func indexedHead(ofHex key: String) -> (head: String, exact: Bool) {
+        let limit = 2 * indexedBytes
+        let count = key.utf8.count
+        return count < limit ? (key, true) : (String(decoding: key.utf8.prefix(limit), as: UTF8.self), false)
+    }
+
+    /// A full hex key split as stored (`sort_key`, `sort_tail`).
+    package static func storedHex(_ key: String) -> (head: String, tail: String?) {
+        let limit = 2 * indexedBytes
+        guard key.utf8.count > limit else { return (key, nil) }
+        return (String(decoding: key.utf8.prefix(limit), as: UTF8.self), String(decoding: key.utf8.dropFirst(limit), as: UTF8.self))
+    }
+
     /// The tag a constant's kind begins with, for range tests (nil for kinds with equality only).
     package static func orderedTag(_ value: FieldValue) -> Tag? {
         switch value {

@@ -1,3 +1,4 @@
+import Foundation
 import KQuery
 import KQueryServer
 import Testing
@@ -42,6 +43,101 @@ import Testing
             // Still serving.
             answer = try await c.post("public", "records/modify", #"{"operations": [{"operationType": "create", "record": {"recordName": "ok", "recordType": "T"}}]}"#)
             #expect(answer.status == 200)
+        }
+    }
+
+    /// Values as long as a record holds, names as long as CloudKit allows and names PostgreSQL
+    /// cannot hold, on either storage: long values save, read back whole, compare and sort
+    /// exactly (PostgreSQL answered 500 for a string over 2.7 KB: its index entries are
+    /// bounded); a record name over 255 characters is refused; a name holding U+0000 is answered
+    /// (refused on PostgreSQL) and never fails the modifies committed with it (on PostgreSQL it
+    /// failed their whole batch, and left their requests unanswered); a query of many tests and
+    /// sort fields is answered at once (PostgreSQL spent minutes and gigabytes planning it).
+    @Test func longValuesAndHostileNamesAreAnsweredAndHarmNobody() async throws {
+        try await ServerHarness().run { c in
+            var generator = SystemRandomNumberGenerator()
+            func random(_ count: Int) -> String {
+                String((0..<count).map { _ in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".randomElement(using: &generator) ?? "a" })
+            }
+            let shared = random(3_000)
+            let values = ["v0": random(100_000), "v1": shared + "b", "v2": shared + "a", "v3": shared, "v4": "short"]
+            for (name, value) in values {
+                let bytes = Data(value.utf8).base64EncodedString()
+                let answer = try await c.post("public", "records/modify", """
+                    {"operations": [{"operationType": "create", "record": {"recordName": "\(name)", "recordType": "Long", "fields": {
+                    "t": {"value": "\(value)"}, "l": {"value": ["\(value.prefix(6_000))", "x"], "type": "STRING_LIST"}, "b": {"value": "\(bytes)", "type": "BYTES"}}}}]}
+                    """)
+                #expect(answer.status == 200, "\(name): \(answer.json)")
+                #expect(answer.json["records"]?.elements.first?["serverErrorCode"] == nil, "\(name): \(answer.json)")
+            }
+            let looked = try await c.post("public", "records/lookup", #"{"records": [{"recordName": "v0"}]}"#)
+            #expect(looked.json["records"]?.elements.first?["fields"]?["t"]?["value"]?.stringValue == values["v0"])
+            // Sorted by the long strings, a page at a time: in byte order, ties of the first kilobyte included.
+            let expected = values.keys.sorted { ValueOrder.compareBytes(values[$0] ?? "", values[$1] ?? "") < 0 }
+            var names: [String] = []
+            var marker: String?
+            repeat {
+                let continuation = marker.map { #", "continuationMarker": "\#($0)""# } ?? ""
+                let page = try await c.post("public", "records/query", """
+                    {"query": {"recordType": "Long", "sortBy": [{"fieldName": "t"}]}, "resultsLimit": 2\(continuation)}
+                    """)
+                #expect(page.status == 200, "\(page.json)")
+                names += page.json["records"]?.elements.compactMap { $0["recordName"]?.stringValue } ?? []
+                marker = page.json["continuationMarker"]?.stringValue
+            } while marker != nil && names.count < 10
+            #expect(names == expected)
+            let greater = values.keys.filter { ValueOrder.compareBytes(values[$0] ?? "", shared) > 0 }.sorted()
+            for (comparator, value, matches) in [("EQUALS", shared + "a", ["v2"]), ("GREATER_THAN", shared, greater), ("BEGINS_WITH", String(shared.prefix(2_500)), ["v1", "v2", "v3"])] {
+                let answer = try await c.post("public", "records/query", """
+                    {"query": {"recordType": "Long", "filterBy": [{"comparator": "\(comparator)", "fieldName": "t", "fieldValue": {"value": "\(value)"}}]}}
+                    """)
+                #expect(answer.json["records"]?.elements.compactMap { $0["recordName"]?.stringValue }.sorted() == matches, "\(comparator)")
+            }
+
+            // CloudKit's 255 characters at most for a record name.
+            for (length, status) in [(255, 200), (256, 400)] {
+                let answer = try await c.post("public", "records/modify", """
+                    {"operations": [{"operationType": "create", "record": {"recordName": "\(String(repeating: "n", count: length))", "recordType": "Long"}}]}
+                    """)
+                #expect(answer.status == status, "\(length): \(answer.json)")
+            }
+
+            // Names holding U+0000 among modifies that commit together.
+            let answers = try await withThrowingTaskGroup(of: (Int, ServerClient.Answer).self) { group in
+                for index in 0..<24 {
+                    group.addTask {
+                        let body = switch index {
+                        case 5: #"{"operations": [{"operationType": "create", "record": {"recordName": "bad\u0000name", "recordType": "Long"}}]}"#
+                        case 9: #"{"zoneID": {"zoneName": "z\u0000"}, "operations": [{"operationType": "create", "record": {"recordName": "z", "recordType": "Long"}}]}"#
+                        default: #"{"operations": [{"operationType": "create", "record": {"recordName": "ok\#(index)", "recordType": "Batch", "fields": {"i": {"value": \#(index)}}}}]}"#
+                        }
+                        return (index, try await c.post("public", "records/modify", body))
+                    }
+                }
+                var answers: [(Int, ServerClient.Answer)] = []
+                for try await answer in group { answers.append(answer) }
+                return answers
+            }
+            #expect(answers.count == 24)
+            for (index, answer) in answers where index != 5 && index != 9 {
+                #expect(answer.status == 200 && answer.json["records"]?.elements.first?["serverErrorCode"] == nil, "\(index): \(answer.json)")
+            }
+            for (index, answer) in answers where index == 5 || index == 9 {
+                #expect([200, 400].contains(answer.status), "\(index): \(answer.json)")
+                if ServerHarness.onPostgres && index == 5 { #expect(answer.json["serverErrorCode"] == .string("BAD_REQUEST")) }
+            }
+            let batch = try await c.post("public", "records/query", #"{"query": {"recordType": "Batch"}, "resultsLimit": 100}"#)
+            #expect(batch.json["records"]?.elements.count == 22)
+
+            // Many tests and many sort fields.
+            let tests = (0..<200).map { #"{"comparator": "NOT_EQUALS", "fieldName": "i", "fieldValue": {"value": \#(1_000 + $0)}}"# }.joined(separator: ", ")
+            let sorts = ([#"{"fieldName": "i", "ascending": false}"#] + (0..<40).map { #"{"fieldName": "f\#($0)"}"# }).joined(separator: ", ")
+            let many = try await c.post("public", "records/query", """
+                {"query": {"recordType": "Batch", "filterBy": [\(tests)], "sortBy": [\(sorts)]}, "resultsLimit": 100}
+                """)
+            #expect(many.status == 200, "\(many.json)")
+            let ordered = (0..<24).reversed().filter { $0 != 5 && $0 != 9 }.map { "ok\($0)" }
+            #expect(many.json["records"]?.elements.compactMap { $0["recordName"]?.stringValue } == ordered)
         }
     }
 }

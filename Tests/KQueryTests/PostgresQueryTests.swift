@@ -78,7 +78,14 @@ import Testing
     // MARK: Differential
 
     static let zones = [ZoneID.default, ZoneID(zoneName: "z1", ownerName: "_u1"), ZoneID(zoneName: "z2", ownerName: "_u1")]
-    static let strings = ["", "a", "ab", "abc", "B", "b", "\u{E9}t\u{E9}", "e\u{301}te\u{301}", "hello world", "Hello there", "world"]
+    /// Strings longer than a stored key's head (`PostgresValueKey.indexedBytes`, the type's byte
+    /// first): sharing the head and differing in the tail; exactly a head long (its prefix); one
+    /// byte shorter (a constant tested exactly).
+    static let long = String(repeating: "q", count: PostgresValueKey.indexedBytes + 100)
+    static let strings = [
+        "", "a", "ab", "abc", "B", "b", "\u{E9}t\u{E9}", "e\u{301}te\u{301}", "hello world", "Hello there", "world",
+        long, long + "a", long + "b", String(long.prefix(PostgresValueKey.indexedBytes - 1)), String(long.prefix(PostgresValueKey.indexedBytes - 2)),
+    ]
     static let numbers: [FieldValue] = [
         .int64(.min), .int64(-1), .int64(0), .int64(1), .int64(2), .int64(9_007_199_254_740_993), .int64(.max),
         .double(.nan), .double(-0.0), .double(0.5), .double(1), .double(9_007_199_254_740_992), .double(9_223_372_036_854_775_808.0), .double(-.infinity),
@@ -136,6 +143,10 @@ import Testing
         let relations: [Relation] = [.equal, .notEqual, .lessThan, .lessThanOrEqual, .greaterThan, .greaterThanOrEqual]
         let relation = relations.randomElement(using: &rng) ?? .equal
         let options: ComparisonOptions = Int.random(in: 0..<4, using: &rng) == 0 ? [.caseInsensitive] : []
+        // More tests than SQL takes (`PostgresContainerStorage.maximumFieldTests`): the rest are the evaluator's.
+        if depth == 0 && Int.random(in: 0..<10, using: &rng) == 0 {
+            return .and((0..<PostgresContainerStorage.maximumFieldTests + 8).map { _ in randomCondition(&rng, depth: 2) })
+        }
         switch Int.random(in: 0..<(depth < 2 ? 16 : 12), using: &rng) {
         case 0: return .field(reference, .compare(relation, .value(randomOperand(field, &rng)), options))
         case 1: return .field(reference, Bool.random(using: &rng) ? .isNil : .isNotNil)
@@ -162,7 +173,9 @@ import Testing
     }
 
     static func randomSort(_ rng: inout SplitMix) -> [KQuery.SortDescriptor] {
-        (0..<Int.random(in: 0...2, using: &rng)).map { _ in
+        // Sometimes more fields than SQL sorts by (`PostgresContainerStorage.maximumSortFields`).
+        let count = Int.random(in: 0..<8, using: &rng) == 0 ? PostgresContainerStorage.maximumSortFields + 1 : Int.random(in: 0...2, using: &rng)
+        return (0..<count).map { _ in
             let ascending = Bool.random(using: &rng)
             if Int.random(in: 0..<3, using: &rng) == 0 {
                 return KQuery.SortDescriptor(distanceOf: "p", from: randomLocation(&rng), ascending: ascending)
@@ -311,6 +324,61 @@ import Testing
         let all = try database.lookup((0..<30).map { RecordID(recordName: "n\($0)") }).compactMap(\.record)
         #expect(nearest == (try near.perform(on: all, now: 0)).records.map(\.recordID.recordName))
         #expect(nearest.count == 20 && nearest.first == "n20")
+    }
+
+    /// Keys longer than an index entry holds were stored whole before version 11 when they
+    /// compressed well (others failed the save: a 100 KB note was a 500): the migration splits
+    /// them into head and tail and cuts long members, and queries order and find them exactly.
+    @Test func longKeysStoredWholeBeforeVersion11AreSplitByTheMigration() throws {
+        let cluster = try PostgresCluster.start()
+        let url = try cluster.createDatabase()
+        let name = try #require(url.split(separator: "/").last.map(String.init))
+        let location = try #require(PostgresLocation(url: url))
+        let long = String(repeating: "q", count: 3_000)
+        let values = [long + "b", long + "a", long, "short", String(repeating: "q", count: PostgresValueKey.indexedBytes - 1)]
+        do {
+            let containers = try PostgresContainers(location: location, connections: 1)
+            defer { containers.close() }
+            let database = try containers.openContainer("iCloud.long").database(.public)
+            _ = try database.modify(values.enumerated().map { index, value in
+                RecordOperation(kind: .create, record: Record(recordType: "Note", recordName: "n\(index)", fields: [
+                    "v": .string(value), "l": .list(.string, [.string(value)]),
+                ]))
+            })
+        }
+        // Back to version 10: each key whole, each member whole.
+        var downgrade = "UPDATE record_values SET sort_key = sort_key || sort_tail WHERE sort_tail IS NOT NULL;"
+        for value in values {
+            let whole = try #require(PostgresValueKey.key(.string(value)))
+            let head = PostgresValueKey.indexedHead(ofHex: whole).head
+            if head != whole { downgrade += "UPDATE record_values SET members = ARRAY['\(whole)'] WHERE members = ARRAY['\(head)'];" }
+        }
+        _ = try cluster.psql(name, downgrade + "ALTER TABLE record_values DROP COLUMN sort_tail; UPDATE kquery_schema SET version = 10")
+        #expect(try cluster.psql(name, "SELECT max(length(sort_key)) FROM record_values").trimmingCharacters(in: .whitespacesAndNewlines) == "6004")
+
+        let containers = try PostgresContainers(location: location, connections: 1)
+        defer { containers.close() }
+        let database = try containers.openContainer("iCloud.long").database(.public)
+        let limit = 2 * PostgresValueKey.indexedBytes
+        #expect(try cluster.psql(name, "SELECT count(*) FROM record_values WHERE sort_tail IS NOT NULL").trimmingCharacters(in: .whitespacesAndNewlines) == "3")
+        #expect(try cluster.psql(name, """
+            SELECT count(*) FROM record_values WHERE length(sort_key) > \(limit) OR EXISTS (SELECT 1 FROM unnest(members) m WHERE length(m) > \(limit))
+            """).trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+        let expected = values.indices.sorted { ValueOrder.compareBytes(values[$0], values[$1]) < 0 }.map { "n\($0)" }
+        for pageSize in [1, 2, 10] {
+            var names: [String] = [], cursor: QueryCursor?
+            let sorted = Query(recordType: "Note", predicate: try ValidatedPredicate("TRUEPREDICATE"), sortDescriptors: [KQuery.SortDescriptor("v")], resultsLimit: pageSize)
+            repeat {
+                let page = try database.query(sorted, cursor: cursor)
+                names += page.records.map(\.recordID.recordName)
+                cursor = page.cursor
+            } while cursor != nil && names.count < 10
+            #expect(names == expected, "pages of \(pageSize)")
+        }
+        let equal = Query(recordType: "Note", predicate: try ValidatedPredicate("v == %@", arguments: [.value(.string(long + "a"))]))
+        #expect(try database.query(equal).records.map(\.recordID.recordName) == ["n1"])
+        let member = Query(recordType: "Note", predicate: try ValidatedPredicate("l CONTAINS %@", arguments: [.value(.string(long + "b"))]))
+        #expect(try database.query(member).records.map(\.recordID.recordName) == ["n0"])
     }
 
     /// `explanation` on PostgreSQL: every statement a query may run, in turn, with what it is for,
