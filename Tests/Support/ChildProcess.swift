@@ -17,6 +17,7 @@ public struct ChildProcess: Sendable {
         for descriptor: Int32 in [0, 1, 2] {
             posix_spawn_file_actions_addopen(&actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
         }
+        try SpawnedProcess.closeInheritedDescriptors(&actions)
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
         let environment = Process.kqueryEnvironment.map { strdup("\($0.key)=\($0.value)") } + [nil]

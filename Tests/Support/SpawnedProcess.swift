@@ -51,8 +51,7 @@ public final class SpawnedProcess: @unchecked Sendable {
                 break
             }
         }
-        guard let closeFrom = Self.closeFrom else { throw ChildProcessError(description: "posix_spawn_file_actions_addclosefrom_np is missing (glibc 2.34 or later)") }
-        guard closeFrom(&actions, 3) == 0 else { throw ChildProcessError(description: "posix_spawn_file_actions_addclosefrom_np failed") }
+        try Self.closeInheritedDescriptors(&actions)
         let argv = ([executable] + (arguments ?? [])).map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
         let variables = (environment ?? ProcessInfo.processInfo.environment).map { strdup("\($0.key)=\($0.value)") } + [nil]
@@ -117,6 +116,15 @@ public final class SpawnedProcess: @unchecked Sendable {
     public func terminate() {
         let child = processIdentifier
         if child > 0 { kill(child, SIGTERM) }
+    }
+
+    /// Makes a spawn close every descriptor above the standard streams in the child: a child that
+    /// inherits another thread's pipe keeps its write end open, and whoever reads that pipe to its
+    /// end waits as long as the child lives (a test PostgreSQL cluster held a command line test's
+    /// output pipe, and the test waited for ever).
+    public static func closeInheritedDescriptors(_ actions: inout posix_spawn_file_actions_t) throws {
+        guard let closeFrom else { throw ChildProcessError(description: "posix_spawn_file_actions_addclosefrom_np is missing (glibc 2.34 or later)") }
+        guard closeFrom(&actions, 3) == 0 else { throw ChildProcessError(description: "posix_spawn_file_actions_addclosefrom_np failed") }
     }
 
     private typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
