@@ -52,8 +52,16 @@ extension ContainerDatabase {
             guard !id.recordName.isEmpty else { throw ContainerError(.badRequest, "operation \(index) has an empty recordName") }
             // (A deletion names what exists, or is answered NOT_FOUND.)
             let length = id.recordName.utf16.count
-            if length > Self.maximumRecordNameLength, requested[index].kind != .delete, requested[index].kind != .forceDelete {
-                throw ContainerError(.badRequest, "operation \(index): a record name is at most \(Self.maximumRecordNameLength) characters, not \(length)")
+            if requested[index].kind != .delete, requested[index].kind != .forceDelete {
+                if length > Self.maximumRecordNameLength {
+                    throw ContainerError(.badRequest, "operation \(index): a record name is at most \(Self.maximumRecordNameLength) characters, not \(length)")
+                }
+                if let long = requested[index].record.trackedReferences.first(where: { $0.recordID.recordName.utf16.count > Self.maximumRecordNameLength }) {
+                    throw ContainerError(.badRequest, """
+                        operation \(index): a reference names a record of \(long.recordID.recordName.utf16.count) characters; \
+                        a record name is at most \(Self.maximumRecordNameLength)
+                        """)
+                }
             }
             // A lone operation repeats no other: not hashed.
             guard requested.count == 1 || seen.insert(id).inserted else {

@@ -177,7 +177,9 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func referrers(to target: RecordID, action: Reference.Action, in database: StoredDatabase) throws(ContainerError) -> [String] {
-        try session.rows("""
+        // (Nothing refers to a record PostgreSQL cannot name: no statement, which would fail the batch.)
+        guard Self.storable(target) else { return [] }
+        return try session.rows("""
             SELECT source_name FROM record_references WHERE database_id = \(database.id) AND zone_name = \(target.zoneID.zoneName)
             AND owner_name = \(target.zoneID.ownerName) AND target_name = \(target.recordName) AND action = \(action.rawValue)
             ORDER BY source_name COLLATE "C"
@@ -504,6 +506,9 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func saveSubscription(_ subscription: Subscription, in database: StoredDatabase) throws(ContainerError) {
+        guard !subscription.subscriptionID.utf8.contains(0) else {
+            throw ContainerError(.badRequest, "subscription ID '\(subscription.subscriptionID)' holds a U+0000, which PostgreSQL text cannot hold")
+        }
         let body = try subscription.storedJSON().serialized
         // Deleted and inserted: a saved-again subscription moves to the end of the save order.
         // Sent, not waited for (the next statement waited for reports their failure): a request's
@@ -517,6 +522,8 @@ struct PostgresTransaction: StorageWriteTransaction {
     }
 
     func deleteSubscription(_ subscriptionID: String, in database: StoredDatabase) throws(ContainerError) {
+        // (No subscription ID holds a U+0000 here: nothing to delete.)
+        guard !subscriptionID.utf8.contains(0) else { return }
         try session.send("DELETE FROM subscriptions WHERE database_id = $1::bigint AND subscription_id = $2::text", [.int64(database.id), .text(subscriptionID)])
         try subscriptionsChanged(database)
     }

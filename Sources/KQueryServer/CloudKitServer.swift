@@ -313,6 +313,10 @@ public final class CloudKitServer: Sendable {
             guard let apnsToken = json["apnsToken"]?.stringValue, !apnsToken.isEmpty else {
                 throw ServerError.badRequest("tokens/register needs an \"apnsToken\"")
             }
+            // (An APNs device token is 32 bytes in hex; a web courier token under 200.)
+            guard apnsToken.utf8.count <= 512, !apnsToken.utf8.contains(where: { $0 < 0x20 }) else {
+                throw ServerError.badRequest("\"apnsToken\" must be at most 512 bytes, without control characters")
+            }
             try self.deviceTokens.register(.init(
                 containerIdentifier: containerIdentifier, environment: environment.name, user: user, apnsEnvironment: apnsEnvironment,
                 apnsToken: apnsToken))
