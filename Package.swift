@@ -124,7 +124,7 @@ let package = Package(
         .executableTarget(
             name: "DocumentsBenchmarks", dependencies: ["KQuery", "KQueryDocuments", "KQueryServer", "KQueryTestSupport"], path: "Benchmarks/DocumentsBenchmarks"),
         // Helpers both test targets share (temporary files removed at exit).
-        .target(name: "KQueryTestSupport", dependencies: ["KQuery"], path: "Tests/Support"),
+        .target(name: "KQueryTestSupport", dependencies: ["KQuery", "KQueryContainer"], path: "Tests/Support"),
         .testTarget(
             name: "KQueryTests",
             dependencies: [

@@ -43,6 +43,7 @@ extension DatabaseService {
             guard case .array(let elements)? = body["lookupInfos"] else {
                 throw ServerError.badRequest("users/discover needs a \"lookupInfos\" array")
             }
+            do throws(ContainerError) { try Self.bound(elements, operation, "lookupInfos") } catch { throw ServerError(error) }
             var found: [DirectoryUser] = []
             for (index, element) in elements.enumerated() {
                 let lookupInfo = try LookupInfo(json: element, "lookupInfos[\(index)]")
@@ -56,6 +57,7 @@ extension DatabaseService {
             guard case .array(let elements)? = body?["users"] else {
                 throw ServerError.badRequest("\(operation) needs a \"users\" array of {\"\(key)\": ...}")
             }
+            do throws(ContainerError) { try Self.bound(elements, operation, "users") } catch { throw ServerError(error) }
             var found: [DirectoryUser] = []
             for (index, element) in elements.enumerated() {
                 guard case .object = element, let value = element[key]?.stringValue, !value.isEmpty else {

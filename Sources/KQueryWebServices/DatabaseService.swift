@@ -236,8 +236,17 @@ package struct DatabaseService: Sendable {
         return ServiceAnswer(json: json, pushes: result.notifications)
     }
 
+    /// Refuses a request naming more items than CloudKit answers in one response (200, Apple's
+    /// Data Size Limits): each is a read, and 60,000 in a body of 2 MB kept a server busy for minutes.
+    static func bound(_ items: [JSON], _ operation: String, _ what: String) throws(ContainerError) {
+        guard items.count <= ContainerDatabase.maximumOperations else {
+            throw ContainerError(.limitExceeded, "\(operation) takes at most \(ContainerDatabase.maximumOperations) \(what), not \(items.count)")
+        }
+    }
+
     func lookup(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
         guard case .array(let elements)? = body["records"] else { throw ContainerError(.badRequest, "a lookup request needs a \"records\" array") }
+        try Self.bound(elements, "records/lookup", "records")
         let zone = try body["zoneID"].map(zoneID) ?? .default
         var ids: [RecordID] = []
         for (index, element) in elements.enumerated() {
@@ -263,6 +272,7 @@ package struct DatabaseService: Sendable {
 
     func zoneChanges(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
         guard case .array(let zones)? = body["zones"] else { throw ContainerError(.badRequest, "changes/zone needs a \"zones\" array") }
+        try Self.bound(zones, "changes/zone", "zones")
         let sharedLimit = try limit(body["resultsLimit"])
         let sharedKeys = try keys(body["desiredKeys"])
         var answers: [JSON] = []
@@ -300,6 +310,7 @@ package struct DatabaseService: Sendable {
 
     func lookupZones(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
         guard case .array(let elements)? = body["zones"] else { throw ContainerError(.badRequest, "zones/lookup needs a \"zones\" array") }
+        try Self.bound(elements, "zones/lookup", "zones")
         var answers: [JSON] = []
         for element in elements {
             // Apple sends zone IDs; a zone dictionary (`{"zoneID": {...}}`) is read too.
@@ -349,6 +360,7 @@ package struct DatabaseService: Sendable {
         guard case .array(let elements)? = body["subscriptions"] else {
             throw ContainerError(.badRequest, "subscriptions/lookup needs a \"subscriptions\" array")
         }
+        try Self.bound(elements, "subscriptions/lookup", "subscriptions")
         var answers: [JSON] = []
         for (index, element) in elements.enumerated() {
             guard let id = element["subscriptionID"]?.stringValue ?? element.stringValue else {
@@ -446,6 +458,7 @@ package struct DatabaseService: Sendable {
     /// a fresh asset dictionary (with a receipt) or a per-item error for each, in order.
     func rereferenceAssets(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
         guard case .array(let items)? = body["assets"] else { throw ContainerError(.badRequest, "assets/rereference needs an \"assets\" array") }
+        try Self.bound(items, "assets/rereference", "assets")
         var fields: [(recordName: String, fieldName: String, index: Int?)] = []
         for (index, item) in items.enumerated() {
             guard let recordName = item["recordName"]?.stringValue, !recordName.isEmpty, let fieldName = item["fieldName"]?.stringValue else {

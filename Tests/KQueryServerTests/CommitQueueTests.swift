@@ -1,6 +1,7 @@
 import Foundation
 import KQuery
 @testable import KQueryContainer
+import KQueryTestSupport
 import Testing
 @testable import KQueryServer
 
@@ -137,15 +138,11 @@ struct CommitQueueTests {
 
 /// A storage whose read-ahead fails for a record named "poison", as PostgreSQL's fails for a name
 /// it cannot hold, before any of the batch's writes run.
-private final class PoisonedReadAheadStorage: ContainerStorage, @unchecked Sendable {
-    let inner: SQLiteContainerStorage
+private final class PoisonedReadAheadStorage: ForwardingStorage, @unchecked Sendable {
+    let inner: any ContainerStorage
     let poisonedBatches = Locked(0)
     init(_ inner: SQLiteContainerStorage) { self.inner = inner }
 
-    var secret: (UInt64, UInt64) { inner.secret }
-    func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.read(body) }
-    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.write(body) }
-    func waitUntilDurable() throws(ContainerError) { try inner.waitUntilDurable() }
     func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
         try inner.batch { writer throws(ContainerError) -> T in try body(writer.map { Writer(inner: $0, storage: self) }) }
     }

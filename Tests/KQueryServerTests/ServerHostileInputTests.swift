@@ -150,6 +150,18 @@ import Testing
             let batch = try await c.post("public", "records/query", #"{"query": {"recordType": "Batch"}, "resultsLimit": 100}"#)
             #expect(batch.json["records"]?.elements.count == 21)
 
+            // At most 200 items a request, as CloudKit answers at most 200 (a body of 2 MB named 60,000).
+            for (database, operation, body) in [
+                ("public", "records/lookup", #"{"records": [\#((0...200).map { #"{"recordName": "n\#($0)"}"# }.joined(separator: ","))]}"#),
+                ("private", "zones/lookup", #"{"zones": [\#((0...200).map { #"{"zoneName": "z\#($0)"}"# }.joined(separator: ","))]}"#),
+                ("private", "subscriptions/lookup", #"{"subscriptions": [\#((0...200).map { #"{"subscriptionID": "s\#($0)"}"# }.joined(separator: ","))]}"#),
+                ("private", "changes/zone", #"{"zones": [\#((0...200).map { #"{"zoneID": {"zoneName": "z\#($0)"}}"# }.joined(separator: ","))]}"#),
+                ("public", "users/lookup/email", #"{"users": [\#((0...200).map { #"{"emailAddress": "u\#($0)@example.com"}"# }.joined(separator: ","))]}"#),
+            ] {
+                let answer = try await c.post(database, operation, body, user: "_u1")
+                #expect(answer.status == 400 && answer.json["serverErrorCode"] == .string("LIMIT_EXCEEDED"), "\(operation): \(answer.json)")
+            }
+
             // Many tests and many sort fields.
             let tests = (0..<200).map { #"{"comparator": "NOT_EQUALS", "fieldName": "i", "fieldValue": {"value": \#(1_000 + $0)}}"# }.joined(separator: ", ")
             let sorts = ([#"{"fieldName": "i", "ascending": false}"#] + (0..<40).map { #"{"fieldName": "f\#($0)"}"# }).joined(separator: ", ")

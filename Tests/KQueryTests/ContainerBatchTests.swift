@@ -3,6 +3,7 @@ import KQuery
 import PropertyBased
 import Testing
 import KQueryPostgres
+import KQueryTestSupport
 import KQueryWebServices
 @testable import KQueryContainer
 
@@ -296,19 +297,16 @@ import KQueryWebServices
 
 /// A storage that counts its transactions (each a commit: a disk sync on a file, a WAL flush on
 /// PostgreSQL) and can fail its batches' commits.
-private final class CountingStorage: ContainerStorage, @unchecked Sendable {
-    let inner: SQLiteContainerStorage
+private final class CountingStorage: ForwardingStorage, @unchecked Sendable {
+    let inner: any ContainerStorage
     let commits = Locked(0)
     let failBatches = Locked(false)
     init(_ inner: SQLiteContainerStorage) { self.inner = inner }
 
-    var secret: (UInt64, UInt64) { inner.secret }
-    func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.read(body) }
     func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T {
         commits.withLock { $0 += 1 }
         return try inner.write(body)
     }
-    func waitUntilDurable() throws(ContainerError) { try inner.waitUntilDurable() }
     func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
         commits.withLock { $0 += 1 }
         let fail = failBatches.withLock { $0 }
@@ -360,14 +358,10 @@ extension ContainerBatchTests {
 
 /// A storage whose batches never commit (a disk that fails at the commit): the batch runs, then
 /// its transaction is rolled back.
-private struct FailingCommitStorage: ContainerStorage {
-    let inner: SQLiteContainerStorage
+private struct FailingCommitStorage: ForwardingStorage {
+    let inner: any ContainerStorage
     init(_ inner: SQLiteContainerStorage) { self.inner = inner }
 
-    var secret: (UInt64, UInt64) { inner.secret }
-    func read<T>(_ body: (any StorageTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.read(body) }
-    func write<T>(_ body: (any StorageWriteTransaction) throws(ContainerError) -> T) throws(ContainerError) -> T { try inner.write(body) }
-    func waitUntilDurable() throws(ContainerError) { try inner.waitUntilDurable() }
     func batch<T>(_ body: ((any StorageBatchWriter)?) throws(ContainerError) -> T) throws(ContainerError) -> T {
         try inner.batch { writer throws(ContainerError) -> T in
             _ = try body(writer)
