@@ -82,6 +82,8 @@ package struct QueryRequest: Sendable {
             ascending = flag
         }
         let field = FieldReference(webServicesName: name)
+        // (As filterBy names fields.)
+        guard FieldKey.isValidName(field.name) else { throw ServerError.badRequest("sortBy[\(index)]: invalid field name '\(name)'") }
         guard let locationJSON = json["relativeLocation"] else { return SortDescriptor(key: .field(field), ascending: ascending) }
         // Apple documents a bare location dictionary; a typed field value is accepted too.
         let fieldJSON: JSON = locationJSON["value"] == nil ? .object([("value", locationJSON), ("type", .string("LOCATION"))]) : locationJSON

@@ -162,6 +162,10 @@ import Testing
                 #expect(answer.status == 400 && answer.json["serverErrorCode"] == .string("LIMIT_EXCEEDED"), "\(operation): \(answer.json)")
             }
 
+            // A sort names a field as a filter does.
+            let badSort = try await c.post("public", "records/query", #"{"query": {"recordType": "Batch", "sortBy": [{"fieldName": "i\u0000"}]}}"#)
+            #expect(badSort.status == 400 && badSort.json["serverErrorCode"] == .string("BAD_REQUEST"), "\(badSort.json)")
+
             // Many tests and many sort fields.
             let tests = (0..<200).map { #"{"comparator": "NOT_EQUALS", "fieldName": "i", "fieldValue": {"value": \#(1_000 + $0)}}"# }.joined(separator: ", ")
             let sorts = ([#"{"fieldName": "i", "ascending": false}"#] + (0..<40).map { #"{"fieldName": "f\#($0)"}"# }).joined(separator: ", ")
