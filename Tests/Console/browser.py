@@ -9,6 +9,7 @@ Usage: browser.py BASE_URL SCREENSHOT_DIR   (BASE_URL like http://127.0.0.1:8080
 """
 import json
 import os
+import re
 import struct
 import sys
 import urllib.parse
@@ -203,6 +204,8 @@ def main():
         # The import carried the assets: the poster's image previews from the copy.
         driver.get(f"{BASE}/console/records?" + urllib.parse.urlencode({"container": "iCloud.com.example.imported", "type": "Poster"}))
         wait.until(lambda d: rows("#records tbody tr td.code") == ["poster"])
+        # One record, said so ("1 record in 7 ms", not "1 records").
+        wait.until(lambda d: re.fullmatch(r"1 record in \d+ ms", rows("#status")[0]))
         click_row("#records tbody tr", "poster")
         wait.until(lambda d: d.execute_script("const i = document.querySelector('#record-panel img'); return i && i.complete && i.naturalWidth") == 96)
         assert "image: download" in rows("#record-panel a")[0], rows("#record-panel a")

@@ -68,6 +68,11 @@ export function setStatus(text) {
   document.getElementById('status').textContent = text;
 }
 
+/** The number and the noun, singular for one ("1 record", "2 records", "3 pushes"). */
+export function count(number, singular, plural = singular + 's') {
+  return `${number} ${number === 1 ? singular : plural}`;
+}
+
 export function time(milliseconds) {
   const date = new Date(milliseconds);
   return date.toLocaleTimeString([], { hour12: false }) + '.' + String(date.getMilliseconds()).padStart(3, '0');

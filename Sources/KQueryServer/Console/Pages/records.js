@@ -1,7 +1,7 @@
 // Records: a query in KQuery's predicate language over any container, environment, database,
 // user and zone, typed or built with filters; the result's records; a record's JSON, edited and
 // saved through records/modify.
-import { api, webServices, h, setStatus, keyboardRows } from './api.js';
+import { api, webServices, h, setStatus, keyboardRows, count } from './api.js';
 import { operators, predicate } from './filters.js';
 
 const fields = ['container', 'environment', 'database', 'user', 'zone', 'type', 'q', 'sort'];
@@ -106,7 +106,7 @@ export function records(main, params) {
       if (marker) body.continuationMarker = marker;
       const answer = await api('query', body);
       show(answer.records || []);
-      setStatus(`${answer.records.length} records in ${Math.round(performance.now() - started)} ms`);
+      setStatus(`${count(answer.records.length, 'record')} in ${Math.round(performance.now() - started)} ms`);
       pager.replaceChildren(...[
         markers.length ? h('button', { type: 'button', onclick: () => { markers.pop(); run(markers.at(-1) || null); } }, '← Previous') : null,
         answer.continuationMarker ? h('button', { type: 'button', id: 'next-page', onclick: () => { markers.push(answer.continuationMarker); run(answer.continuationMarker); } }, 'Next page →') : null].filter(Boolean));

@@ -2,7 +2,7 @@
 // refused for want of an index; a database's zones with their current change tokens, and a replay
 // of a zone's changes since a pasted token; export of a container to a file, import of one, and
 // reset of an environment (after typing the container's name).
-import { api, h, setStatus, databaseContext, databaseForm } from './api.js';
+import { api, h, setStatus, databaseContext, databaseForm, count } from './api.js';
 
 const refusedForIndex = /QUERYABLE|SORTABLE|SEARCHABLE|index/i;
 
@@ -71,7 +71,7 @@ export function zones(main, params) {
         try { reason = JSON.parse(e.responseBody).reason; } catch {}
         return h('tr', {}, h('td', { class: 'code', title: e.requestBody }, e.requestBody), h('td', { title: reason }, reason));
       }) : [h('tr', {}, h('td', { class: 'empty', colspan: 2 }, 'None in the request log.'))]));
-      setStatus(`${zones.length} zones`);
+      setStatus(count(zones.length, 'zone'));
     } catch (e) { setStatus(e.message); }
   });
 
@@ -104,8 +104,8 @@ export function zones(main, params) {
     const environment = form.elements.environment.value.trim() || 'development';
     try {
       const answer = await api('reset', { container, environment, confirm: resetConfirm.value.trim() });
-      dataMessage.textContent = `reset ${environment} of ${container}: ${answer.zones} zones, ${answer.records} records, `
-        + `${answer.subscriptions} subscriptions deleted in ${answer.databases} databases; ${answer.notifications} pushes queued`;
+      dataMessage.textContent = `reset ${environment} of ${container}: ${count(answer.zones, 'zone')}, ${count(answer.records, 'record')}, `
+        + `${count(answer.subscriptions, 'subscription')} deleted in ${count(answer.databases, 'database')}; ${count(answer.notifications, 'push', 'pushes')} queued`;
       resetConfirm.value = '';
       resetButton.disabled = true;
       form.requestSubmit();
