@@ -225,6 +225,8 @@ import Testing
         "NULL", "null", " padded ", "emoji \u{1F389}\u{1F469}\u{200D}\u{1F467}", "caf\u{E9}", "cafe\u{301}", "\u{7F}\u{1}", "tab\there",
     ]
 
+    static let longPrefix = String(repeating: "q", count: 1_200)
+
     /// Records whose names, strings, string lists and references hold `awkward` text (zone names,
     /// types and field names are identifiers), copied by COPY: the copy reads back the same, and
     /// answers queries as the file does.
@@ -241,6 +243,8 @@ import Testing
                 for (index, text) in Self.awkward.enumerated() {
                     var record = F.record("\(text)-\(index)", type: "Item", zone: zoneID, [
                         "s": .string(text), "l": .list(.string, [.string(text), .string(""), .string("x")]), "i": .int64(Int64(index)),
+                        // Longer than an index entry holds: one head for all, the tails differ.
+                        "t": .string(Self.longPrefix + text),
                     ])
                     // Each refers to the one before it (its reference row names that one).
                     if index > 0 { record.fields["r"] = F.reference("\(Self.awkward[index - 1])-\(index - 1)", zone: zoneID, .deleteSelf) }
@@ -268,6 +272,8 @@ import Testing
                 .field(.user(FieldKey("l")), .contains(.value(.string(text)), [])),
                 .field(.user(FieldKey("s")), .string(.beginsWith, text, [])),
                 .tokens(.all, text: text),
+                .field(.user(FieldKey("t")), .compare(.equal, .value(.string(Self.longPrefix + text)), [])),
+                .field(.user(FieldKey("t")), .compare(.greaterThan, .value(.string(Self.longPrefix + text)), [])),
             ]
             for zoneID in [ZoneID.default, zone] {
                 for condition in conditions {
@@ -277,8 +283,10 @@ import Testing
                 }
             }
         }
-        let sorted = Query(recordType: "Item", condition: .constant(true), sortDescriptors: [KQuery.SortDescriptor("s", ascending: false)], resultsLimit: 100, zoneID: zone)
-        #expect(try copy.query(sorted, cursor: nil, now: now).records.map(\.recordID) == file.query(sorted, cursor: nil, now: now).records.map(\.recordID))
+        for field in ["s", "t"] {
+            let sorted = Query(recordType: "Item", condition: .constant(true), sortDescriptors: [KQuery.SortDescriptor(field, ascending: false)], resultsLimit: 100, zoneID: zone)
+            #expect(try copy.query(sorted, cursor: nil, now: now).records.map(\.recordID) == file.query(sorted, cursor: nil, now: now).records.map(\.recordID))
+        }
     }
 
     /// PostgreSQL text cannot hold U+0000: COPY's rows refuse it, and a copy of a record named
