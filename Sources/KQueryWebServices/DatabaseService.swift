@@ -326,6 +326,7 @@ package struct DatabaseService: Sendable {
 
     func modifyZones(_ body: JSON) throws(ContainerError) -> ServiceAnswer {
         guard case .array(let operations)? = body["operations"] else { throw ContainerError(.badRequest, "zones/modify needs an \"operations\" array") }
+        try Self.bound(operations, "zones/modify", "operations")
         var parsed: [(String, ZoneID)] = []
         for (index, operation) in operations.enumerated() {
             guard let type = operation["operationType"]?.stringValue, type == "create" || type == "delete" else {

@@ -157,6 +157,7 @@ import Testing
                 ("private", "subscriptions/lookup", #"{"subscriptions": [\#((0...200).map { #"{"subscriptionID": "s\#($0)"}"# }.joined(separator: ","))]}"#),
                 ("private", "changes/zone", #"{"zones": [\#((0...200).map { #"{"zoneID": {"zoneName": "z\#($0)"}}"# }.joined(separator: ","))]}"#),
                 ("public", "users/lookup/email", #"{"users": [\#((0...200).map { #"{"emailAddress": "u\#($0)@example.com"}"# }.joined(separator: ","))]}"#),
+                ("private", "zones/modify", #"{"operations": [\#((0...200).map { #"{"operationType": "create", "zone": {"zoneID": {"zoneName": "z\#($0)"}}}"# }.joined(separator: ","))]}"#),
             ] {
                 let answer = try await c.post(database, operation, body, user: "_u1")
                 #expect(answer.status == 400 && answer.json["serverErrorCode"] == .string("LIMIT_EXCEEDED"), "\(operation): \(answer.json)")
