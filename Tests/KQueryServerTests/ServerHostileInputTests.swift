@@ -117,6 +117,12 @@ import Testing
                 """, user: "_u1")
             let refusals = subscriptions.json["subscriptions"]?.elements.map { $0["serverErrorCode"]?.stringValue }
             #expect(refusals == [nil, ServerHarness.onPostgres ? "BAD_REQUEST" : nil, nil, "BAD_REQUEST"], "\(subscriptions.json)")
+            // An upload URL only for a field a record can have.
+            for token in [#"{"recordName": "\#(String(repeating: "n", count: 256))", "recordType": "Long", "fieldName": "f"}"#,
+                          #"{"recordName": "p", "recordType": "Long", "fieldName": "f\u0000"}"#] {
+                let upload = try await c.post("private", "assets/upload", #"{"tokens": [\#(token)]}"#, user: "_u1")
+                #expect(upload.status == 400, "\(upload.json)")
+            }
             // A device token is bounded too (PostgreSQL indexes it).
             let device = try await c.send(.post, "/device/1/\(c.container)/development/tokens/register",
                                           body: #"{"apnsEnvironment": "development", "apnsToken": "\#(String(repeating: "a", count: 600))"}"#, user: "_u1")
