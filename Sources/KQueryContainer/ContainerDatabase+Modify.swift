@@ -9,8 +9,6 @@ import Foundation
 extension ContainerDatabase {
     /// The most operations one modify takes (CloudKit Web Services' limit).
     public static let maximumOperations = 200
-    /// CloudKit's limit on a record name ("must not exceed 255 characters", `CKRecord.ID`).
-    public static let maximumRecordNameLength = 255
 
     /// Applies record operations (Web Services `records/modify`, CKModifyRecordsOperation) in one
     /// transaction and returns one result per operation, in order, with the notifications the
@@ -53,13 +51,13 @@ extension ContainerDatabase {
             // (A deletion names what exists, or is answered NOT_FOUND.)
             let length = id.recordName.utf16.count
             if requested[index].kind != .delete, requested[index].kind != .forceDelete {
-                if length > Self.maximumRecordNameLength {
-                    throw ContainerError(.badRequest, "operation \(index): a record name is at most \(Self.maximumRecordNameLength) characters, not \(length)")
+                if length > RecordID.maximumNameLength {
+                    throw ContainerError(.badRequest, "operation \(index): a record name is at most \(RecordID.maximumNameLength) characters, not \(length)")
                 }
-                if let long = requested[index].record.trackedReferences.first(where: { $0.recordID.recordName.utf16.count > Self.maximumRecordNameLength }) {
+                if let long = requested[index].record.trackedReferences.first(where: { $0.recordID.recordName.utf16.count > RecordID.maximumNameLength }) {
                     throw ContainerError(.badRequest, """
                         operation \(index): a reference names a record of \(long.recordID.recordName.utf16.count) characters; \
-                        a record name is at most \(Self.maximumRecordNameLength)
+                        a record name is at most \(RecordID.maximumNameLength)
                         """)
                 }
             }

@@ -103,7 +103,7 @@ struct PostgresTransaction: StorageWriteTransaction {
 
     func zone(_ zoneID: ZoneID, in database: StoredDatabase) throws(ContainerError) -> StoredZone? {
         // (No zone's name holds a U+0000: PostgreSQL text cannot.)
-        guard !zoneID.zoneName.utf8.contains(0), !zoneID.ownerName.utf8.contains(0) else { return nil }
+        guard Self.storable(zoneID) else { return nil }
         let rows = try session.rows("""
             SELECT created_sequence, changed_sequence FROM zones
             WHERE database_id = \(database.id) AND zone_name = \(zoneID.zoneName) AND owner_name = \(zoneID.ownerName)
@@ -128,7 +128,12 @@ struct PostgresTransaction: StorageWriteTransaction {
     /// no such record exists, and a statement naming it would fail its whole transaction (a
     /// batch's: every modify in it).
     static func storable(_ id: RecordID) -> Bool {
-        !id.recordName.utf8.contains(0) && !id.zoneID.zoneName.utf8.contains(0) && !id.zoneID.ownerName.utf8.contains(0)
+        !id.recordName.utf8.contains(0) && storable(id.zoneID)
+    }
+
+    /// Whether PostgreSQL text can hold the zone's names (see the record ID's).
+    static func storable(_ zoneID: ZoneID) -> Bool {
+        !zoneID.zoneName.utf8.contains(0) && !zoneID.ownerName.utf8.contains(0)
     }
 
     /// Refuses a record PostgreSQL text cannot hold (a U+0000 in its names, type or the records

@@ -107,9 +107,7 @@ package enum PostgresValueKey {
     /// on the head is exact (a key shorter than `indexedBytes` is never a stored head's prefix
     /// that a longer stored key could share).
     package static func indexedHead(ofHex key: String) -> (head: String, exact: Bool) {
-        let limit = 2 * indexedBytes
-        let count = key.utf8.count
-        return count < limit ? (key, true) : (String(decoding: key.utf8.prefix(limit), as: UTF8.self), false)
+        (storedHex(key).head, key.utf8.count < 2 * indexedBytes)
     }
 
     /// A full hex key split as stored (`sort_key`, `sort_tail`).

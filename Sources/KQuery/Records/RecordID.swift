@@ -26,6 +26,10 @@ public struct RecordID: Hashable, Sendable, Comparable, CustomStringConvertible 
     public var recordName: String
     public var zoneID: ZoneID
 
+    /// The longest record name saved, in UTF-16 units: CloudKit's "must not exceed 255
+    /// characters" (`CKRecord.ID`). Subscription IDs, stored and indexed as names are, share it.
+    public static let maximumNameLength = 255
+
     public init(recordName: String, zoneID: ZoneID = .default) {
         self.recordName = recordName
         self.zoneID = zoneID

@@ -59,15 +59,12 @@ public struct Subscription: Hashable, Sendable {
         self.notificationInfo = notificationInfo
     }
 
-    /// The longest subscription ID saved, in UTF-16 units, as for record names.
-    public static let maximumIDLength = 255
-
     /// Checks what CloudKit checks when a subscription is saved (SPEC §4).
     public func validate(in database: DatabaseScope) throws(SubscriptionError) {
         guard !subscriptionID.isEmpty else { throw SubscriptionError("subscription ID must not be empty") }
         // (As a record name: a subscription ID is stored and indexed as one.)
-        guard subscriptionID.utf16.count <= Self.maximumIDLength else {
-            throw SubscriptionError("a subscription ID is at most \(Self.maximumIDLength) characters, not \(subscriptionID.utf16.count)")
+        guard subscriptionID.utf16.count <= RecordID.maximumNameLength else {
+            throw SubscriptionError("a subscription ID is at most \(RecordID.maximumNameLength) characters, not \(subscriptionID.utf16.count)")
         }
         switch kind {
         case .query(let recordType, _, _):

@@ -37,8 +37,8 @@ extension ContainerDatabase {
             // (As the save it is for will check them: nothing is kept for a field no record can have.)
             guard FieldKey.isValidName(field.fieldName) else { throw ContainerError(.badRequest, "tokens[\(index)]: invalid field name '\(field.fieldName)'") }
             if let name = field.recordName, name.isEmpty { throw ContainerError(.badRequest, "tokens[\(index)]: the recordName must not be empty") }
-            if let name = field.recordName, name.utf16.count > Self.maximumRecordNameLength {
-                throw ContainerError(.badRequest, "tokens[\(index)]: a record name is at most \(Self.maximumRecordNameLength) characters, not \(name.utf16.count)")
+            if let name = field.recordName, name.utf16.count > RecordID.maximumNameLength {
+                throw ContainerError(.badRequest, "tokens[\(index)]: a record name is at most \(RecordID.maximumNameLength) characters, not \(name.utf16.count)")
             }
         }
         let zoneID = canonical(zoneID)
