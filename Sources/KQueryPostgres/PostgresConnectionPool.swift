@@ -244,6 +244,11 @@ final class PostgresConnectionPool: @unchecked Sendable {
                 // No JIT compilation: it is for long analytic queries, and compiled a plan PostgreSQL
                 // thought costly (a radius's points) in 250 ms for a statement that ran in 70.
                 .flatMap { _ in PostgresSession.send(on: connection) { connection.query("SET jit = off", logger: logger) } }
+                // No parallel workers: a request reads a page, and a generic plan's guess at a
+                // LIMIT it cannot see (a tenth of the rows) made a radius walked in order start
+                // two workers, 15-20 ms, for a page PostgreSQL then read in 6. Concurrent requests
+                // are the node's parallelism.
+                .flatMap { _ in PostgresSession.send(on: connection) { connection.query("SET max_parallel_workers_per_gather = 0", logger: logger) } }
                 .map { _ in connection }
                 .flatMapError { error in connection.close().flatMapThrowing { () throws -> PostgresConnection in throw error } }
         }

@@ -193,6 +193,12 @@ struct PostgresQueryCompiler {
         }
     }
 
+    /// A test that the record's point on `field` lies within `metres` of `center` (widened), as
+    /// `filter` writes a radius.
+    mutating func within(_ field: FieldReference, of center: Location, metres: Double) -> String {
+        distance(field, center, .lessThanOrEqual, metres)
+    }
+
     private mutating func keyIn(_ tag: PostgresValueKey.Tag) -> String {
         "v.sort_key >= \(bind(PostgresValueKey.lower(tag))) AND v.sort_key < \(bind(PostgresValueKey.upper(tag)))"
     }
@@ -304,16 +310,26 @@ struct PostgresQueryCompiler {
     /// (none first: `PostgresValueKey.indexedBytes`).
     /// `keyed`: the first key is never NULL (PostgreSQL reads the sort index in its order, and
     /// sorts only the records that share a key by their IDs).
-    static func orderBy(_ ascending: [Bool], keyed: Bool = false) -> String {
+    /// `walked`: the keys as a walk's subquery (`r`) names them (`PostgresTransaction.Walk`).
+    static func orderBy(_ ascending: [Bool], keyed: Bool = false, walked: Bool = false) -> String {
         let keys = ascending.enumerated().map { index, up in
-            let head = keyed && index == 0 ? "k0.sort_key \(up ? "ASC" : "DESC")" : "k\(index).sort_key \(up ? "ASC" : "DESC") NULLS LAST"
-            return head + ", k\(index).sort_tail \(up ? "ASC NULLS FIRST" : "DESC NULLS LAST")"
+            let (key, tail) = keyColumns(index, walked: walked)
+            let head = keyed && index == 0 ? "\(key) \(up ? "ASC" : "DESC")" : "\(key) \(up ? "ASC" : "DESC") NULLS LAST"
+            return head + ", \(tail) \(up ? "ASC NULLS FIRST" : "DESC NULLS LAST")"
         }
         return (keys + [#"r.record_name COLLATE "C""#, #"r.zone_name COLLATE "C""#, #"r.owner_name COLLATE "C""#]).joined(separator: ", ")
     }
 
     /// The whole key of sort column `index` (its head and tail), as a row's position holds it.
-    static func sortKey(_ index: Int) -> String { "k\(index).sort_key || COALESCE(k\(index).sort_tail, '')" }
+    static func sortKey(_ index: Int, walked: Bool = false) -> String {
+        let (key, tail) = keyColumns(index, walked: walked)
+        return "\(key) || COALESCE(\(tail), '')"
+    }
+
+    /// Sort column `index`'s head and tail: joined as `k<index>`, or as a walk's subquery names them.
+    private static func keyColumns(_ index: Int, walked: Bool) -> (key: String, tail: String) {
+        walked ? ("r.k\(index)_key", "r.k\(index)_tail") : ("k\(index).sort_key", "k\(index).sort_tail")
+    }
 
     /// Rows strictly after `position` (whole keys: `sortKey`) in that order.
     mutating func after(keys: [String?], ascending: [Bool], id: RecordID) -> String {

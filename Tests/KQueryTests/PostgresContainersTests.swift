@@ -468,6 +468,17 @@ import Testing
         #expect(try answer.first?.first?.decode(Int64.self) == 3)
     }
 
+    /// Every pooled connection plans a prepared statement once, compiles nothing (JIT) and starts
+    /// no parallel workers: each cost a page far more than it saved (PostgresConnectionPool.connect).
+    @Test func pooledConnectionsAreSetForPagedRequests() throws {
+        let pool = PostgresConnectionPool(location: try Self.location(), limit: 2)
+        defer { pool.shutdown() }
+        let settings = try pool.withConnection { session throws(ContainerError) in
+            try session.prepared("SELECT current_setting('plan_cache_mode') || ' ' || current_setting('jit') || ' ' || current_setting('max_parallel_workers_per_gather')", [])
+        }
+        #expect(try settings.first?.first?.decode(String.self) == "force_generic_plan off 0")
+    }
+
     @Test func aNameHoldingNULIsRefusedNotStored() throws {
         let containers = try PostgresContainers(location: try Self.location(), connections: 2)
         defer { containers.close() }

@@ -576,7 +576,9 @@ import Testing
         try place(0..<20) { Location(latitude: 48 + Double($0) / 100, longitude: 2) }
         let wide = try within(100, of: Location(latitude: 48.1, longitude: 2), " AND n >= 2", limit: 4)
         let wideText = try database.explanation(wide)
-        #expect(wideText.contains("Statement 1 of 2: whether the radius holds 5 points or more"), "\(wideText)")
+        // (Explaining reads no rows: it shows the walk, then the radius through its index.)
+        #expect(wideText.contains("Statement 1 of 4: whether the radius holds 5 points or more")
+                && wideText.contains("records in the query's order, each one's point measured"), "\(wideText)")
         #expect(wideText.contains("COALESCE((SELECT ST_DWithin("), "\(wideText)")
         // Every page's record names, in order.
         func names(_ query: Query) throws -> [String] {
@@ -619,6 +621,51 @@ import Testing
         // cap): every page answers as the evaluator.
         let fewer = try within(2, of: Location(latitude: 47.5137, longitude: 3), " AND n < 38", limit: 4)
         #expect(try names(fewer) == (20..<38).map { "r\($0)" }.sorted())
+    }
+
+    /// A dense radius read in order reads at most 1.5 records a statement for each point it is
+    /// estimated to hold: when the sort puts its records far down the order (here behind 600 far
+    /// away records, two of its own among them), the page is read through the points' index instead,
+    /// page after page, each as the evaluator answers.
+    @Test func aWalkThatFindsNoFullPageReadsTheRadiusThroughItsIndex() throws {
+        let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", densePoints: 5)
+        let database = try Self.database(on: storage)
+        // 30 points 30 m apart going north from (10, 10): the 5th nearest 120 m out, so 1 km is
+        // estimated to hold about 350 (a walk of 530); two of them early in the order (n 100 and 200).
+        let near = (0..<30).map { (index: Int) -> Record in
+            let n: Int64 = index < 2 ? Int64(100 * (index + 1)) : Int64(1000 + index)
+            let place = Location(latitude: 10 + Double(index) * 0.00027, longitude: 10)
+            return Record(recordType: "R", recordName: "c\(index)", fields: ["n": .int64(n), "place": .location(place)])
+        }
+        let far = (0..<600).map { (index: Int) -> Record in
+            let place = Location(latitude: -40, longitude: Double(index) / 100)
+            return Record(recordType: "R", recordName: "f\(index)", fields: ["n": .int64(Int64(index)), "place": .location(place)])
+        }
+        for chunk in [near, Array(far[..<200]), Array(far[200..<400]), Array(far[400...])] {
+            _ = try database.modify(chunk.map { RecordOperation(kind: .forceReplace, record: $0) })
+        }
+        let query = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 1", variables: [
+            "here": .value(.location(Location(latitude: 10, longitude: 10))),
+        ]), sortDescriptors: [KQuery.SortDescriptor("n")], resultsLimit: 4)
+        let text = try database.explanation(query)
+        #expect(text.contains("records in the query's order, each one's point measured, until the page is full (if not, the radius is read through its index)")
+                && text.contains("points within the radius (found through its index), in the query's order"), "\(text)")
+        #expect(text.contains("LIMIT $") && text.contains(") r\n  WHERE COALESCE((SELECT ST_DWithin("), "\(text)")
+        var names: [String] = []
+        var cursor: QueryCursor?
+        var pages = 0
+        repeat {
+            let page = try database.query(query, cursor: cursor)
+            names += page.records.map(\.recordID.recordName)
+            cursor = page.cursor
+            pages += 1
+        } while cursor != nil && pages < 20
+        #expect(names == (0..<30).map { "c\($0)" })
+        // Beside another test, and not sorted (record names: the far ones first).
+        let unsorted = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 1 AND n > 150", variables: [
+            "here": .value(.location(Location(latitude: 10, longitude: 10))),
+        ]), resultsLimit: 50)
+        #expect(try database.query(unsorted).records.map(\.recordID.recordName) == (1..<30).map { "c\($0)" }.sorted())
     }
 
     /// Table-driven rules: each predicate's SQL answer on a fixed set of records.
