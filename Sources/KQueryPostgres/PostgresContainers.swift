@@ -17,6 +17,7 @@ import Foundation
 public final class PostgresContainers: Sendable {
     public let location: PostgresLocation
     let pool: PostgresConnectionPool
+    private let densePoints: Int
     private let opened = Locked<[String: Container]>([:])
     private let listener = Locked<Task<Void, Never>?>(nil)
     /// The connection holding the APNs duty's advisory lock, while this node holds it.
@@ -42,8 +43,15 @@ public final class PostgresContainers: Sendable {
     /// Connects, and creates or migrates the schema. `connections`: the most open at once.
     /// `loading`: opened for a copy into it (`kquery migrate`), which builds the indexes a crashed
     /// copy left unbuilt at its end rather than now, over the rows it is about to add to.
-    public init(location: PostgresLocation, connections: Int = defaultConnections, loading: Bool = false) throws(ContainerError) {
+    public convenience init(location: PostgresLocation, connections: Int = defaultConnections, loading: Bool = false) throws(ContainerError) {
+        try self.init(location: location, connections: connections, loading: loading, densePoints: PostgresContainerStorage.densePoints)
+    }
+
+    /// `densePoints`: see `PostgresTransaction.densePoints` (tests make it small, so a few points
+    /// take the ways a wide radius is read).
+    package init(location: PostgresLocation, connections: Int = defaultConnections, loading: Bool = false, densePoints: Int) throws(ContainerError) {
         self.location = location
+        self.densePoints = densePoints
         pool = PostgresConnectionPool(location: location, limit: connections)
         do {
             try pool.withConnection { session throws(ContainerError) in try PostgresSchema.migrate(session, loading: loading) }
@@ -158,7 +166,7 @@ public final class PostgresContainers: Sendable {
     public func openContainer(_ identifier: String, assetPolicy: AssetPolicy = AssetPolicy()) throws(ContainerError) -> Container {
         try opened.withLock { containers throws(ContainerError) -> Container in
             if let container = containers[identifier] { return container }
-            let storage = try PostgresContainerStorage(pool: pool, containerIdentifier: identifier, migrated: true)
+            let storage = try PostgresContainerStorage(pool: pool, containerIdentifier: identifier, migrated: true, densePoints: densePoints)
             let container = try Container(containerIdentifier: identifier, storage: storage, assetPolicy: assetPolicy)
             containers[identifier] = container
             return container
@@ -168,7 +176,7 @@ public final class PostgresContainers: Sendable {
     /// Container `identifier`'s storage on these connections (created when new), to copy into or
     /// out of (`kquery migrate`).
     package func storage(_ identifier: String) throws(ContainerError) -> PostgresContainerStorage {
-        try PostgresContainerStorage(pool: pool, containerIdentifier: identifier, migrated: true)
+        try PostgresContainerStorage(pool: pool, containerIdentifier: identifier, migrated: true, densePoints: densePoints)
     }
 
     /// Every container the database holds.

@@ -24,7 +24,8 @@ import Testing
         let url = try cluster.createDatabase()
         let name = try #require(url.split(separator: "/").last.map(String.init))
         let location = try #require(PostgresLocation(url: url))
-        let containers = try PostgresContainers(location: location, connections: 2)
+        // (Three points make a radius dense here: a few records take the ways a wide one is read.)
+        let containers = try PostgresContainers(location: location, connections: 2, densePoints: 3)
         defer { containers.close() }
 
         let container = try containers.openContainer("iCloud.log")
@@ -47,6 +48,33 @@ import Testing
             sortDescriptors: [KQuery.SortDescriptor(distanceOf: "place", from: center)], zoneID: zone))
         #expect(nearest.records.map(\.recordID.recordName) == ["located"])
         _ = try database.query(Query(recordType: "Note", condition: .constant(true), sortDescriptors: [KQuery.SortDescriptor(distanceOf: "place", from: center)], zoneID: zone))
+        // A dense radius sorted by a field: 36 points 100 m apart, behind 150 records far away in
+        // the sort's order, so the records read in order (at most so many) find no page and the
+        // radius's points are read through their index; then every plan, as --explain shows them.
+        var grid: [RecordOperation] = []
+        for row in 0..<6 {
+            for column in 0..<6 {
+                var spot = Record(recordType: "Spot", recordID: RecordID(recordName: "g\(row)-\(column)", zoneID: zone))
+                spot.fields["n"] = .int64(Int64(1000 + row * 6 + column))
+                spot.fields["place"] = .location(Location(latitude: 10 + Double(row) * 0.0009, longitude: 10 + Double(column) * 0.0009))
+                grid.append(RecordOperation(kind: .create, record: spot))
+            }
+        }
+        let far = (0..<150).map { (index: Int) -> RecordOperation in
+            var spot = Record(recordType: "Spot", recordID: RecordID(recordName: "f\(index)", zoneID: zone))
+            spot.fields["n"] = .int64(Int64(index))
+            spot.fields["place"] = .location(Location(latitude: -40, longitude: Double(index) / 100))
+            return RecordOperation(kind: .create, record: spot)
+        }
+        _ = try database.modify(grid + far[..<100])
+        _ = try database.modify(Array(far[100...]))
+        let dense = Query(
+            recordType: "Spot", condition: .distance(.user(FieldKey("place")), center: Location(latitude: 10.00225, longitude: 10.00225), .lessThan, radius: 0.33),
+            sortDescriptors: [KQuery.SortDescriptor("n")], resultsLimit: 4, zoneID: zone)
+        // (The grid's corners lie 351 m from its centre: beyond the radius.)
+        #expect(try database.query(dense).records.map(\.recordID.recordName) == ["g0-1", "g0-2", "g0-3", "g0-4"])
+        let plans = try database.explanation(dense)
+        #expect(plans.contains("at most") && plans.contains("records in the query's order") && plans.contains("points within the radius"), "\(plans)")
         _ = try database.zoneChanges(zone, since: nil)
         _ = try database.databaseChanges(since: nil)
         _ = try database.modify([RecordOperation(kind: .forceDelete, record: parent)])
@@ -76,6 +104,9 @@ import Testing
         }
         #expect(statements.count > 50)
         #expect(statements.contains { $0.hasPrefix("DECLARE kquery_nearest") })
+        // The dense radius's ways: records in order (at most so many), the points through their index.
+        #expect(statements.contains { $0.contains(") r WHERE COALESCE((SELECT ST_DWithin(") })
+        #expect(statements.contains { $0.contains("count(*) OVER () AS points") })
         var touched: Set<String> = []
         for statement in statements {
             let words = statement.split(whereSeparator: { $0 == " " || $0 == "\n" || $0 == "(" || $0 == "," }).map(String.init)
