@@ -627,7 +627,7 @@ import Testing
     /// estimated to hold: when the sort puts its records far down the order (here behind 600 far
     /// away records, two of its own among them), the page is read through the points' index instead,
     /// page after page, each as the evaluator answers.
-    @Test func aWalkThatFindsNoFullPageReadsTheRadiusThroughItsIndex() throws {
+    @Test func aWalkThatFindsNoFullPageReadsTheRadiusThroughItsIndex() async throws {
         let storage = try PostgresContainerStorage(location: try PostgresTestDatabase.shared(), containerIdentifier: "test-\(UUID().uuidString)", densePoints: 5)
         let database = try Self.database(on: storage)
         // 30 points 30 m apart going north from (10, 10): the 5th nearest 120 m out, so 1 km is
@@ -661,6 +661,12 @@ import Testing
             pages += 1
         } while cursor != nil && pages < 20
         #expect(names == (0..<30).map { "c\($0)" })
+        // As the server asks first: a task that holds no thread while PostgreSQL works answers it
+        // within its statements (the radius's look, the walk, the points), first page and next.
+        let quick = try await database.queryWithoutBlocking(query)
+        #expect(quick?.records.map(\.recordID.recordName) == ["c0", "c1", "c2", "c3"])
+        let next = try await database.queryWithoutBlocking(query, cursor: quick?.cursor)
+        #expect(next?.records.map(\.recordID.recordName) == ["c4", "c5", "c6", "c7"])
         // Beside another test, and not sorted (record names: the far ones first).
         let unsorted = Query(recordType: "R", predicate: try ValidatedPredicate("distanceToLocation:fromLocation:(place, $here) < 1 AND n > 150", variables: [
             "here": .value(.location(Location(latitude: 10, longitude: 10))),
