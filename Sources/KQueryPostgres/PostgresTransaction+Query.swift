@@ -273,10 +273,7 @@ extension PostgresTransaction {
             }
             let walked = walk != nil
             let columns = (0..<sortFields.count).map { ", " + PostgresQueryCompiler.sortKey($0, walked: walked) }.joined() + (capped == nil ? "" : ", p.points")
-            var select = """
-                SELECT r.zone_name, r.owner_name, r.record_name, r.body\(columns) FROM \(source) \(joins)
-                WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed))
-                """
+            let select: String
             if let walk {
                 // At most `walk.records` records in the query's order (PostgreSQL keeps their order
                 // through the subquery: nothing sorted twice), then the radius tested on each.
@@ -287,6 +284,11 @@ extension PostgresTransaction {
                     FROM \(source) \(joins) WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed)) \
                     LIMIT \(compiler.bind(Int64(walk.records)))) r
                     WHERE \(within) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed, walked: true))
+                    """
+            } else {
+                select = """
+                    SELECT r.zone_name, r.owner_name, r.record_name, r.body\(columns) FROM \(source) \(joins)
+                    WHERE \(conditions.joined(separator: " AND ")) ORDER BY \(PostgresQueryCompiler.orderBy(ascending, keyed: keyed))
                     """
             }
             // The rows of a batch: nil when they complete the page (returned).
@@ -337,14 +339,6 @@ extension PostgresTransaction {
                 if let result = try take(rows) { return result }
                 // More rows than the batch: the next statement (none, outside a transaction).
                 if rows.count == batch { continue }
-                if let walk {
-                    // The walk ended without a full page: the radius through its index, from the
-                    // page's start (outside a transaction, one statement answers it: one snapshot).
-                    radius = .indexed(walk.radius)
-                    (matches, position, keyed) = start
-                    statements = 0
-                    continue
-                }
             } else {
                 // In a transaction: one statement read a batch at a time, however many rows it
                 // takes to fill the page (a statement per batch sorted its candidates anew each
@@ -377,12 +371,14 @@ extension PostgresTransaction {
                     continue
                 }
                 if let result { return result }
-                if let walk {
-                    // The walk ended without a full page: the radius through its index, from the page's start.
-                    radius = .indexed(walk.radius)
-                    (matches, position, keyed) = start
-                    continue
-                }
+            }
+            if let walk {
+                // The walk ended without a full page: the radius through its index, from the
+                // page's start (outside a transaction, one statement answers it: one snapshot).
+                radius = .indexed(walk.radius)
+                (matches, position, keyed) = start
+                statements = 0
+                continue
             }
             if keyed {
                 keyed = false
